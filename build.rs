@@ -1,0 +1,76 @@
+//! Embeds the YANG modules into the binary so `cats-sma run` needs no files at runtime:
+//! our own modules from `yang/`, and the IETF modules that `scripts/setup.sh` installs into
+//! `yang/ietf/` from the PyPI `pyang` wheel (they are never committed).
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn revision_of(text: &str) -> Option<String> {
+    // The first `revision` statement is the module's current revision (RFC 7950 7.1.9).
+    let idx = text
+        .find("\n  revision ")
+        .or_else(|| text.find("revision "))?;
+    let rest = text[idx..]
+        .trim_start()
+        .strip_prefix("revision")?
+        .trim_start();
+    let rev: String = rest
+        .trim_start_matches('"')
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    (rev.len() == 10).then_some(rev)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "yang") {
+            out.push(p);
+        }
+    }
+}
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let ours = root.join("yang");
+    let ietf = root.join("yang/ietf");
+    println!("cargo:rerun-if-changed={}", ours.display());
+    println!("cargo:rerun-if-changed={}", ietf.display());
+    let mut files = Vec::new();
+    collect(&ours, &mut files);
+    let n_ours = files.len();
+    collect(&ietf, &mut files);
+    if files.len() == n_ours {
+        panic!(
+            "no IETF YANG modules in {}: run scripts/setup.sh (it installs them from the PyPI \
+             pyang package)",
+            ietf.display()
+        );
+    }
+    files.sort();
+    let mut code = String::from("/// (module name, revision, source text, ours)\n");
+    code.push_str("pub static EMBEDDED: &[(&str, Option<&str>, &str, bool)] = &[\n");
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+        let text = std::fs::read_to_string(f).unwrap();
+        let name = f.file_stem().unwrap().to_string_lossy();
+        let name = name.split('@').next().unwrap().to_string();
+        let rev = match revision_of(&text) {
+            Some(r) => format!("Some({r:?})"),
+            None => "None".into(),
+        };
+        let ours = f.parent() == Some(ours.as_path());
+        writeln!(
+            code,
+            "    ({name:?}, {rev}, include_str!({:?}), {ours}),",
+            f.display()
+        )
+        .unwrap();
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_yang.rs");
+    std::fs::write(out, code).unwrap();
+}

@@ -1,0 +1,5 @@
+pub mod cli {
+    pub fn main() -> i32 {
+        0
+    }
+}

@@ -1,0 +1,572 @@
+//! The edit algorithm of RFC 6241 section 7.2 (edit-config) and RFC 8526 section 3.1.2
+//! (edit-data): walks a parsed edit tree carrying `ietf-netconf:operation` metadata and
+//! applies it to a target tree in place, recording typed changes for the consumers and an
+//! undo log so a failed edit leaves the target exactly as it was.
+
+use yang2::data::{Data, DataNodeRef, DataTree};
+use yang2::iter::NodeIterable;
+use yang2::schema::SchemaNodeKind;
+use yang2::utils::Binding;
+
+use super::change::{Change, ChangeOp};
+use crate::error::{ErrorTag, RpcError};
+
+/// The `operation` attribute values (RFC 6241 section 7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EditOp {
+    Merge,
+    Replace,
+    Create,
+    Delete,
+    Remove,
+    None,
+}
+
+impl EditOp {
+    pub fn parse(s: &str) -> Option<EditOp> {
+        Some(match s {
+            "merge" => EditOp::Merge,
+            "replace" => EditOp::Replace,
+            "create" => EditOp::Create,
+            "delete" => EditOp::Delete,
+            "remove" => EditOp::Remove,
+            "none" => EditOp::None,
+            _ => return None,
+        })
+    }
+}
+
+/// How an edit reacts to an error (RFC 6241 section 7.2, error-option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ErrorOption {
+    #[default]
+    StopOnError,
+    ContinueOnError,
+    RollbackOnError,
+}
+
+/// One undoable step.
+enum Undo {
+    /// A node was created: remove it.
+    Created(String),
+    /// A leaf's value changed: put the old value back.
+    Modified(String, String),
+    /// A subtree was removed: merge this copy (with its parents) back.
+    Removed(DataTree<'static>),
+    /// A user-ordered instance moved: put it back after `after` (its previous
+    /// same-schema sibling), or first when there was none.
+    Moved { path: String, after: Option<String> },
+}
+
+/// An edit in progress on one target tree.
+pub(crate) struct Editor<'t> {
+    pub target: &'t mut DataTree<'static>,
+    pub changes: Vec<Change>,
+    undo: Vec<Undo>,
+    pub errors: Vec<RpcError>,
+}
+
+impl<'t> Editor<'t> {
+    pub fn new(target: &'t mut DataTree<'static>) -> Self {
+        Editor {
+            target,
+            changes: Vec::new(),
+            undo: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Applies a whole edit tree (all top-level siblings).
+    pub fn apply(
+        &mut self,
+        edit: &DataTree<'static>,
+        default_op: EditOp,
+        error_option: ErrorOption,
+    ) {
+        let Some(first) = edit.reference() else {
+            return;
+        };
+        for top in first.inclusive_siblings() {
+            let before = self.errors.len();
+            self.node(&top, default_op, error_option);
+            if self.errors.len() > before && error_option != ErrorOption::ContinueOnError {
+                return;
+            }
+        }
+    }
+
+    /// Puts the target back as it was before the first change.
+    pub fn rollback(&mut self) {
+        while let Some(u) = self.undo.pop() {
+            match u {
+                Undo::Created(path) => {
+                    let _ = self.target.remove(&path);
+                }
+                Undo::Modified(path, old) => {
+                    let _ = self.target.new_path(&path, Some(&old), false);
+                }
+                Undo::Removed(copy) => {
+                    let _ = self.target.merge(&copy);
+                }
+                Undo::Moved { path, after } => {
+                    let Ok(node) = self.target.find_path(&path) else {
+                        continue;
+                    };
+                    let node_raw = node.as_raw();
+                    let anchor = match &after {
+                        Some(a) => self.target.find_path(a).ok().map(|n| (n.as_raw(), false)),
+                        None => all_siblings(&node)
+                            .find(|s| s.schema() == node.schema())
+                            .map(|s| (s.as_raw(), true)),
+                    };
+                    if let Some((anchor, before)) = anchor.filter(|(a, _)| *a != node_raw) {
+                        // SAFETY: live, distinct instances of the same user-ordered schema
+                        // node under one parent in `self.target`.
+                        unsafe {
+                            if before {
+                                yang2::ffi::lyd_insert_before(anchor, node_raw);
+                            } else {
+                                yang2::ffi::lyd_insert_after(anchor, node_raw);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.changes.clear();
+    }
+
+    fn fail(&mut self, e: RpcError) {
+        self.errors.push(e);
+    }
+
+    fn node(&mut self, e: &DataNodeRef<'_, 'static>, inherited: EditOp, eo: ErrorOption) {
+        let op = match operation_of(e) {
+            Ok(Some(op)) => op,
+            Ok(None) => inherited,
+            Err(err) => return self.fail(err),
+        };
+        let schema = e.schema();
+        if !schema.is_config() {
+            return self.fail(
+                RpcError::application(
+                    ErrorTag::InvalidValue,
+                    format!(
+                        "\"{}\" is state data and cannot be configured",
+                        schema.name()
+                    ),
+                )
+                .with_path(e.path())
+                .with_bad_element(schema.name()),
+            );
+        }
+        let path = e.path();
+        let exists = self.exists(&path);
+        match op {
+            EditOp::Create if exists => self.fail(
+                RpcError::application(
+                    ErrorTag::DataExists,
+                    format!("\"{}\" already exists", schema.name()),
+                )
+                .with_path(path)
+                .with_bad_element(schema.name()),
+            ),
+            EditOp::Delete if !exists => self.fail(
+                RpcError::application(
+                    ErrorTag::DataMissing,
+                    format!("\"{}\" does not exist", schema.name()),
+                )
+                .with_path(path)
+                .with_bad_element(schema.name()),
+            ),
+            EditOp::Delete | EditOp::Remove => {
+                if exists {
+                    self.remove_subtree(&path);
+                }
+            }
+            EditOp::Replace => {
+                if exists && !is_leaf(&schema.kind()) {
+                    self.remove_subtree(&path);
+                }
+                self.merge_node(e, &path, EditOp::Merge, eo);
+            }
+            EditOp::Create | EditOp::Merge => self.merge_node(e, &path, EditOp::Merge, eo),
+            EditOp::None => {
+                for child in e.children() {
+                    if child.schema().is_list_key() {
+                        continue;
+                    }
+                    let before = self.errors.len();
+                    self.node(&child, EditOp::None, eo);
+                    if self.errors.len() > before && eo != ErrorOption::ContinueOnError {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Creates or updates `e` itself, then processes its children with `merge` inherited.
+    fn merge_node(
+        &mut self,
+        e: &DataNodeRef<'_, 'static>,
+        path: &str,
+        inherited: EditOp,
+        eo: ErrorOption,
+    ) {
+        let schema = e.schema();
+        match schema.kind() {
+            SchemaNodeKind::Leaf => {
+                let new = e.value_canonical();
+                let old = self
+                    .target
+                    .find_path(path)
+                    .ok()
+                    .map(|n| (n.value_canonical(), n.is_default()));
+                match old {
+                    Some((Some(old), false)) if Some(&old) == new.as_ref() => {}
+                    Some((Some(old), _)) => {
+                        if let Err(err) = self.target.new_path(path, new.as_deref(), false) {
+                            return self.fail(RpcError::from_libyang(&err).with_path(path));
+                        }
+                        let mut c = self.change_at(ChangeOp::Modify, path);
+                        c.old_value = Some(old.clone());
+                        self.changes.push(c);
+                        self.undo.push(Undo::Modified(path.to_owned(), old));
+                    }
+                    _ => self.create_one(path, new.as_deref()),
+                }
+            }
+            _ => {
+                if !self.exists(path) {
+                    self.create_one(path, None);
+                    if let Err(err) = self.position(e, path) {
+                        return self.fail(err);
+                    }
+                } else if let Err(err) = self.position(e, path) {
+                    return self.fail(err);
+                }
+                for child in e.children() {
+                    if child.schema().is_list_key() {
+                        continue;
+                    }
+                    let before = self.errors.len();
+                    self.node(&child, inherited, eo);
+                    if self.errors.len() > before && eo != ErrorOption::ContinueOnError {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        // Implicit default nodes (default leaves, non-presence containers libyang added)
+        // do not count as configured data for create/delete.
+        self.target
+            .find_path(path)
+            .is_ok_and(|n| !n.is_default() || !is_leaf(&n.schema().kind()))
+    }
+
+    /// Creates one node (and any missing ancestors), recording every node libyang created.
+    fn create_one(&mut self, path: &str, value: Option<&str>) {
+        // Record missing ancestors first, top-down.
+        let ancestors = ancestor_paths(path);
+        let missing: Vec<String> = ancestors
+            .into_iter()
+            .filter(|p| self.target.find_path(p).is_err())
+            .collect();
+        if let Err(err) = self.target.new_path(path, value, false) {
+            return self.fail(RpcError::from_libyang(&err).with_path(path));
+        }
+        for p in missing
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(path))
+        {
+            let Ok(node) = self.target.find_path(p) else {
+                continue;
+            };
+            let mut recs = vec![Change::of_node(ChangeOp::Create, &node)];
+            for k in node.list_keys() {
+                recs.push(Change::of_node(ChangeOp::Create, &k));
+            }
+            self.changes.extend(recs);
+        }
+        // Undo the outermost node created: that removes the whole new branch.
+        let outermost = missing.first().cloned().unwrap_or_else(|| path.to_owned());
+        self.undo.push(Undo::Created(outermost));
+    }
+
+    fn remove_subtree(&mut self, path: &str) {
+        let Ok(node) = self.target.find_path(path) else {
+            return;
+        };
+        let mut recs = Vec::new();
+        for n in node.traverse() {
+            if n.is_default() && n.as_raw() != node.as_raw() {
+                continue;
+            }
+            recs.push(Change::of_node(ChangeOp::Delete, &n));
+        }
+        let copy = match node.duplicate(true) {
+            Ok(c) => c,
+            Err(err) => return self.fail(RpcError::from_libyang(&err).with_path(path)),
+        };
+        if let Err(err) = self.target.remove(path) {
+            return self.fail(RpcError::from_libyang(&err).with_path(path));
+        }
+        self.changes.extend(recs);
+        self.undo.push(Undo::Removed(copy));
+    }
+
+    fn change_at(&self, op: ChangeOp, path: &str) -> Change {
+        match self.target.find_path(path) {
+            Ok(n) => Change::of_node(op, &n),
+            Err(_) => Change {
+                op,
+                path: path.to_owned(),
+                schema_path: super::change::schema_path_of(path),
+                kind: super::change::NodeKind::Other,
+                is_key: false,
+                value: None,
+                old_value: None,
+            },
+        }
+    }
+
+    /// Honours the YANG `insert` attribute (RFC 7950 section 7.8.6) on user-ordered lists
+    /// and leaf-lists.
+    fn position(&mut self, e: &DataNodeRef<'_, 'static>, path: &str) -> Result<(), RpcError> {
+        let insert = e
+            .meta()
+            .find(|m| m.name() == "insert")
+            .map(|m| m.value().to_owned());
+        let Some(insert) = insert else { return Ok(()) };
+        let schema = e.schema();
+        if !schema.is_user_ordered() {
+            return Err(RpcError::protocol(
+                ErrorTag::BadAttribute,
+                "insert is only allowed on ordered-by user nodes",
+            )
+            .with_bad_attribute("insert")
+            .with_bad_element(schema.name()));
+        }
+        let anchor_pred = match insert.as_str() {
+            "first" | "last" => None,
+            "before" | "after" => {
+                let attr = if schema.kind() == SchemaNodeKind::List {
+                    "key"
+                } else {
+                    "value"
+                };
+                let v = e
+                    .meta()
+                    .find(|m| m.name() == attr)
+                    .map(|m| m.value().to_owned());
+                match v {
+                    Some(v) if schema.kind() == SchemaNodeKind::List => Some(v),
+                    Some(v) => Some(format!("[.='{v}']")),
+                    None => {
+                        return Err(RpcError::protocol(
+                            ErrorTag::MissingAttribute,
+                            format!("insert=\"{insert}\" needs the \"{attr}\" attribute"),
+                        )
+                        .with_bad_attribute(attr)
+                        .with_bad_element(schema.name()))
+                    }
+                }
+            }
+            other => {
+                return Err(RpcError::protocol(
+                    ErrorTag::BadAttribute,
+                    format!("invalid insert value \"{other}\""),
+                )
+                .with_bad_attribute("insert")
+                .with_bad_element(schema.name()))
+            }
+        };
+        let base = strip_last_predicates(path);
+        let node = self
+            .target
+            .find_path(path)
+            .map_err(|e| RpcError::from_libyang(&e))?;
+        let previous = {
+            let mut prev = None;
+            for s in all_siblings(&node).filter(|s| s.schema() == schema) {
+                if s == node {
+                    break;
+                }
+                prev = Some(s.path());
+            }
+            prev
+        };
+        let anchor = match (&anchor_pred, insert.as_str()) {
+            (Some(pred), _) => {
+                let anchor_path = format!("{base}{pred}");
+                match self.target.find_path(&anchor_path) {
+                    Ok(a) => Some(a.as_raw()),
+                    Err(_) => {
+                        // RFC 7950 section 15.7.
+                        return Err(RpcError::protocol(
+                            ErrorTag::BadAttribute,
+                            format!("the insert anchor {anchor_path} does not exist"),
+                        )
+                        .with_app_tag("missing-instance")
+                        .with_bad_attribute(if schema.kind() == SchemaNodeKind::List {
+                            "key"
+                        } else {
+                            "value"
+                        })
+                        .with_path(anchor_path));
+                    }
+                }
+            }
+            (None, "first") => all_siblings(&node)
+                .find(|s| s.schema() == schema)
+                .map(|s| s.as_raw()),
+            (None, _) => all_siblings(&node)
+                .filter(|s| s.schema() == schema)
+                .last()
+                .map(|s| s.as_raw()),
+        };
+        let node_raw = node.as_raw();
+        if let Some(anchor) = anchor {
+            if anchor != node_raw {
+                let before = insert == "first" || insert == "before";
+                // SAFETY: both pointers are live nodes of `self.target` (found above, nothing
+                // freed since); they are distinct instances of the same user-ordered schema
+                // node under the same parent, which is what lyd_insert_before/after require.
+                let ret = unsafe {
+                    if before {
+                        yang2::ffi::lyd_insert_before(anchor, node_raw)
+                    } else {
+                        yang2::ffi::lyd_insert_after(anchor, node_raw)
+                    }
+                };
+                if ret != yang2::ffi::LY_ERR::LY_SUCCESS {
+                    return Err(RpcError::application(
+                        ErrorTag::OperationFailed,
+                        "could not move the user-ordered entry",
+                    )
+                    .with_path(path));
+                }
+                let mut c = self.change_at(ChangeOp::Move, path);
+                c.value = Some(insert.clone());
+                c.old_value = anchor_pred;
+                self.changes.push(c);
+                self.undo.push(Undo::Moved {
+                    path: path.to_owned(),
+                    after: previous,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A node and all its siblings, from the first.
+fn all_siblings<'a, 'b>(
+    node: &'a DataNodeRef<'a, 'b>,
+) -> impl Iterator<Item = DataNodeRef<'a, 'b>> {
+    let first = match node.parent() {
+        Some(p) => p.children().next(),
+        None => {
+            // Top-level siblings: walk back via libyang's circular `prev` link.
+            // SAFETY: `prev` of a live node is always a live sibling (the first node's
+            // `prev` is the last one, whose `next` is null); the returned reference borrows
+            // the same tree as `node`.
+            unsafe {
+                let mut raw = node.as_raw();
+                loop {
+                    let prev = (*raw).prev;
+                    if prev.is_null() || (*prev).next.is_null() {
+                        break;
+                    }
+                    raw = prev;
+                }
+                Some(DataNodeRef::from_raw(node.tree(), raw))
+            }
+        }
+    };
+    first.into_iter().flat_map(|f| f.inclusive_siblings())
+}
+
+fn is_leaf(kind: &SchemaNodeKind) -> bool {
+    matches!(kind, SchemaNodeKind::Leaf)
+}
+
+/// Reads the `ietf-netconf:operation` metadata of an edit node.
+fn operation_of(e: &DataNodeRef<'_, '_>) -> Result<Option<EditOp>, RpcError> {
+    match e.meta().find(|m| m.name() == "operation") {
+        None => Ok(None),
+        Some(m) => EditOp::parse(m.value()).map(Some).ok_or_else(|| {
+            RpcError::protocol(
+                ErrorTag::BadAttribute,
+                format!("invalid operation \"{}\"", m.value()),
+            )
+            .with_bad_attribute("operation")
+            .with_bad_element(e.schema().name())
+        }),
+    }
+}
+
+/// `/a/b[k='1']/c` → [`/a`, `/a/b[k='1']`].
+fn ancestor_paths(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut quote: Option<char> = None;
+    for (i, c) in path.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '[') => depth += 1,
+            (None, ']') => depth -= 1,
+            (None, '\'' | '"') if depth > 0 => quote = Some(c),
+            (None, '/') if depth == 0 && i > 0 => out.push(path[..i].to_owned()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `/a/b[k='1']` → `/a/b`.
+fn strip_last_predicates(path: &str) -> &str {
+    let mut end = path.len();
+    while path[..end].ends_with(']') {
+        // Find the matching '[' honouring quotes.
+        let bytes = path.as_bytes();
+        let mut i = end - 1;
+        let mut quote: Option<u8> = None;
+        loop {
+            let b = bytes[i];
+            match quote {
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None if b == b'\'' || b == b'"' => quote = Some(b),
+                None if b == b'[' => break,
+                None => {}
+            }
+            if i == 0 {
+                return path;
+            }
+            i -= 1;
+        }
+        end = i;
+    }
+    &path[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_helpers() {
+        assert_eq!(
+            ancestor_paths("/m:a/b[k='x/y']/c"),
+            vec!["/m:a", "/m:a/b[k='x/y']"]
+        );
+        assert_eq!(strip_last_predicates("/m:a/b[k='1'][j='[']"), "/m:a/b");
+    }
+}

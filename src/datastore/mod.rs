@@ -1,0 +1,998 @@
+//! The NMDA datastores (RFC 8342): startup, running and candidate as libyang trees,
+//! operational as a view rendered on demand, and the one API both front ends (NETCONF,
+//! RESTCONF) use: get / edit / copy / delete / lock / unlock / commit / discard / validate.
+//!
+//! A commit validates, hands typed changes to the registered consumers (prepare → apply, or
+//! abort when one vetoes), and only then makes the new configuration the running one.
+//! Every failure is an [`RpcError`] with its RFC 6241 Appendix A tag.
+
+pub mod change;
+pub mod edit;
+pub mod persist;
+mod validate;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use yang2::context::Context;
+use yang2::data::{
+    Data, DataDiffFlags, DataDiffOp, DataFormat, DataParserFlags, DataPrinterFlags, DataTree,
+    DataValidationFlags,
+};
+
+pub use change::{Change, ChangeOp, NodeKind};
+pub use edit::{EditOp, ErrorOption};
+
+use crate::error::{ErrorTag, RpcError};
+
+/// A NETCONF/RESTCONF session, or 0 for the agent itself.
+pub type SessionId = u32;
+pub const SYSTEM_SESSION: SessionId = 0;
+
+/// The NMDA datastores (RFC 8342 section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Datastore {
+    Startup,
+    Running,
+    Candidate,
+    /// RFC 8342 intended: running after template expansion; we have none, so it is running.
+    Intended,
+    Operational,
+}
+
+impl Datastore {
+    /// The ietf-datastores identity name.
+    pub fn identity(self) -> &'static str {
+        match self {
+            Datastore::Startup => "ietf-datastores:startup",
+            Datastore::Running => "ietf-datastores:running",
+            Datastore::Candidate => "ietf-datastores:candidate",
+            Datastore::Intended => "ietf-datastores:intended",
+            Datastore::Operational => "ietf-datastores:operational",
+        }
+    }
+
+    pub fn from_identity(s: &str) -> Option<Datastore> {
+        let name = s.rsplit(':').next().unwrap_or(s);
+        Some(match name {
+            "startup" => Datastore::Startup,
+            "running" => Datastore::Running,
+            "candidate" => Datastore::Candidate,
+            "intended" => Datastore::Intended,
+            "operational" => Datastore::Operational,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        self.identity().rsplit(':').next().unwrap_or("")
+    }
+
+    fn is_configuration(self) -> bool {
+        matches!(
+            self,
+            Datastore::Startup | Datastore::Running | Datastore::Candidate
+        )
+    }
+}
+
+/// RFC 6241 section 7.2 test-option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TestOption {
+    #[default]
+    TestThenSet,
+    /// Running must stay valid because the engine applies it, so `set` on running is
+    /// validated like test-then-set; on candidate nothing is validated before commit anyway.
+    Set,
+    TestOnly,
+}
+
+/// Options of an edit (edit-config / edit-data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EditOptions {
+    pub default_operation: EditOp,
+    pub test_option: TestOption,
+    pub error_option: ErrorOption,
+}
+
+impl Default for EditOptions {
+    fn default() -> Self {
+        EditOptions {
+            default_operation: EditOp::Merge,
+            test_option: TestOption::default(),
+            error_option: ErrorOption::default(),
+        }
+    }
+}
+
+/// Where a copy takes its content from.
+pub enum Source<'a> {
+    Datastore(Datastore),
+    /// Inline configuration (RFC 6241 `<config>`), already parsed.
+    Config(&'a DataTree<'static>),
+}
+
+/// What a consumer sees of a commit.
+pub struct Transaction<'a> {
+    /// The changes, in the order they were made.
+    pub changes: &'a [Change],
+    /// The complete configuration that becomes running if every consumer accepts.
+    pub config: &'a DataTree<'static>,
+    /// The session that asked for the commit (0 = the agent itself).
+    pub session: SessionId,
+}
+
+impl Transaction<'_> {
+    /// Changes at or below a schema path prefix.
+    pub fn changes_under<'s>(
+        &'s self,
+        schema_prefix: &'s str,
+    ) -> impl Iterator<Item = &'s Change> + 's {
+        self.changes
+            .iter()
+            .filter(move |c| c.schema_path.starts_with(schema_prefix))
+    }
+}
+
+/// A part of the agent driven by configuration (the metric engine, the adapters).
+/// `prepare` may veto a commit with a message; `apply` must not fail; `abort` undoes what
+/// `prepare` set up. Consumers are called with the datastore lock held: they must not call
+/// back into the datastore.
+pub trait ConfigConsumer: Send + Sync {
+    fn name(&self) -> &str;
+    fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String>;
+    fn apply(&self, tx: &Transaction<'_>);
+    fn abort(&self, _tx: &Transaction<'_>) {}
+}
+
+/// Renders operational state (config false data) into the operational view.
+pub trait StateProvider: Send + Sync {
+    /// Adds this provider's state to `tree`. `xpath`, when given, is the selection the
+    /// reader asked for; a provider may use it to render less.
+    fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError>;
+}
+
+struct CandidateState {
+    tree: DataTree<'static>,
+    changes: Vec<Change>,
+}
+
+struct Inner {
+    running: DataTree<'static>,
+    /// None while the candidate equals running (reads are served from running).
+    candidate: Option<CandidateState>,
+    /// A copy of running kept in step by replaying changes, so that the next candidate edit
+    /// starts without copying the whole tree.
+    spare: Option<DataTree<'static>>,
+    startup: DataTree<'static>,
+    /// The running configuration before a commit that asked to keep it (confirmed commit).
+    rollback: Option<DataTree<'static>>,
+    locks: HashMap<Datastore, SessionId>,
+    /// Bumped on every change of running (ETag / content-id for the front ends).
+    running_version: u64,
+}
+
+/// The datastores and everything that reads or changes them.
+pub struct Datastores {
+    ctx: &'static Context,
+    inner: Mutex<Inner>,
+    consumers: RwLock<Vec<Arc<dyn ConfigConsumer>>>,
+    providers: RwLock<Vec<Arc<dyn StateProvider>>>,
+    startup_file: Option<PathBuf>,
+    fast_path: validate::FastPath,
+}
+
+fn ly(e: yang2::Error) -> RpcError {
+    RpcError::from_libyang(&e)
+}
+
+/// Appends the NUL libyang's parser needs (it may read past an unterminated buffer).
+fn nul_terminated(text: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(text.len() + 1);
+    v.extend_from_slice(text);
+    if v.last() != Some(&0) {
+        v.push(0);
+    }
+    v
+}
+
+impl Datastores {
+    /// Opens the datastores. With a startup file, its content (if the file exists) becomes
+    /// startup and running; without one, everything starts empty and startup lives in memory.
+    pub fn open(
+        ctx: &'static Context,
+        startup_file: Option<PathBuf>,
+    ) -> Result<Datastores, RpcError> {
+        let startup = match &startup_file {
+            Some(path) => {
+                persist::remove_stale_temporaries(path);
+                match std::fs::read(path) {
+                    Ok(bytes) => Self::parse_config_in(ctx, &bytes, DataFormat::XML, true)
+                        .map_err(|mut e| {
+                            e.message = format!("startup file {}: {}", path.display(), e.message);
+                            e
+                        })?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => DataTree::new(ctx),
+                    Err(e) => {
+                        return Err(RpcError::application(
+                            ErrorTag::OperationFailed,
+                            format!("reading startup file {}: {e}", path.display()),
+                        ))
+                    }
+                }
+            }
+            None => DataTree::new(ctx),
+        };
+        let mut running = startup.duplicate().map_err(ly)?;
+        running
+            .validate(DataValidationFlags::NO_STATE)
+            .map_err(ly)?;
+        Ok(Datastores {
+            ctx,
+            inner: Mutex::new(Inner {
+                running,
+                candidate: None,
+                spare: None,
+                startup,
+                rollback: None,
+                locks: HashMap::new(),
+                running_version: 1,
+            }),
+            consumers: RwLock::new(Vec::new()),
+            providers: RwLock::new(Vec::new()),
+            startup_file,
+            fast_path: validate::FastPath::new(ctx),
+        })
+    }
+
+    pub fn context(&self) -> &'static Context {
+        self.ctx
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        // A panic in a consumer must not make every later request fail too; the trees are
+        // only swapped after all checks, so a poisoned guard still holds consistent data.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a consumer; it sees every later commit, and is told nothing about the
+    /// configuration already in running (read it with [`Datastores::read`]).
+    pub fn register_consumer(&self, c: Arc<dyn ConfigConsumer>) {
+        self.consumers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c);
+    }
+
+    pub fn register_state_provider(&self, p: Arc<dyn StateProvider>) {
+        self.providers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p);
+    }
+
+    // ----- parsing ---------------------------------------------------------------------
+
+    fn parse_config_in(
+        ctx: &'static Context,
+        text: &[u8],
+        format: DataFormat,
+        validate: bool,
+    ) -> Result<DataTree<'static>, RpcError> {
+        let data = nul_terminated(text);
+        let mut parser = DataParserFlags::STRICT | DataParserFlags::NO_STATE;
+        if !validate {
+            parser |= DataParserFlags::NO_VALIDATION;
+        }
+        DataTree::parse_string(ctx, &data, format, parser, DataValidationFlags::NO_STATE)
+            .map_err(ly)
+    }
+
+    /// Parses a complete configuration (copy-config `<config>`, a startup file) and
+    /// validates it.
+    pub fn parse_config(
+        &self,
+        text: &[u8],
+        format: DataFormat,
+    ) -> Result<DataTree<'static>, RpcError> {
+        Self::parse_config_in(self.ctx, text, format, true)
+    }
+
+    /// Parses the content of an edit (edit-config `<config>`, edit-data, a RESTCONF body):
+    /// values are type-checked, operation metadata kept, nothing else validated (an edit
+    /// is a fragment).
+    pub fn parse_edit(
+        &self,
+        text: &[u8],
+        format: DataFormat,
+    ) -> Result<DataTree<'static>, RpcError> {
+        Self::parse_config_in(self.ctx, text, format, false)
+    }
+
+    // ----- reading ---------------------------------------------------------------------
+
+    /// Runs `f` on a configuration datastore's tree without copying it.
+    pub fn with_tree<R>(
+        &self,
+        ds: Datastore,
+        f: impl FnOnce(&DataTree<'static>) -> R,
+    ) -> Result<R, RpcError> {
+        let inner = self.lock_inner();
+        let tree = match ds {
+            Datastore::Running | Datastore::Intended => &inner.running,
+            Datastore::Candidate => inner
+                .candidate
+                .as_ref()
+                .map(|c| &c.tree)
+                .unwrap_or(&inner.running),
+            Datastore::Startup => &inner.startup,
+            Datastore::Operational => {
+                return Err(RpcError::application(
+                    ErrorTag::OperationNotSupported,
+                    "the operational datastore is a view: read it with read()",
+                ))
+            }
+        };
+        Ok(f(tree))
+    }
+
+    /// A copy of a datastore's content, optionally only the nodes an XPath selects (with
+    /// their ancestors and descendants). The operational datastore is running plus what the
+    /// state providers render.
+    pub fn read(&self, ds: Datastore, xpath: Option<&str>) -> Result<DataTree<'static>, RpcError> {
+        let full = match ds {
+            Datastore::Operational => {
+                let mut tree = self
+                    .with_tree(Datastore::Running, |t| t.duplicate())?
+                    .map_err(ly)?;
+                let providers = self
+                    .providers
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                for p in providers {
+                    p.render(&mut tree, xpath)?;
+                }
+                let lib = crate::yang::yang_library(self.ctx)?;
+                tree.merge(&lib).map_err(ly)?;
+                tree
+            }
+            _ => {
+                if xpath.is_some() {
+                    return self.with_tree(ds, |t| select(self.ctx, t, xpath))?;
+                }
+                self.with_tree(ds, |t| t.duplicate())?.map_err(ly)?
+            }
+        };
+        select(self.ctx, &full, xpath)
+    }
+
+    /// The number of running changes so far (for ETags and the like).
+    pub fn running_version(&self) -> u64 {
+        self.lock_inner().running_version
+    }
+
+    // ----- locks (RFC 6241 sections 7.5, 7.6) ------------------------------------------
+
+    pub fn lock(&self, session: SessionId, ds: Datastore) -> Result<(), RpcError> {
+        if !ds.is_configuration() {
+            return Err(RpcError::protocol(
+                ErrorTag::InvalidValue,
+                format!("{} cannot be locked", ds.name()),
+            ));
+        }
+        let mut inner = self.lock_inner();
+        if let Some(&holder) = inner.locks.get(&ds) {
+            return Err(RpcError::protocol(
+                ErrorTag::LockDenied,
+                format!("{} is already locked by session {holder}", ds.name()),
+            )
+            .with_session_id(holder));
+        }
+        if ds == Datastore::Candidate && inner.candidate.is_some() {
+            // RFC 6241 7.5: no lock on a candidate holding uncommitted changes.
+            return Err(RpcError::protocol(
+                ErrorTag::LockDenied,
+                "the candidate has uncommitted changes; commit or discard them first",
+            )
+            .with_session_id(SYSTEM_SESSION));
+        }
+        inner.locks.insert(ds, session);
+        Ok(())
+    }
+
+    pub fn unlock(&self, session: SessionId, ds: Datastore) -> Result<(), RpcError> {
+        let mut inner = self.lock_inner();
+        match inner.locks.get(&ds) {
+            Some(&holder) if holder == session => {
+                inner.locks.remove(&ds);
+                if ds == Datastore::Candidate {
+                    // RFC 6241 8.3.5.2: releasing the candidate lock discards its changes.
+                    Self::discard_inner(&mut inner);
+                }
+                Ok(())
+            }
+            Some(&holder) => Err(RpcError::protocol(
+                ErrorTag::OperationFailed,
+                format!(
+                    "{} is locked by session {holder}, not by this session",
+                    ds.name()
+                ),
+            )
+            .with_session_id(holder)),
+            None => Err(RpcError::protocol(
+                ErrorTag::OperationFailed,
+                format!("{} is not locked", ds.name()),
+            )),
+        }
+    }
+
+    /// The session holding a datastore's lock.
+    pub fn lock_holder(&self, ds: Datastore) -> Option<SessionId> {
+        self.lock_inner().locks.get(&ds).copied()
+    }
+
+    /// Releases everything a finished session held (locks; candidate changes behind its lock).
+    pub fn release_session(&self, session: SessionId) {
+        let mut inner = self.lock_inner();
+        let held: Vec<Datastore> = inner
+            .locks
+            .iter()
+            .filter(|(_, &s)| s == session)
+            .map(|(&d, _)| d)
+            .collect();
+        for ds in held {
+            inner.locks.remove(&ds);
+            if ds == Datastore::Candidate {
+                Self::discard_inner(&mut inner);
+            }
+        }
+    }
+
+    fn check_writable(inner: &Inner, session: SessionId, ds: Datastore) -> Result<(), RpcError> {
+        match inner.locks.get(&ds) {
+            Some(&holder) if holder != session => Err(RpcError::protocol(
+                ErrorTag::InUse,
+                format!("{} is locked by session {holder}", ds.name()),
+            )
+            .with_session_id(holder)),
+            _ => Ok(()),
+        }
+    }
+
+    // ----- edits -----------------------------------------------------------------------
+
+    /// edit-config / edit-data on running, candidate or startup. Returns the changes made
+    /// (empty for test-only). On error nothing is changed, except with continue-on-error,
+    /// where the parts that succeeded stay (RFC 6241 7.2) if the result is valid.
+    pub fn edit(
+        &self,
+        session: SessionId,
+        target: Datastore,
+        edit: &DataTree<'static>,
+        opts: EditOptions,
+    ) -> Result<Vec<Change>, Vec<RpcError>> {
+        if !target.is_configuration() {
+            return Err(vec![RpcError::protocol(
+                ErrorTag::InvalidValue,
+                format!(
+                    "{} is not a configuration datastore that can be edited",
+                    target.name()
+                ),
+            )]);
+        }
+        let mut guard = self.lock_inner();
+        let inner = &mut *guard;
+        Self::check_writable(inner, session, target).map_err(|e| vec![e])?;
+        match target {
+            Datastore::Candidate => {
+                self.ensure_candidate(inner).map_err(|e| vec![e])?;
+                let cand = inner.candidate.as_mut().expect("candidate just ensured");
+                let mut ed = edit::Editor::new(&mut cand.tree);
+                ed.apply(edit, opts.default_operation, opts.error_option);
+                let failed = !ed.errors.is_empty();
+                if (failed && opts.error_option != ErrorOption::ContinueOnError)
+                    || opts.test_option == TestOption::TestOnly
+                {
+                    let errors = std::mem::take(&mut ed.errors);
+                    ed.rollback();
+                    if opts.test_option == TestOption::TestOnly && !failed {
+                        // test-only on the candidate validates the would-be result.
+                        return self
+                            .test_only(&mut cand.tree, edit, opts)
+                            .map(|_| Vec::new());
+                    }
+                    return Err(errors);
+                }
+                let errors = std::mem::take(&mut ed.errors);
+                let changes = std::mem::take(&mut ed.changes);
+                cand.changes.extend(changes.iter().cloned());
+                if failed {
+                    return Err(errors);
+                }
+                Ok(changes)
+            }
+            Datastore::Running => {
+                let mut ed = edit::Editor::new(&mut inner.running);
+                ed.apply(edit, opts.default_operation, opts.error_option);
+                let failed = !ed.errors.is_empty();
+                if failed && opts.error_option != ErrorOption::ContinueOnError {
+                    let errors = std::mem::take(&mut ed.errors);
+                    ed.rollback();
+                    return Err(errors);
+                }
+                if ed.changes.is_empty() {
+                    return if failed {
+                        Err(std::mem::take(&mut ed.errors))
+                    } else {
+                        Ok(Vec::new())
+                    };
+                }
+                let changes = ed.changes.clone();
+                if let Err(e) = self.validate_changed(ed.target, &changes) {
+                    ed.rollback();
+                    return Err(vec![e]);
+                }
+                if opts.test_option == TestOption::TestOnly {
+                    ed.rollback();
+                    return Ok(Vec::new());
+                }
+                if let Err(e) = self.run_consumers(&changes, ed.target, session) {
+                    ed.rollback();
+                    return Err(vec![e]);
+                }
+                let errors = std::mem::take(&mut ed.errors);
+                drop(ed);
+                self.after_running_changed(inner, &changes);
+                if failed {
+                    return Err(errors);
+                }
+                Ok(changes)
+            }
+            Datastore::Startup => {
+                let mut ed = edit::Editor::new(&mut inner.startup);
+                ed.apply(edit, opts.default_operation, opts.error_option);
+                let failed = !ed.errors.is_empty();
+                if failed && opts.error_option != ErrorOption::ContinueOnError {
+                    let errors = std::mem::take(&mut ed.errors);
+                    ed.rollback();
+                    return Err(errors);
+                }
+                let changes = ed.changes.clone();
+                let validated = if changes.is_empty() {
+                    Ok(())
+                } else {
+                    self.validate_changed(ed.target, &changes)
+                };
+                if let Err(e) = validated {
+                    ed.rollback();
+                    return Err(vec![e]);
+                }
+                if opts.test_option == TestOption::TestOnly {
+                    ed.rollback();
+                    return Ok(Vec::new());
+                }
+                if !changes.is_empty() {
+                    if let Err(e) = self.persist_startup(ed.target) {
+                        ed.rollback();
+                        return Err(vec![e]);
+                    }
+                }
+                if failed {
+                    return Err(std::mem::take(&mut ed.errors));
+                }
+                Ok(changes)
+            }
+            _ => unreachable!("checked above"),
+        }
+    }
+
+    /// test-only on the candidate: apply to a scratch copy and validate it.
+    fn test_only(
+        &self,
+        tree: &mut DataTree<'static>,
+        edit: &DataTree<'static>,
+        opts: EditOptions,
+    ) -> Result<(), Vec<RpcError>> {
+        let mut scratch = tree.duplicate().map_err(|e| vec![ly(e)])?;
+        let mut ed = edit::Editor::new(&mut scratch);
+        ed.apply(edit, opts.default_operation, opts.error_option);
+        if !ed.errors.is_empty() {
+            return Err(std::mem::take(&mut ed.errors));
+        }
+        scratch
+            .validate(DataValidationFlags::NO_STATE)
+            .map_err(|e| vec![ly(e)])
+    }
+
+    /// Makes sure a candidate tree exists (taking the spare copy of running when there is one).
+    fn ensure_candidate(&self, inner: &mut Inner) -> Result<(), RpcError> {
+        if inner.candidate.is_none() {
+            let tree = match inner.spare.take() {
+                Some(t) => t,
+                None => inner.running.duplicate().map_err(ly)?,
+            };
+            inner.candidate = Some(CandidateState {
+                tree,
+                changes: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates a tree after `changes`: skips libyang's full pass only when the fast path
+    /// proves it cannot fail (see `validate.rs`).
+    fn validate_changed(
+        &self,
+        tree: &mut DataTree<'static>,
+        changes: &[Change],
+    ) -> Result<(), RpcError> {
+        if self.fast_path.covers(changes) {
+            return Ok(());
+        }
+        tree.validate(DataValidationFlags::NO_STATE).map_err(ly)
+    }
+
+    /// prepare on every consumer, then apply on all, or abort on those prepared.
+    fn run_consumers(
+        &self,
+        changes: &[Change],
+        config: &DataTree<'static>,
+        session: SessionId,
+    ) -> Result<(), RpcError> {
+        let consumers = self
+            .consumers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if consumers.is_empty() || changes.is_empty() {
+            return Ok(());
+        }
+        let tx = Transaction {
+            changes,
+            config,
+            session,
+        };
+        for (i, c) in consumers.iter().enumerate() {
+            if let Err(msg) = c.prepare(&tx) {
+                for prepared in &consumers[..i] {
+                    prepared.abort(&tx);
+                }
+                return Err(RpcError::application(
+                    ErrorTag::OperationFailed,
+                    format!("{}: {msg}", c.name()),
+                ));
+            }
+        }
+        for c in &consumers {
+            c.apply(&tx);
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping after running changed in place: keep the clean candidate / spare copy in
+    /// step and bump the version.
+    fn after_running_changed(&self, inner: &mut Inner, changes: &[Change]) {
+        inner.running_version += 1;
+        if let Some(spare) = inner.spare.as_mut() {
+            if !change::replay(spare, changes) {
+                inner.spare = None;
+            }
+        }
+    }
+
+    // ----- commit / discard (RFC 6241 8.3, 8.4) ----------------------------------------
+
+    /// Commits the candidate into running. With `keep_rollback`, the previous running stays
+    /// available to [`Datastores::rollback`] (confirmed commit) until [`Datastores::confirm`].
+    pub fn commit(&self, session: SessionId, keep_rollback: bool) -> Result<Vec<Change>, RpcError> {
+        let mut guard = self.lock_inner();
+        let inner = &mut *guard;
+        Self::check_writable(inner, session, Datastore::Running)?;
+        let Some(mut cand) = inner.candidate.take() else {
+            // Nothing to commit; a confirmed commit still keeps its rollback point.
+            if keep_rollback && inner.rollback.is_none() {
+                inner.rollback = Some(inner.running.duplicate().map_err(ly)?);
+            }
+            return Ok(Vec::new());
+        };
+        if let Err(e) = self.validate_changed(&mut cand.tree, &cand.changes) {
+            inner.candidate = Some(cand);
+            return Err(e);
+        }
+        if let Err(e) = self.run_consumers(&cand.changes, &cand.tree, session) {
+            inner.candidate = Some(cand);
+            return Err(e);
+        }
+        let old = std::mem::replace(&mut inner.running, cand.tree);
+        inner.running_version += 1;
+        if keep_rollback {
+            if inner.rollback.is_none() {
+                inner.rollback = Some(old);
+            }
+            inner.spare = None;
+        } else {
+            let mut old = old;
+            inner.spare = if change::replay(&mut old, &cand.changes) {
+                Some(old)
+            } else {
+                None
+            };
+        }
+        Ok(cand.changes)
+    }
+
+    /// Confirms a confirmed commit: the rollback point is dropped.
+    pub fn confirm(&self) {
+        self.lock_inner().rollback = None;
+    }
+
+    /// Whether a confirmed commit is pending.
+    pub fn has_rollback(&self) -> bool {
+        self.lock_inner().rollback.is_some()
+    }
+
+    /// Restores running to the configuration before the pending confirmed commit (timeout,
+    /// cancel-commit, or the committing session ended). The consumers see it as a commit.
+    pub fn rollback(&self) -> Result<Vec<Change>, RpcError> {
+        let mut guard = self.lock_inner();
+        let inner = &mut *guard;
+        let Some(prev) = inner.rollback.take() else {
+            return Err(RpcError::protocol(
+                ErrorTag::OperationFailed,
+                "no confirmed commit is pending",
+            ));
+        };
+        let changes = diff_changes(&inner.running, &prev)?;
+        if let Err(e) = self.run_consumers(&changes, &prev, SYSTEM_SESSION) {
+            inner.rollback = Some(prev);
+            return Err(RpcError {
+                tag: ErrorTag::RollbackFailed,
+                ..e
+            });
+        }
+        inner.running = prev;
+        inner.running_version += 1;
+        inner.candidate = None;
+        inner.spare = None;
+        Ok(changes)
+    }
+
+    /// discard-changes: the candidate becomes running again.
+    pub fn discard(&self, session: SessionId) -> Result<(), RpcError> {
+        let mut inner = self.lock_inner();
+        Self::check_writable(&inner, session, Datastore::Candidate)?;
+        Self::discard_inner(&mut inner);
+        Ok(())
+    }
+
+    fn discard_inner(inner: &mut Inner) {
+        inner.candidate = None;
+    }
+
+    /// Whether the candidate holds uncommitted changes.
+    pub fn candidate_modified(&self) -> bool {
+        self.lock_inner().candidate.is_some()
+    }
+
+    // ----- copy / delete / validate (RFC 6241 7.3, 7.4, 8.6) ---------------------------
+
+    pub fn copy(
+        &self,
+        session: SessionId,
+        source: Source<'_>,
+        target: Datastore,
+    ) -> Result<Vec<Change>, RpcError> {
+        if !target.is_configuration() {
+            return Err(RpcError::protocol(
+                ErrorTag::InvalidValue,
+                format!("{} cannot be a copy target", target.name()),
+            ));
+        }
+        if let Source::Datastore(s) = source {
+            if s == target {
+                return Err(RpcError::protocol(
+                    ErrorTag::InvalidValue,
+                    "source and target are the same datastore",
+                ));
+            }
+            if s == Datastore::Operational {
+                return Err(RpcError::protocol(
+                    ErrorTag::InvalidValue,
+                    "operational cannot be a copy source",
+                ));
+            }
+        }
+        let mut guard = self.lock_inner();
+        let inner = &mut *guard;
+        Self::check_writable(inner, session, target)?;
+        let mut new = match source {
+            Source::Config(t) => t.duplicate().map_err(ly)?,
+            Source::Datastore(Datastore::Startup) => inner.startup.duplicate().map_err(ly)?,
+            Source::Datastore(Datastore::Candidate) => inner
+                .candidate
+                .as_ref()
+                .map(|c| &c.tree)
+                .unwrap_or(&inner.running)
+                .duplicate()
+                .map_err(ly)?,
+            Source::Datastore(_) => inner.running.duplicate().map_err(ly)?,
+        };
+        new.validate(DataValidationFlags::NO_STATE).map_err(ly)?;
+        match target {
+            Datastore::Startup => {
+                self.persist_startup(&new)?;
+                let changes = diff_changes(&inner.startup, &new)?;
+                inner.startup = new;
+                Ok(changes)
+            }
+            Datastore::Candidate => {
+                let base = inner
+                    .candidate
+                    .as_ref()
+                    .map(|c| &c.tree)
+                    .unwrap_or(&inner.running);
+                let changes = diff_changes(base, &new)?;
+                let mut all = inner
+                    .candidate
+                    .take()
+                    .map(|c| c.changes)
+                    .unwrap_or_default();
+                all.extend(changes.iter().cloned());
+                inner.candidate = Some(CandidateState {
+                    tree: new,
+                    changes: all,
+                });
+                Ok(changes)
+            }
+            _ => {
+                let changes = diff_changes(&inner.running, &new)?;
+                self.run_consumers(&changes, &new, session)?;
+                inner.running = new;
+                inner.running_version += 1;
+                inner.spare = None;
+                Ok(changes)
+            }
+        }
+    }
+
+    /// delete-config: only startup can be deleted (RFC 6241 7.4: never running).
+    pub fn delete(&self, session: SessionId, target: Datastore) -> Result<(), RpcError> {
+        let mut inner = self.lock_inner();
+        match target {
+            Datastore::Startup => {
+                Self::check_writable(&inner, session, target)?;
+                let empty = DataTree::new(self.ctx);
+                self.persist_startup(&empty)?;
+                inner.startup = empty;
+                Ok(())
+            }
+            Datastore::Candidate => {
+                Self::check_writable(&inner, session, target)?;
+                inner.candidate = Some(CandidateState {
+                    tree: DataTree::new(self.ctx),
+                    changes: Vec::new(),
+                });
+                let changes = diff_changes(&inner.running, &DataTree::new(self.ctx))?;
+                if let Some(c) = inner.candidate.as_mut() {
+                    c.changes = changes;
+                }
+                Ok(())
+            }
+            _ => Err(RpcError::protocol(
+                ErrorTag::OperationFailed,
+                format!("the {} datastore cannot be deleted", target.name()),
+            )),
+        }
+    }
+
+    /// validate (RFC 6241 8.6): full validation of a datastore or inline configuration.
+    pub fn validate(&self, source: Source<'_>) -> Result<(), RpcError> {
+        let mut copy = match source {
+            Source::Config(t) => t.duplicate().map_err(ly)?,
+            Source::Datastore(ds) if ds.is_configuration() || ds == Datastore::Intended => {
+                self.with_tree(ds, |t| t.duplicate())?.map_err(ly)?
+            }
+            Source::Datastore(ds) => {
+                return Err(RpcError::protocol(
+                    ErrorTag::InvalidValue,
+                    format!("{} cannot be validated", ds.name()),
+                ))
+            }
+        };
+        copy.validate(DataValidationFlags::NO_STATE).map_err(ly)
+    }
+
+    // ----- persistence -----------------------------------------------------------------
+
+    fn persist_startup(&self, tree: &DataTree<'static>) -> Result<(), RpcError> {
+        let Some(path) = &self.startup_file else {
+            return Ok(());
+        };
+        let text = print_xml(tree)?;
+        persist::write_atomic(path, text.as_bytes()).map_err(|e| {
+            RpcError::application(
+                ErrorTag::OperationFailed,
+                format!("writing {}: {e}", path.display()),
+            )
+        })
+    }
+}
+
+/// The configuration as XML (explicit values only), as stored in the startup file.
+pub fn print_xml(tree: &DataTree<'static>) -> Result<String, RpcError> {
+    if tree.reference().is_none() {
+        return Ok(String::new());
+    }
+    Ok(tree
+        .print_string(
+            DataFormat::XML,
+            DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::WD_EXPLICIT,
+        )
+        .map_err(ly)?
+        .unwrap_or_default())
+}
+
+/// The nodes an XPath selects, with ancestors and subtrees, as a new tree.
+fn select(
+    ctx: &'static Context,
+    tree: &DataTree<'static>,
+    xpath: Option<&str>,
+) -> Result<DataTree<'static>, RpcError> {
+    let Some(xpath) = xpath else {
+        return tree.duplicate().map_err(ly);
+    };
+    let mut out = DataTree::new(ctx);
+    if tree.reference().is_none() {
+        return Ok(out);
+    }
+    let set = tree.find_xpath(xpath).map_err(|e| {
+        let mut err = ly(e);
+        err.tag = ErrorTag::InvalidValue;
+        err
+    })?;
+    for node in set {
+        let dup = node.duplicate(true).map_err(ly)?;
+        out.merge(&dup).map_err(ly)?;
+    }
+    Ok(out)
+}
+
+/// Typed changes between two whole trees (copy-config, rollback): libyang's diff, flattened.
+fn diff_changes(old: &DataTree<'static>, new: &DataTree<'static>) -> Result<Vec<Change>, RpcError> {
+    let diff = old.diff(new, DataDiffFlags::empty()).map_err(ly)?;
+    let mut out = Vec::new();
+    for (op, node) in diff.iter() {
+        let mut c = Change::of_node(
+            match op {
+                DataDiffOp::Create => ChangeOp::Create,
+                DataDiffOp::Delete => ChangeOp::Delete,
+                DataDiffOp::Replace => ChangeOp::Modify,
+            },
+            &node,
+        );
+        if op == DataDiffOp::Replace {
+            c.old_value = node
+                .meta()
+                .find(|m| m.name() == "orig-value")
+                .map(|m| m.value().to_owned());
+        }
+        // Children of created/deleted subtrees inherit the operation in libyang's diff.
+        let inherited = if op == DataDiffOp::Replace {
+            None
+        } else {
+            Some(c.op)
+        };
+        out.push(c);
+        if let Some(op) = inherited {
+            for d in node.traverse().skip(1) {
+                if d.meta().any(|m| m.name() == "operation") {
+                    continue;
+                }
+                out.push(Change::of_node(op, &d));
+            }
+        }
+    }
+    Ok(out)
+}

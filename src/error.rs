@@ -1,0 +1,251 @@
+//! The one error vocabulary of the management plane: RFC 6241 Appendix A rpc-errors.
+//! The datastore layer raises them, NETCONF serialises them as `<rpc-error>`, RESTCONF maps
+//! them to RFC 8040 section 7 status codes; nobody invents a second set.
+
+use std::fmt;
+
+/// RFC 6241 Appendix A error-tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorTag {
+    InUse,
+    InvalidValue,
+    TooBig,
+    MissingAttribute,
+    BadAttribute,
+    UnknownAttribute,
+    MissingElement,
+    BadElement,
+    UnknownElement,
+    UnknownNamespace,
+    AccessDenied,
+    LockDenied,
+    ResourceDenied,
+    RollbackFailed,
+    DataExists,
+    DataMissing,
+    OperationNotSupported,
+    OperationFailed,
+    PartialOperation,
+    MalformedMessage,
+}
+
+impl ErrorTag {
+    pub const ALL: [ErrorTag; 20] = [
+        ErrorTag::InUse,
+        ErrorTag::InvalidValue,
+        ErrorTag::TooBig,
+        ErrorTag::MissingAttribute,
+        ErrorTag::BadAttribute,
+        ErrorTag::UnknownAttribute,
+        ErrorTag::MissingElement,
+        ErrorTag::BadElement,
+        ErrorTag::UnknownElement,
+        ErrorTag::UnknownNamespace,
+        ErrorTag::AccessDenied,
+        ErrorTag::LockDenied,
+        ErrorTag::ResourceDenied,
+        ErrorTag::RollbackFailed,
+        ErrorTag::DataExists,
+        ErrorTag::DataMissing,
+        ErrorTag::OperationNotSupported,
+        ErrorTag::OperationFailed,
+        ErrorTag::PartialOperation,
+        ErrorTag::MalformedMessage,
+    ];
+
+    /// The error-tag string as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorTag::InUse => "in-use",
+            ErrorTag::InvalidValue => "invalid-value",
+            ErrorTag::TooBig => "too-big",
+            ErrorTag::MissingAttribute => "missing-attribute",
+            ErrorTag::BadAttribute => "bad-attribute",
+            ErrorTag::UnknownAttribute => "unknown-attribute",
+            ErrorTag::MissingElement => "missing-element",
+            ErrorTag::BadElement => "bad-element",
+            ErrorTag::UnknownElement => "unknown-element",
+            ErrorTag::UnknownNamespace => "unknown-namespace",
+            ErrorTag::AccessDenied => "access-denied",
+            ErrorTag::LockDenied => "lock-denied",
+            ErrorTag::ResourceDenied => "resource-denied",
+            ErrorTag::RollbackFailed => "rollback-failed",
+            ErrorTag::DataExists => "data-exists",
+            ErrorTag::DataMissing => "data-missing",
+            ErrorTag::OperationNotSupported => "operation-not-supported",
+            ErrorTag::OperationFailed => "operation-failed",
+            ErrorTag::PartialOperation => "partial-operation",
+            ErrorTag::MalformedMessage => "malformed-message",
+        }
+    }
+
+    /// HTTP status for RESTCONF (RFC 8040 section 7, table of error-tag mappings).
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorTag::InUse | ErrorTag::LockDenied | ErrorTag::DataExists => 409,
+            ErrorTag::InvalidValue
+            | ErrorTag::MissingAttribute
+            | ErrorTag::BadAttribute
+            | ErrorTag::UnknownAttribute
+            | ErrorTag::BadElement
+            | ErrorTag::UnknownElement
+            | ErrorTag::UnknownNamespace
+            | ErrorTag::MalformedMessage
+            | ErrorTag::MissingElement => 400,
+            ErrorTag::TooBig => 413,
+            ErrorTag::AccessDenied => 403,
+            ErrorTag::ResourceDenied => 409,
+            ErrorTag::RollbackFailed | ErrorTag::OperationFailed | ErrorTag::PartialOperation => {
+                500
+            }
+            ErrorTag::DataMissing => 409,
+            ErrorTag::OperationNotSupported => 501,
+        }
+    }
+}
+
+/// RFC 6241 section 4.3 error-type: the conceptual layer where the error occurred.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorType {
+    Transport,
+    Rpc,
+    Protocol,
+    Application,
+}
+
+impl ErrorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Transport => "transport",
+            ErrorType::Rpc => "rpc",
+            ErrorType::Protocol => "protocol",
+            ErrorType::Application => "application",
+        }
+    }
+}
+
+/// One `<rpc-error>`: tag, type, path, message and the Appendix A error-info elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RpcError {
+    pub tag: ErrorTag,
+    pub error_type: ErrorType,
+    pub app_tag: Option<String>,
+    /// Instance identifier of the offending node (JSON-style module prefixes).
+    pub path: Option<String>,
+    pub message: String,
+    pub bad_attribute: Option<String>,
+    pub bad_element: Option<String>,
+    pub bad_namespace: Option<String>,
+    /// session-id of the lock holder (lock-denied, in-use).
+    pub session_id: Option<u32>,
+}
+
+impl RpcError {
+    pub fn new(tag: ErrorTag, error_type: ErrorType, message: impl Into<String>) -> Self {
+        RpcError {
+            tag,
+            error_type,
+            app_tag: None,
+            path: None,
+            message: message.into(),
+            bad_attribute: None,
+            bad_element: None,
+            bad_namespace: None,
+            session_id: None,
+        }
+    }
+    pub fn application(tag: ErrorTag, message: impl Into<String>) -> Self {
+        Self::new(tag, ErrorType::Application, message)
+    }
+    pub fn protocol(tag: ErrorTag, message: impl Into<String>) -> Self {
+        Self::new(tag, ErrorType::Protocol, message)
+    }
+    pub fn with_path(mut self, path: impl Into<String>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+    pub fn with_app_tag(mut self, tag: impl Into<String>) -> Self {
+        self.app_tag = Some(tag.into());
+        self
+    }
+    pub fn with_bad_element(mut self, e: impl Into<String>) -> Self {
+        self.bad_element = Some(e.into());
+        self
+    }
+    pub fn with_bad_attribute(mut self, a: impl Into<String>) -> Self {
+        self.bad_attribute = Some(a.into());
+        self
+    }
+    pub fn with_session_id(mut self, id: u32) -> Self {
+        self.session_id = Some(id);
+        self
+    }
+
+    /// Maps a libyang error to the tag RFC 7950 section 15 and RFC 6241 Appendix A ask for.
+    pub fn from_libyang(e: &yang2::Error) -> Self {
+        let msg = e
+            .msg
+            .clone()
+            .unwrap_or_else(|| format!("libyang error {}", e.errcode));
+        // The first double-quoted word of libyang's message names the offending element
+        // or namespace.
+        let quoted = msg.split('"').nth(1).map(str::to_owned);
+        let (tag, bad_element, bad_namespace) = match e.apptag.as_deref() {
+            // RFC 7950 15.1-15.4: unique, max/min-elements, must → operation-failed.
+            Some(
+                "data-not-unique" | "too-many-elements" | "too-few-elements" | "must-violation",
+            ) => (ErrorTag::OperationFailed, None, None),
+            // RFC 7950 15.5 and 15.6: require-instance and mandatory choice → data-missing.
+            Some("instance-required" | "missing-choice") => (ErrorTag::DataMissing, None, None),
+            Some(_) => (ErrorTag::OperationFailed, None, None),
+            None if msg.starts_with("No module with namespace") => {
+                (ErrorTag::UnknownNamespace, None, quoted)
+            }
+            None if msg.starts_with("Mandatory node") => (ErrorTag::DataMissing, quoted, None),
+            None if msg.contains("state node") => (ErrorTag::InvalidValue, quoted, None),
+            None if msg.contains("not found as a child")
+                || msg.starts_with("Node \"") && msg.contains("not found") =>
+            {
+                (ErrorTag::UnknownElement, quoted, None)
+            }
+            None if msg.starts_with("Invalid")
+                || msg.contains("does not satisfy")
+                || msg.starts_with("Value \"")
+                || msg.starts_with("Unsatisfied") =>
+            {
+                (ErrorTag::InvalidValue, None, None)
+            }
+            None if msg.starts_with("Duplicate instance") => (ErrorTag::DataExists, quoted, None),
+            None if msg.starts_with("List instance is missing its key") => {
+                (ErrorTag::MissingElement, None, None)
+            }
+            None => (ErrorTag::OperationFailed, None, None),
+        };
+        let mut err = RpcError::application(tag, msg);
+        err.app_tag = e.apptag.clone();
+        err.path = e.path.clone();
+        err.bad_element = bad_element;
+        err.bad_namespace = bad_namespace;
+        err
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.tag.as_str(),
+            self.error_type.as_str(),
+            self.message
+        )?;
+        if let Some(p) = &self.path {
+            write!(f, " at {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+pub type Result<T> = std::result::Result<T, RpcError>;

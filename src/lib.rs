@@ -1,0 +1,13 @@
+//! cats-sma: a CATS Service Metric Agent (C-SMA) managed as a NETCONF/YANG-Push agent.
+//!
+//! The management plane (datastores, NETCONF, RESTCONF, YANG-Push) sits on libyang trees;
+//! the metric engine underneath keeps typed state and is driven by datastore commits.
+
+// RpcError (tag, type, path, message, error-info) is returned on the cold path only; boxing
+// it would make every error site noisier for no measurable gain.
+#![allow(clippy::result_large_err)]
+
+pub mod config;
+pub mod datastore;
+pub mod error;
+pub mod yang;
