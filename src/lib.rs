@@ -7,7 +7,10 @@
 // it would make every error site noisier for no measurable gain.
 #![allow(clippy::result_large_err)]
 
+pub mod agent;
 pub mod config;
 pub mod datastore;
 pub mod error;
+pub mod netconf;
+pub mod users;
 pub mod yang;

@@ -1,5 +1,184 @@
-pub mod cli {
-    pub fn main() -> i32 {
-        0
+//! The bootstrap configuration: what the agent needs before any datastore exists (listen
+//! addresses, state directory, users). Everything has an embedded default, so `cats-sma
+//! run` works with no file at all; a TOML file (see `docs/configuration.md`) overrides it.
+//! Agent behaviour (SCIs, policies, C-PSes) is configured through the datastores instead.
+
+pub mod cli;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default NETCONF-over-SSH port. IANA's 830 needs root; 8830 is the unprivileged default.
+pub const DEFAULT_NETCONF_PORT: u16 = 8830;
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bootstrap {
+    /// Where the host key, credentials and the startup datastore live.
+    pub state_dir: Option<PathBuf>,
+    pub netconf: NetconfSettings,
+    /// Overrides the SCI collection HTTP listen address configured in the datastore.
+    pub sci_listen: Option<SocketAddr>,
+    /// Users besides the generated admin.
+    pub users: Vec<UserEntry>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetconfSettings {
+    /// Listen addresses; loopback only unless the operator says otherwise.
+    pub listen: Vec<SocketAddr>,
+    pub max_sessions: usize,
+    /// Seconds without any message before a session is closed (0 = never).
+    pub idle_timeout: u64,
+    /// Largest accepted NETCONF message in bytes; larger ones are answered with an error.
+    pub max_message_size: usize,
+}
+
+impl Default for NetconfSettings {
+    fn default() -> Self {
+        NetconfSettings {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], DEFAULT_NETCONF_PORT))],
+            max_sessions: 256,
+            idle_timeout: 3600,
+            max_message_size: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// A user of the management interfaces.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    pub name: String,
+    /// A PHC-format argon2 hash (`cats-sma hash-password` prints one); never a clear text.
+    pub password_hash: Option<String>,
+    /// OpenSSH public keys (`ssh-ed25519 AAAA… comment`).
+    #[serde(default)]
+    pub authorized_keys: Vec<String>,
+}
+
+/// A bootstrap file that could not be used, with the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Bootstrap {
+    /// Reads and checks a bootstrap file.
+    pub fn load(path: &Path) -> Result<Bootstrap, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let b: Bootstrap = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        b.check().map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(b)
+    }
+
+    /// Semantic checks beyond the TOML schema.
+    pub fn check(&self) -> Result<(), String> {
+        if self.netconf.listen.is_empty() {
+            return Err("netconf.listen: at least one address is needed".into());
+        }
+        if self.netconf.max_sessions == 0 {
+            return Err("netconf.max_sessions must be at least 1".into());
+        }
+        if self.netconf.max_message_size < 4096 {
+            return Err("netconf.max_message_size must be at least 4096 bytes".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for u in &self.users {
+            if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!("users: invalid user name {:?}", u.name));
+            }
+            if !seen.insert(&u.name) {
+                return Err(format!("users: {} is listed twice", u.name));
+            }
+            if u.password_hash.is_none() && u.authorized_keys.is_empty() {
+                return Err(format!(
+                    "users: {} has neither a password_hash nor authorized_keys",
+                    u.name
+                ));
+            }
+            if let Some(h) = &u.password_hash {
+                crate::users::check_hash(h)
+                    .map_err(|e| format!("users: {}: password_hash: {e}", u.name))?;
+            }
+            for k in &u.authorized_keys {
+                crate::users::parse_authorized_key(k)
+                    .map_err(|e| format!("users: {}: authorized_keys: {e}", u.name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The state directory: configured, else /var/lib/cats-sma for root, else
+    /// $XDG_STATE_HOME/cats-sma (~/.local/state/cats-sma).
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(d) = &self.state_dir {
+            return d.clone();
+        }
+        if is_root() {
+            return PathBuf::from("/var/lib/cats-sma");
+        }
+        if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+            return PathBuf::from(x).join("cats-sma");
+        }
+        match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".local/state/cats-sma"),
+            None => PathBuf::from("cats-sma-state"),
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // The effective uid decides where system state goes; /proc/self/status avoids libc.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_embedded_default() {
+        let b: Bootstrap = toml::from_str("").unwrap();
+        assert_eq!(b, Bootstrap::default());
+        assert!(b.netconf.listen.iter().all(|a| a.ip().is_loopback()));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        assert!(toml::from_str::<Bootstrap>("nosuch = 1").is_err());
+        let b: Bootstrap = toml::from_str("[netconf]\nlisten = []").unwrap();
+        assert!(b.check().is_err());
+        let b: Bootstrap = toml::from_str("[[users]]\nname = \"bob\"").unwrap();
+        assert!(b.check().unwrap_err().contains("neither"));
+        let b: Bootstrap =
+            toml::from_str("[[users]]\nname = \"bob\"\npassword_hash = \"secret\"").unwrap();
+        assert!(b.check().unwrap_err().contains("password_hash"));
     }
 }

@@ -1,0 +1,101 @@
+//! Wiring: state directory, datastores, users and the NETCONF server, started together and
+//! stopped together.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tracing::info;
+
+use crate::config::state::{FirstStart, StateDir, ADMIN_PASSWORD_ENV, ADMIN_USER};
+use crate::config::Bootstrap;
+use crate::datastore::Datastores;
+use crate::netconf;
+use crate::users::UserStore;
+
+/// A running agent.
+pub struct Agent {
+    pub netconf: Arc<netconf::Server>,
+    pub netconf_addrs: Vec<SocketAddr>,
+    pub state: StateDir,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Agent {
+    /// Starts everything; returns once the NETCONF listeners are bound.
+    pub async fn start(boot: Bootstrap) -> Result<Agent, String> {
+        let state_path = boot.state_dir();
+        let state = StateDir::open(&state_path)
+            .map_err(|e| format!("state directory {}: {e}", state_path.display()))?;
+        let host_key = state.host_key().map_err(|e| format!("SSH host key: {e}"))?;
+        let (mut entries, first) = state
+            .credentials()
+            .map_err(|e| format!("credentials: {e}"))?;
+        entries.extend(boot.users.iter().cloned());
+        let users = UserStore::from_entries(&entries)?;
+        let ctx = crate::yang::context();
+        let datastores = Arc::new(
+            Datastores::open(ctx, Some(state.startup_file()))
+                .map_err(|e| format!("datastores: {e}"))?,
+        );
+        let server = netconf::Server::new(datastores, users, boot.netconf.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(netconf::ssh::serve(
+            server.clone(),
+            host_key,
+            move |addrs| {
+                let _ = tx.send(addrs.to_vec());
+            },
+        ));
+        let addrs = match rx.await {
+            Ok(a) => a,
+            Err(_) => {
+                return Err(match task.await {
+                    Ok(Err(e)) => format!("NETCONF listener: {e}"),
+                    _ => "NETCONF listener failed to start".into(),
+                })
+            }
+        };
+        if let Some(first) = first {
+            announce_first_start(&first, &addrs);
+        }
+        info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}", list(&addrs));
+        Ok(Agent {
+            netconf: server,
+            netconf_addrs: addrs,
+            state,
+            task,
+        })
+    }
+
+    /// Stops accepting, closes sessions and waits for the listeners to end.
+    pub async fn shutdown(self) {
+        let _ = self.netconf.shutdown.send(true);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
+    }
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn announce_first_start(first: &FirstStart, addrs: &[SocketAddr]) {
+    let Some(addr) = addrs.first() else { return };
+    match &first.generated_password {
+        Some(pw) => eprintln!(
+            "First start: created user '{ADMIN_USER}' with password '{pw}' (shown once; stored only as an argon2 hash).\n\
+             Log in with: ssh -p {} {ADMIN_USER}@{} -s netconf",
+            addr.port(),
+            addr.ip()
+        ),
+        None => eprintln!(
+            "First start: created user '{ADMIN_USER}' with the password from {ADMIN_PASSWORD_ENV}.\n\
+             Log in with: ssh -p {} {ADMIN_USER}@{} -s netconf",
+            addr.port(),
+            addr.ip()
+        ),
+    }
+}

@@ -1,0 +1,159 @@
+//! The command line: `cats-sma run`, `cats-sma check-config FILE`, `cats-sma hash-password`.
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::Bootstrap;
+
+#[derive(Parser)]
+#[command(
+    name = "cats-sma",
+    version,
+    about = "CATS Service Metric Agent (C-SMA), managed over NETCONF/YANG-Push"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the agent. With no options it uses the embedded defaults: state in
+    /// ~/.local/state/cats-sma (/var/lib/cats-sma as root), NETCONF on 127.0.0.1:8830.
+    /// The first start creates user 'admin' with the password in CATS_SMA_ADMIN_PASSWORD,
+    /// or a generated one that is printed once.
+    Run {
+        /// Bootstrap file (TOML) overriding the defaults.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// State directory (host key, credentials, startup datastore).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// NETCONF-over-SSH listen address; repeat for several. Port 0 picks a free port.
+        #[arg(long = "netconf-listen", value_name = "ADDR:PORT")]
+        netconf_listen: Vec<SocketAddr>,
+        /// SCI collection HTTP listen address, overriding the datastore setting.
+        #[arg(long = "sci-listen", value_name = "ADDR:PORT")]
+        sci_listen: Option<SocketAddr>,
+    },
+    /// Check a bootstrap file and exit (0 when it is usable).
+    CheckConfig { file: PathBuf },
+    /// Read a password from stdin and print its argon2 hash, for `password_hash` in a
+    /// bootstrap file.
+    HashPassword,
+}
+
+/// Entry point; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { file } => match Bootstrap::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        },
+        Command::HashPassword => {
+            let mut line = String::new();
+            if std::io::stdin().lock().read_line(&mut line).is_err() {
+                eprintln!("cannot read the password from stdin");
+                return 1;
+            }
+            match crate::users::hash_password(line.trim_end_matches(['\r', '\n'])) {
+                Ok(h) => {
+                    println!("{h}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    1
+                }
+            }
+        }
+        Command::Run {
+            config,
+            state_dir,
+            netconf_listen,
+            sci_listen,
+        } => {
+            init_tracing();
+            let mut boot = match config {
+                Some(f) => match Bootstrap::load(&f) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return 1;
+                    }
+                },
+                None => Bootstrap::default(),
+            };
+            if state_dir.is_some() {
+                boot.state_dir = state_dir;
+            }
+            if !netconf_listen.is_empty() {
+                boot.netconf.listen = netconf_listen;
+            }
+            if sci_listen.is_some() {
+                boot.sci_listen = sci_listen;
+            }
+            run(boot)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn run(boot: Bootstrap) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async {
+        let agent = match crate::agent::Agent::start(boot).await {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("cats-sma: {e}");
+                return 1;
+            }
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        agent.shutdown().await;
+        0
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,166 @@
+//! The NETCONF server (RFC 6241) over SSH (RFC 6242): transport in `ssh.rs`, framing in
+//! `framing.rs`, the session state machine in `session.rs`, one file per operation under
+//! `rpc/`, filters under `filter/`, rpc-error encoding in `error.rs`.
+
+pub mod error;
+pub mod filter;
+pub mod framing;
+pub mod rpc;
+pub mod session;
+pub mod ssh;
+pub mod xml;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::config::NetconfSettings;
+use crate::datastore::{Datastores, SessionId};
+use crate::users::UserStore;
+
+pub const NS_BASE: &str = "urn:ietf:params:xml:ns:netconf:base:1.0";
+pub const NS_MONITORING: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-monitoring";
+pub const NS_WITH_DEFAULTS: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults";
+pub const NS_NMDA: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-nmda";
+pub const NS_YANG: &str = "urn:ietf:params:xml:ns:yang:1";
+
+pub const CAP_BASE_10: &str = "urn:ietf:params:netconf:base:1.0";
+pub const CAP_BASE_11: &str = "urn:ietf:params:netconf:base:1.1";
+
+/// The capabilities announced in the server hello (RFC 6241 section 8), besides the YANG
+/// library ones.
+pub fn server_capabilities() -> Vec<String> {
+    let mut caps: Vec<String> = [
+        CAP_BASE_10,
+        CAP_BASE_11,
+        "urn:ietf:params:netconf:capability:writable-running:1.0",
+        "urn:ietf:params:netconf:capability:candidate:1.0",
+        "urn:ietf:params:netconf:capability:rollback-on-error:1.0",
+        "urn:ietf:params:netconf:capability:validate:1.0",
+        "urn:ietf:params:netconf:capability:validate:1.1",
+        "urn:ietf:params:netconf:capability:startup:1.0",
+        "urn:ietf:params:netconf:capability:xpath:1.0",
+        "urn:ietf:params:netconf:capability:with-defaults:1.0?basic-mode=explicit&also-supported=report-all,report-all-tagged,trim",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // RFC 8526 section 2 / RFC 8525 section 5: an NMDA server announces yang-library:1.1
+    // with the content-id, and no per-module capabilities.
+    let ctx = crate::yang::context();
+    caps.push(format!(
+        "urn:ietf:params:netconf:capability:yang-library:1.1?revision=2019-01-04&content-id={}",
+        ctx.get_module_set_id()
+    ));
+    caps
+}
+
+/// What the server knows about one live session (monitoring, kill-session).
+pub struct SessionInfo {
+    pub username: String,
+    pub source: Option<SocketAddr>,
+    pub login_time: chrono::DateTime<chrono::Utc>,
+    pub in_rpcs: AtomicU64,
+    pub in_bad_rpcs: AtomicU64,
+    pub out_rpc_errors: AtomicU64,
+    pub out_notifications: AtomicU64,
+    /// Set to true to make the session end (kill-session, shutdown).
+    pub kill: watch::Sender<bool>,
+}
+
+/// Global counters (RFC 6022 statistics).
+#[derive(Default)]
+pub struct Statistics {
+    pub in_bad_hellos: AtomicU64,
+    pub in_sessions: AtomicU64,
+    pub dropped_sessions: AtomicU64,
+    pub in_rpcs: AtomicU64,
+    pub in_bad_rpcs: AtomicU64,
+    pub out_rpc_errors: AtomicU64,
+    pub out_notifications: AtomicU64,
+}
+
+/// State shared by every session of the server.
+pub struct Server {
+    pub datastores: Arc<Datastores>,
+    pub users: UserStore,
+    pub settings: NetconfSettings,
+    pub sessions: Mutex<HashMap<SessionId, Arc<SessionInfo>>>,
+    pub stats: Statistics,
+    pub start_time: chrono::DateTime<chrono::Utc>,
+    next_id: AtomicU32,
+    /// Flips to true when the server shuts down.
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl Server {
+    pub fn new(
+        datastores: Arc<Datastores>,
+        users: UserStore,
+        settings: NetconfSettings,
+    ) -> Arc<Server> {
+        Arc::new(Server {
+            datastores,
+            users,
+            settings,
+            sessions: Mutex::new(HashMap::new()),
+            stats: Statistics::default(),
+            start_time: chrono::Utc::now(),
+            next_id: AtomicU32::new(1),
+            shutdown: watch::channel(false).0,
+        })
+    }
+
+    /// Registers a new session; `None` when max-sessions is reached.
+    pub fn open_session(
+        &self,
+        username: &str,
+        source: Option<SocketAddr>,
+    ) -> Option<(SessionId, Arc<SessionInfo>)> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if sessions.len() >= self.settings.max_sessions {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let info = Arc::new(SessionInfo {
+            username: username.to_owned(),
+            source,
+            login_time: chrono::Utc::now(),
+            in_rpcs: AtomicU64::new(0),
+            in_bad_rpcs: AtomicU64::new(0),
+            out_rpc_errors: AtomicU64::new(0),
+            out_notifications: AtomicU64::new(0),
+            kill: watch::channel(false).0,
+        });
+        sessions.insert(id, info.clone());
+        self.stats.in_sessions.fetch_add(1, Ordering::Relaxed);
+        Some((id, info))
+    }
+
+    /// Forgets a session and releases what it held (locks, candidate changes).
+    pub fn close_session(&self, id: SessionId) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        self.datastores.release_session(id);
+    }
+
+    pub fn session(&self, id: SessionId) -> Option<Arc<SessionInfo>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+}

@@ -1,0 +1,344 @@
+//! The `<rpc>` envelope (RFC 6241 section 4.1) and dispatch to one handler per operation.
+
+mod close_session;
+mod commit;
+mod copy_config;
+mod delete_config;
+mod discard_changes;
+mod edit_config;
+mod get;
+mod get_config;
+mod get_schema;
+mod kill_session;
+mod lock;
+mod unlock;
+mod validate;
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use yang2::data::{Data, DataPrinterFlags, DataTree};
+
+use super::error::reply_errors;
+use super::filter::Filter;
+use super::xml::{self, escape_attr, Element};
+use super::{Server, SessionInfo, NS_BASE, NS_MONITORING, NS_WITH_DEFAULTS};
+use crate::datastore::{Datastore, SessionId};
+use crate::error::{ErrorTag, ErrorType, RpcError};
+
+/// One session as the operation handlers see it.
+pub struct SessionCtx {
+    pub id: SessionId,
+    pub server: Arc<Server>,
+    pub info: Arc<SessionInfo>,
+    /// base:1.1 negotiated (malformed-message may be sent).
+    pub base11: bool,
+}
+
+/// What an operation produced.
+pub enum Body {
+    Ok,
+    /// Reply content (e.g. `<data>…</data>`).
+    Data(String),
+}
+
+/// What the session does after replying.
+#[derive(Debug, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    Close,
+}
+
+pub type OpResult = Result<Body, Vec<RpcError>>;
+
+/// Handles one received message and returns the complete `<rpc-reply>`.
+pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
+    let stats = &ctx.server.stats;
+    stats.in_rpcs.fetch_add(1, Ordering::Relaxed);
+    ctx.info.in_rpcs.fetch_add(1, Ordering::Relaxed);
+    let bad = |errors: Vec<RpcError>, attrs: &str| {
+        stats.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
+        ctx.info.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
+        (errors_reply(ctx, attrs, &errors), After::Continue)
+    };
+    let root = match xml::parse(src) {
+        Ok(r) => r,
+        Err(e) => {
+            // RFC 6241 Appendix A: malformed-message is base:1.1 only.
+            let tag = if ctx.base11 {
+                ErrorTag::MalformedMessage
+            } else {
+                ErrorTag::OperationFailed
+            };
+            return bad(
+                vec![RpcError::new(
+                    tag,
+                    ErrorType::Rpc,
+                    format!("the message is not well-formed XML: {e}"),
+                )],
+                "",
+            );
+        }
+    };
+    if !root.is(NS_BASE, "rpc") {
+        let e = if root.ns.as_deref() != Some(NS_BASE) {
+            RpcError::new(
+                ErrorTag::UnknownNamespace,
+                ErrorType::Rpc,
+                "a NETCONF message must be in the base namespace",
+            )
+            .with_bad_element(root.name.clone())
+        } else {
+            RpcError::new(
+                ErrorTag::UnknownElement,
+                ErrorType::Rpc,
+                format!("expected <rpc>, got <{}>", root.name),
+            )
+            .with_bad_element(root.name.clone())
+        };
+        if let Some(ns) = root.ns.clone().filter(|ns| ns != NS_BASE) {
+            let mut e = e;
+            e.bad_namespace = Some(ns);
+            return bad(vec![e], "");
+        }
+        return bad(vec![e], "");
+    }
+    let attrs = echo_attributes(&root);
+    if root.attr("message-id").is_none() {
+        // RFC 6241 4.1: a missing message-id is answered with missing-attribute.
+        return bad(
+            vec![RpcError::new(
+                ErrorTag::MissingAttribute,
+                ErrorType::Rpc,
+                "the <rpc> element has no message-id",
+            )
+            .with_bad_attribute("message-id")
+            .with_bad_element("rpc")],
+            &attrs,
+        );
+    }
+    let op = match root.children.as_slice() {
+        [op] => op,
+        [] => {
+            return bad(
+                vec![RpcError::new(
+                    ErrorTag::MissingElement,
+                    ErrorType::Rpc,
+                    "the <rpc> element holds no operation",
+                )
+                .with_bad_element("rpc")],
+                &attrs,
+            )
+        }
+        [_, second, ..] => {
+            return bad(
+                vec![RpcError::new(
+                    ErrorTag::UnknownElement,
+                    ErrorType::Rpc,
+                    "the <rpc> element holds more than one operation",
+                )
+                .with_bad_element(second.name.clone())],
+                &attrs,
+            )
+        }
+    };
+    let result = dispatch(ctx, op, src);
+    let after = if op.is(NS_BASE, "close-session") && result.is_ok() {
+        After::Close
+    } else {
+        After::Continue
+    };
+    match result {
+        Ok(Body::Ok) => (
+            format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}><ok/></rpc-reply>"),
+            after,
+        ),
+        Ok(Body::Data(d)) => (
+            format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}>{d}</rpc-reply>"),
+            after,
+        ),
+        Err(errors) => (errors_reply(ctx, &attrs, &errors), after),
+    }
+}
+
+fn errors_reply(ctx: &SessionCtx, attrs: &str, errors: &[RpcError]) -> String {
+    ctx.server
+        .stats
+        .out_rpc_errors
+        .fetch_add(1, Ordering::Relaxed);
+    ctx.info.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
+    reply_errors(attrs, errors)
+}
+
+fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
+    let ns = op.ns.as_deref().unwrap_or("");
+    match (ns, op.name.as_str()) {
+        (NS_BASE, "get") => get::run(ctx, op),
+        (NS_BASE, "get-config") => get_config::run(ctx, op),
+        (NS_BASE, "edit-config") => edit_config::run(ctx, op, src),
+        (NS_BASE, "copy-config") => copy_config::run(ctx, op, src),
+        (NS_BASE, "delete-config") => delete_config::run(ctx, op),
+        (NS_BASE, "lock") => lock::run(ctx, op),
+        (NS_BASE, "unlock") => unlock::run(ctx, op),
+        (NS_BASE, "close-session") => close_session::run(ctx, op),
+        (NS_BASE, "kill-session") => kill_session::run(ctx, op),
+        (NS_BASE, "commit") => commit::run(ctx, op),
+        (NS_BASE, "discard-changes") => discard_changes::run(ctx, op),
+        (NS_BASE, "validate") => validate::run(ctx, op, src),
+        (NS_MONITORING, "get-schema") => get_schema::run(ctx, op),
+        (NS_BASE, name) => Err(vec![RpcError::protocol(
+            ErrorTag::OperationNotSupported,
+            format!("<{name}> is not a NETCONF base operation this server supports"),
+        )
+        .with_bad_element(name)]),
+        (ns, name) => {
+            let known = crate::yang::context().get_module_latest_ns(ns).is_some();
+            if known {
+                Err(vec![RpcError::protocol(
+                    ErrorTag::OperationNotSupported,
+                    format!("the operation <{name}> of {ns} is not supported"),
+                )
+                .with_bad_element(name)])
+            } else {
+                let mut e = RpcError::protocol(
+                    ErrorTag::UnknownNamespace,
+                    format!("no YANG module has namespace \"{ns}\""),
+                )
+                .with_bad_element(name);
+                e.bad_namespace = Some(ns.to_owned());
+                Err(vec![e])
+            }
+        }
+    }
+}
+
+/// Every attribute of `<rpc>`, with the namespace declarations prefixed ones need, to be
+/// repeated on `<rpc-reply>` (RFC 6241 section 4.2).
+fn echo_attributes(rpc: &Element) -> String {
+    let mut out = String::new();
+    let mut declared: Vec<&str> = Vec::new();
+    for a in &rpc.attrs {
+        match (&a.prefix, &a.ns) {
+            (Some(p), Some(ns)) => {
+                if !declared.contains(&p.as_str()) {
+                    let _ = write!(out, " xmlns:{p}=\"{}\"", escape_attr(ns));
+                    declared.push(p);
+                }
+                let _ = write!(out, " {p}:{}=\"{}\"", a.name, escape_attr(&a.value));
+            }
+            _ => {
+                let _ = write!(out, " {}=\"{}\"", a.name, escape_attr(&a.value));
+            }
+        }
+    }
+    out
+}
+
+// ----- shared parameter helpers ---------------------------------------------------------
+
+pub(crate) fn missing(param: &str, op: &str) -> Vec<RpcError> {
+    vec![
+        RpcError::protocol(ErrorTag::MissingElement, format!("<{op}> needs <{param}>"))
+            .with_bad_element(param),
+    ]
+}
+
+/// Reads a datastore parameter (`<target>`, `<source>`): one of running, candidate, startup.
+pub(crate) fn datastore_param(op: &Element, param: &str) -> Result<Datastore, Vec<RpcError>> {
+    let p = op.param(param).ok_or_else(|| missing(param, &op.name))?;
+    let Some(which) = p.children.first() else {
+        return Err(missing("running/candidate/startup", param));
+    };
+    if !matches!(which.ns.as_deref(), None | Some("") | Some(NS_BASE)) {
+        return Err(vec![RpcError::protocol(
+            ErrorTag::UnknownElement,
+            format!("unknown datastore <{}>", which.name),
+        )
+        .with_bad_element(which.name.clone())]);
+    }
+    match which.name.as_str() {
+        "running" => Ok(Datastore::Running),
+        "candidate" => Ok(Datastore::Candidate),
+        "startup" => Ok(Datastore::Startup),
+        "url" => Err(vec![RpcError::protocol(
+            ErrorTag::OperationNotSupported,
+            "the :url capability is not supported",
+        )
+        .with_bad_element("url")]),
+        other => Err(vec![RpcError::protocol(
+            ErrorTag::BadElement,
+            format!("<{other}> is not a datastore"),
+        )
+        .with_bad_element(other)]),
+    }
+}
+
+/// RFC 6243 with-defaults modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WithDefaults {
+    ReportAll,
+    ReportAllTagged,
+    Trim,
+    Explicit,
+}
+
+pub(crate) fn with_defaults(op: &Element) -> Result<WithDefaults, Vec<RpcError>> {
+    let Some(wd) = op.child(NS_WITH_DEFAULTS, "with-defaults") else {
+        return Ok(WithDefaults::Explicit);
+    };
+    Ok(match wd.trimmed() {
+        "report-all" => WithDefaults::ReportAll,
+        "report-all-tagged" => WithDefaults::ReportAllTagged,
+        "trim" => WithDefaults::Trim,
+        "explicit" => WithDefaults::Explicit,
+        other => {
+            return Err(vec![RpcError::protocol(
+                ErrorTag::InvalidValue,
+                format!("invalid with-defaults mode \"{other}\""),
+            )
+            .with_bad_element("with-defaults")])
+        }
+    })
+}
+
+/// Prints a data tree as the content of a `<data>` element.
+pub(crate) fn data_element(
+    tree: &DataTree<'static>,
+    wd: WithDefaults,
+) -> Result<String, Vec<RpcError>> {
+    let mut flags = DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::SHRINK;
+    flags |= match wd {
+        WithDefaults::ReportAll => DataPrinterFlags::WD_ALL,
+        WithDefaults::ReportAllTagged => {
+            DataPrinterFlags::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG)
+        }
+        WithDefaults::Trim => DataPrinterFlags::WD_TRIM,
+        WithDefaults::Explicit => DataPrinterFlags::WD_EXPLICIT,
+    };
+    if tree.reference().is_none() {
+        return Ok("<data/>".into());
+    }
+    let body = tree
+        .print_string(yang2::data::DataFormat::XML, flags)
+        .map_err(|e| vec![RpcError::from_libyang(&e)])?
+        .unwrap_or_default();
+    Ok(format!("<data>{body}</data>"))
+}
+
+/// Reads the optional `<filter>` of get / get-config.
+pub(crate) fn filter_param(op: &Element) -> Result<Option<Filter<'_>>, Vec<RpcError>> {
+    match op.param("filter") {
+        None => Ok(None),
+        Some(f) => Filter::parse(f).map(Some).map_err(|e| vec![e]),
+    }
+}
+
+/// The content of a `<config>` parameter, standalone, ready for libyang.
+pub(crate) fn config_text(config: &Element, src: &str) -> String {
+    config.children_text(src)
+}
+
+pub(crate) fn one(e: RpcError) -> Vec<RpcError> {
+    vec![e]
+}

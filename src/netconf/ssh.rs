@@ -1,0 +1,216 @@
+//! NETCONF over SSH (RFC 6242) with russh: password and public-key authentication (never
+//! "none"), the `netconf` subsystem on a session channel, one NETCONF session per channel.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::keys::PrivateKey;
+use russh::server::{Auth, Msg, Session, VerifiedPublicKey};
+use russh::{Channel, ChannelId, MethodKind, MethodSet};
+use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
+
+use super::Server;
+
+/// Builds the russh configuration: our host key, password + publickey only.
+pub fn ssh_config(host_key: PrivateKey) -> russh::server::Config {
+    russh::server::Config {
+        methods: MethodSet::from(&[MethodKind::Password, MethodKind::PublicKey][..]),
+        keys: vec![host_key],
+        auth_rejection_time: Duration::from_millis(300),
+        auth_rejection_time_initial: Some(Duration::from_millis(0)),
+        inactivity_timeout: None,
+        keepalive_interval: Some(Duration::from_secs(30)),
+        nodelay: true,
+        ..Default::default()
+    }
+}
+
+struct Connection {
+    server: Arc<Server>,
+    peer: Option<SocketAddr>,
+    user: Option<String>,
+    channels: HashMap<ChannelId, Channel<Msg>>,
+}
+
+impl russh::server::Handler for Connection {
+    type Error = russh::Error;
+
+    async fn auth_password(&mut self, user: &str, password: &str) -> Result<Auth, Self::Error> {
+        let users = self.server.users.clone();
+        let (u, p) = (user.to_owned(), password.to_owned());
+        // argon2 is deliberately slow: keep it off the async workers.
+        let ok = tokio::task::spawn_blocking(move || users.verify_password(&u, &p))
+            .await
+            .unwrap_or(false);
+        if ok {
+            self.user = Some(user.to_owned());
+            Ok(Auth::Accept)
+        } else {
+            warn!(user, peer = ?self.peer, "NETCONF password authentication failed");
+            Ok(Auth::reject())
+        }
+    }
+
+    async fn auth_publickey_offered(
+        &mut self,
+        user: &str,
+        offer: russh::server::PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
+        Ok(if self.server.users.accepts_key(user, offer.public_key) {
+            Auth::Accept
+        } else {
+            Auth::reject()
+        })
+    }
+
+    async fn auth_publickey(
+        &mut self,
+        user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        if self.server.users.accepts_key(user, key.public_key) {
+            self.user = Some(user.to_owned());
+            Ok(Auth::Accept)
+        } else {
+            warn!(user, peer = ?self.peer, "NETCONF public-key authentication failed");
+            Ok(Auth::reject())
+        }
+    }
+
+    async fn channel_open_session(
+        &mut self,
+        channel: Channel<Msg>,
+        reply: russh::server::ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        self.channels.insert(channel.id(), channel);
+        reply.accept().await;
+        Ok(())
+    }
+
+    async fn subsystem_request(
+        &mut self,
+        id: ChannelId,
+        name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        let (Some(channel), true) = (self.channels.remove(&id), name == "netconf") else {
+            session.channel_failure(id)?;
+            return Ok(());
+        };
+        let user = self.user.clone().unwrap_or_default();
+        let Some((sid, info)) = self.server.open_session(&user, self.peer) else {
+            warn!(user, "max-sessions reached, refusing a NETCONF session");
+            self.server
+                .stats
+                .dropped_sessions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            session.channel_failure(id)?;
+            return Ok(());
+        };
+        session.channel_success(id)?;
+        let server = self.server.clone();
+        tokio::spawn(async move {
+            let stream = channel.into_stream();
+            super::session::run(stream, server.clone(), sid, info).await;
+            server.close_session(sid);
+            debug!(session = sid, "NETCONF session ended");
+        });
+        Ok(())
+    }
+
+    async fn channel_eof(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.close(channel)?;
+        Ok(())
+    }
+}
+
+/// Listens on every configured address until shutdown. Calls `ready` once all listeners
+/// are bound, with the bound addresses (ports resolved when 0 was asked).
+pub async fn serve(
+    server: Arc<Server>,
+    host_key: PrivateKey,
+    ready: impl FnOnce(&[SocketAddr]),
+) -> std::io::Result<()> {
+    let config = Arc::new(ssh_config(host_key));
+    let mut listeners = Vec::new();
+    for addr in &server.settings.listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
+        listeners.push(l);
+    }
+    let bound: Vec<SocketAddr> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    ready(&bound);
+    let mut tasks = Vec::new();
+    for l in listeners {
+        let server = server.clone();
+        let config = config.clone();
+        tasks.push(tokio::spawn(accept_loop(l, server, config)));
+    }
+    let mut shutdown = server.shutdown.subscribe();
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            break;
+        }
+    }
+    for t in &tasks {
+        t.abort();
+    }
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    server: Arc<Server>,
+    config: Arc<russh::server::Config>,
+) {
+    loop {
+        let (socket, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let handler = Connection {
+            server: server.clone(),
+            peer: Some(peer),
+            user: None,
+            channels: HashMap::new(),
+        };
+        let config = config.clone();
+        let mut shutdown = server.shutdown.subscribe();
+        tokio::spawn(async move {
+            let session = match russh::server::run_stream(config, socket, handler).await {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(?peer, "SSH setup failed: {e}");
+                    return;
+                }
+            };
+            let handle = session.handle();
+            tokio::select! {
+                r = session => if let Err(e) = r { debug!(?peer, "SSH connection ended: {e}") },
+                _ = shutdown.changed() => {
+                    // Give sessions a moment to flush replies in flight, then disconnect.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = handle.disconnect(russh::Disconnect::ByApplication, "server shutting down".into(), "en".into()).await;
+                }
+            }
+        });
+        info!(?peer, "SSH connection accepted");
+    }
+}

@@ -1,0 +1,208 @@
+//! Test support: start the real `cats-sma` binary on an ephemeral loopback port, and a
+//! minimal NETCONF client over real SSH (russh) for what the Python clients cannot express.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::client;
+use russh::keys::PublicKey;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub const PASSWORD: &str = "test-admin-pw";
+
+/// A running agent process, killed on drop.
+pub struct AgentProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub state_dir: PathBuf,
+    pub stderr_lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cats-sma run --state-dir DIR --netconf-listen 127.0.0.1:0` and waits for the
+/// ready line, from which it learns the port.
+pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cats-sma"))
+        .args(["run", "--state-dir"])
+        .arg(state_dir)
+        .args(["--netconf-listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("CATS_SMA_ADMIN_PASSWORD", PASSWORD)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cats-sma");
+    let stderr = child.stderr.take().unwrap();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let keep = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let addr = rest.split([',', ' ']).next().unwrap_or("").to_owned();
+                let _ = tx.send(addr);
+            }
+            keep.lock().unwrap().push(line);
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("agent did not report ready: {:?}", lines.lock().unwrap())
+        });
+    AgentProcess {
+        child,
+        addr: addr.parse().expect("ready line address"),
+        state_dir: state_dir.to_owned(),
+        stderr_lines: lines,
+    }
+}
+
+struct AcceptAny {
+    seen: Arc<std::sync::Mutex<Option<PublicKey>>>,
+}
+
+impl client::Handler for AcceptAny {
+    type Error = russh::Error;
+    async fn check_server_key(
+        &mut self,
+        key: &russh::keys::PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        if let russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } = key {
+            *self.seen.lock().unwrap() = Some(key.clone());
+        }
+        Ok(true)
+    }
+}
+
+/// A raw NETCONF session over SSH: bytes in, bytes out, no framing help.
+pub struct RawSession {
+    pub stream: russh::ChannelStream<client::Msg>,
+    pub host_key: Option<PublicKey>,
+    _handle: client::Handle<AcceptAny>,
+}
+
+pub async fn connect(addr: SocketAddr, user: &str, password: &str) -> Result<RawSession, String> {
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let config = Arc::new(client::Config::default());
+    let mut handle = client::connect(config, addr, AcceptAny { seen: seen.clone() })
+        .await
+        .map_err(|e| e.to_string())?;
+    let auth = handle
+        .authenticate_password(user, password)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !auth.success() {
+        return Err("authentication failed".into());
+    }
+    let channel = handle
+        .channel_open_session()
+        .await
+        .map_err(|e| e.to_string())?;
+    channel
+        .request_subsystem(true, "netconf")
+        .await
+        .map_err(|e| e.to_string())?;
+    let host_key = seen.lock().unwrap().clone();
+    Ok(RawSession {
+        stream: channel.into_stream(),
+        host_key,
+        _handle: handle,
+    })
+}
+
+impl RawSession {
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+        self.stream.flush().await.unwrap();
+    }
+
+    /// Reads until `marker` appears; returns everything read (marker included).
+    pub async fn read_until(&mut self, marker: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 8192];
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while !got.windows(marker.len()).any(|w| w == marker) {
+                let n = self.stream.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await
+        .expect("timed out waiting for the server");
+        got
+    }
+
+    /// Exchanges hellos (base:1.1 when `v11`) and returns the server hello.
+    pub async fn hello(&mut self, v11: bool) -> String {
+        let server = self.read_until(b"]]>]]>").await;
+        let caps = if v11 {
+            "<capability>urn:ietf:params:netconf:base:1.0</capability><capability>urn:ietf:params:netconf:base:1.1</capability>"
+        } else {
+            "<capability>urn:ietf:params:netconf:base:1.0</capability>"
+        };
+        let hello = format!(
+            "<hello xmlns=\"urn:ietf:params:xml:ns:netconf:base:1.0\"><capabilities>{caps}</capabilities></hello>]]>]]>"
+        );
+        self.send(hello.as_bytes()).await;
+        String::from_utf8(server).unwrap()
+    }
+
+    /// Sends one rpc with chunked framing and returns the reply text.
+    pub async fn rpc11(&mut self, body: &str) -> String {
+        let frame = format!("\n#{}\n{}\n##\n", body.len(), body);
+        self.send(frame.as_bytes()).await;
+        let raw = self.read_until(b"\n##\n").await;
+        decode_chunks(&raw)
+    }
+
+    /// Sends one rpc with end-of-message framing and returns the reply text.
+    pub async fn rpc10(&mut self, body: &str) -> String {
+        self.send(format!("{body}]]>]]>").as_bytes()).await;
+        let raw = self.read_until(b"]]>]]>").await;
+        String::from_utf8(raw[..raw.len() - 6].to_vec()).unwrap()
+    }
+}
+
+/// Joins the data of chunked frames (test helper; assumes well-formed input).
+pub fn decode_chunks(raw: &[u8]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 2 < raw.len() {
+        assert_eq!(&raw[i..i + 2], b"\n#", "chunk header at {i}");
+        if raw[i + 2] == b'#' {
+            break;
+        }
+        let nl = raw[i + 2..].iter().position(|&b| b == b'\n').unwrap() + i + 2;
+        let n: usize = std::str::from_utf8(&raw[i + 2..nl])
+            .unwrap()
+            .parse()
+            .unwrap();
+        out.extend_from_slice(&raw[nl + 1..nl + 1 + n]);
+        i = nl + 1 + n;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+pub const NC: &str = "urn:ietf:params:xml:ns:netconf:base:1.0";
+
+pub fn rpc(id: u32, op: &str) -> String {
+    format!("<rpc xmlns=\"{NC}\" message-id=\"{id}\">{op}</rpc>")
+}
