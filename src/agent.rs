@@ -24,28 +24,20 @@ impl Agent {
     /// Starts everything; returns once the NETCONF listeners are bound.
     pub async fn start(boot: Bootstrap) -> Result<Agent, String> {
         let state_path = boot.state_dir();
-        let state = StateDir::open(&state_path)
-            .map_err(|e| format!("state directory {}: {e}", state_path.display()))?;
+        let state =
+            StateDir::open(&state_path).map_err(|e| format!("state directory {}: {e}", state_path.display()))?;
         let host_key = state.host_key().map_err(|e| format!("SSH host key: {e}"))?;
-        let (mut entries, first) = state
-            .credentials()
-            .map_err(|e| format!("credentials: {e}"))?;
+        let (mut entries, first) = state.credentials().map_err(|e| format!("credentials: {e}"))?;
         entries.extend(boot.users.iter().cloned());
         let users = UserStore::from_entries(&entries)?;
         let ctx = crate::yang::context();
-        let datastores = Arc::new(
-            Datastores::open(ctx, Some(state.startup_file()))
-                .map_err(|e| format!("datastores: {e}"))?,
-        );
+        let datastores =
+            Arc::new(Datastores::open(ctx, Some(state.startup_file())).map_err(|e| format!("datastores: {e}"))?);
         let server = netconf::Server::new(datastores, users, boot.netconf.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(netconf::ssh::serve(
-            server.clone(),
-            host_key,
-            move |addrs| {
-                let _ = tx.send(addrs.to_vec());
-            },
-        ));
+        let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
+            let _ = tx.send(addrs.to_vec());
+        }));
         let addrs = match rx.await {
             Ok(a) => a,
             Err(_) => {
@@ -59,12 +51,7 @@ impl Agent {
             announce_first_start(&first, &addrs);
         }
         info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}", list(&addrs));
-        Ok(Agent {
-            netconf: server,
-            netconf_addrs: addrs,
-            state,
-            task,
-        })
+        Ok(Agent { netconf: server, netconf_addrs: addrs, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.
@@ -75,11 +62,7 @@ impl Agent {
 }
 
 fn list(addrs: &[SocketAddr]) -> String {
-    addrs
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 fn announce_first_start(first: &FirstStart, addrs: &[SocketAddr]) {

@@ -95,9 +95,7 @@ impl ErrorTag {
             ErrorTag::TooBig => 413,
             ErrorTag::AccessDenied => 403,
             ErrorTag::ResourceDenied => 409,
-            ErrorTag::RollbackFailed | ErrorTag::OperationFailed | ErrorTag::PartialOperation => {
-                500
-            }
+            ErrorTag::RollbackFailed | ErrorTag::OperationFailed | ErrorTag::PartialOperation => 500,
             ErrorTag::DataMissing => 409,
             ErrorTag::OperationNotSupported => 501,
         }
@@ -183,29 +181,22 @@ impl RpcError {
 
     /// Maps a libyang error to the tag RFC 7950 section 15 and RFC 6241 Appendix A ask for.
     pub fn from_libyang(e: &yang2::Error) -> Self {
-        let msg = e
-            .msg
-            .clone()
-            .unwrap_or_else(|| format!("libyang error {}", e.errcode));
+        let msg = e.msg.clone().unwrap_or_else(|| format!("libyang error {}", e.errcode));
         // The first double-quoted word of libyang's message names the offending element
         // or namespace.
         let quoted = msg.split('"').nth(1).map(str::to_owned);
         let (tag, bad_element, bad_namespace) = match e.apptag.as_deref() {
             // RFC 7950 15.1-15.4: unique, max/min-elements, must → operation-failed.
-            Some(
-                "data-not-unique" | "too-many-elements" | "too-few-elements" | "must-violation",
-            ) => (ErrorTag::OperationFailed, None, None),
+            Some("data-not-unique" | "too-many-elements" | "too-few-elements" | "must-violation") => {
+                (ErrorTag::OperationFailed, None, None)
+            }
             // RFC 7950 15.5 and 15.6: require-instance and mandatory choice → data-missing.
             Some("instance-required" | "missing-choice") => (ErrorTag::DataMissing, None, None),
             Some(_) => (ErrorTag::OperationFailed, None, None),
-            None if msg.starts_with("No module with namespace") => {
-                (ErrorTag::UnknownNamespace, None, quoted)
-            }
+            None if msg.starts_with("No module with namespace") => (ErrorTag::UnknownNamespace, None, quoted),
             None if msg.starts_with("Mandatory node") => (ErrorTag::DataMissing, quoted, None),
             None if msg.contains("state node") => (ErrorTag::InvalidValue, quoted, None),
-            None if msg.contains("not found as a child")
-                || msg.starts_with("Node \"") && msg.contains("not found") =>
-            {
+            None if msg.contains("not found as a child") || msg.starts_with("Node \"") && msg.contains("not found") => {
                 (ErrorTag::UnknownElement, quoted, None)
             }
             None if msg.starts_with("Invalid")
@@ -216,9 +207,7 @@ impl RpcError {
                 (ErrorTag::InvalidValue, None, None)
             }
             None if msg.starts_with("Duplicate instance") => (ErrorTag::DataExists, quoted, None),
-            None if msg.starts_with("List instance is missing its key") => {
-                (ErrorTag::MissingElement, None, None)
-            }
+            None if msg.starts_with("List instance is missing its key") => (ErrorTag::MissingElement, None, None),
             None => (ErrorTag::OperationFailed, None, None),
         };
         let mut err = RpcError::application(tag, msg);
@@ -232,13 +221,7 @@ impl RpcError {
 
 impl fmt::Display for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} ({}): {}",
-            self.tag.as_str(),
-            self.error_type.as_str(),
-            self.message
-        )?;
+        write!(f, "{} ({}): {}", self.tag.as_str(), self.error_type.as_str(), self.message)?;
         if let Some(p) = &self.path {
             write!(f, " at {p}")?;
         }

@@ -12,10 +12,7 @@ use crate::config::UserEntry;
 
 /// Hashes a password into a PHC string (argon2id, random salt).
 pub fn hash_password(password: &str) -> Result<String, String> {
-    Argon2::default()
-        .hash_password(password.as_bytes())
-        .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
+    Argon2::default().hash_password(password.as_bytes()).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
 
 /// Checks that a string is a PHC hash argon2 can verify against.
@@ -53,16 +50,10 @@ pub struct UserStore {
 }
 
 impl UserStore {
-    pub fn from_entries<'a>(
-        entries: impl IntoIterator<Item = &'a UserEntry>,
-    ) -> Result<UserStore, String> {
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a UserEntry>) -> Result<UserStore, String> {
         let mut users = HashMap::new();
         for e in entries {
-            let keys = e
-                .authorized_keys
-                .iter()
-                .map(|k| parse_authorized_key(k))
-                .collect::<Result<Vec<_>, _>>()?;
+            let keys = e.authorized_keys.iter().map(|k| parse_authorized_key(k)).collect::<Result<Vec<_>, _>>()?;
             if let Some(h) = &e.password_hash {
                 check_hash(h)?;
             }
@@ -87,30 +78,17 @@ impl UserStore {
     /// which user names exist.
     pub fn verify_password(&self, user: &str, password: &str) -> bool {
         static DUMMY: OnceLock<String> = OnceLock::new();
-        let (hash, known) = match self
-            .users
-            .get(user)
-            .and_then(|u| u.password_hash.as_deref())
-        {
+        let (hash, known) = match self.users.get(user).and_then(|u| u.password_hash.as_deref()) {
             Some(h) => (h, true),
-            None => (
-                DUMMY
-                    .get_or_init(|| hash_password("no such user").unwrap_or_default())
-                    .as_str(),
-                false,
-            ),
+            None => (DUMMY.get_or_init(|| hash_password("no such user").unwrap_or_default()).as_str(), false),
         };
-        let ok = Argon2::default()
-            .verify_password(password.as_bytes(), hash)
-            .is_ok();
+        let ok = Argon2::default().verify_password(password.as_bytes(), hash).is_ok();
         ok && known
     }
 
     /// Whether `key` is one of the user's authorized keys.
     pub fn accepts_key(&self, user: &str, key: &PublicKey) -> bool {
-        self.users
-            .get(user)
-            .is_some_and(|u| u.keys.iter().any(|k| k.key_data() == key.key_data()))
+        self.users.get(user).is_some_and(|u| u.keys.iter().any(|k| k.key_data() == key.key_data()))
     }
 }
 
@@ -135,9 +113,7 @@ mod tests {
 
     #[test]
     fn authorized_keys_are_parsed_and_matched() {
-        let key =
-            russh::keys::PrivateKey::random(&mut rand::rng(), russh::keys::Algorithm::Ed25519)
-                .unwrap();
+        let key = russh::keys::PrivateKey::random(&mut rand::rng(), russh::keys::Algorithm::Ed25519).unwrap();
         let line = key.public_key().to_openssh().unwrap();
         let store = UserStore::from_entries(&[UserEntry {
             name: "ops".into(),

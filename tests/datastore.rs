@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use cats_sma::datastore::{
-    Change, ChangeOp, ConfigConsumer, Datastore, Datastores, EditOp, EditOptions, ErrorOption,
-    Source, TestOption, Transaction,
+    Change, ChangeOp, ConfigConsumer, Datastore, Datastores, EditOp, EditOptions, ErrorOption, Source, TestOption,
+    Transaction,
 };
 use cats_sma::error::ErrorTag;
 use yang2::data::{Data, DataFormat};
@@ -26,11 +26,7 @@ fn sci(id: &str, cs: &str) -> String {
     format!("<scis><sci><csci-id>{id}</csci-id><cs-id>{cs}</cs-id></sci></scis>")
 }
 
-fn edit(
-    ds: &Datastores,
-    target: Datastore,
-    xml: &str,
-) -> Result<Vec<Change>, Vec<cats_sma::error::RpcError>> {
+fn edit(ds: &Datastores, target: Datastore, xml: &str) -> Result<Vec<Change>, Vec<cats_sma::error::RpcError>> {
     edit_opts(ds, target, xml, EditOptions::default())
 }
 
@@ -40,17 +36,12 @@ fn edit_opts(
     xml: &str,
     opts: EditOptions,
 ) -> Result<Vec<Change>, Vec<cats_sma::error::RpcError>> {
-    let tree = ds
-        .parse_edit(xml.as_bytes(), DataFormat::XML)
-        .map_err(|e| vec![e])?;
+    let tree = ds.parse_edit(xml.as_bytes(), DataFormat::XML).map_err(|e| vec![e])?;
     ds.edit(1, target, &tree, opts)
 }
 
 fn value(ds: &Datastores, store: Datastore, path: &str) -> Option<String> {
-    ds.with_tree(store, |t| {
-        t.find_path(path).ok().and_then(|n| n.value_canonical())
-    })
-    .unwrap()
+    ds.with_tree(store, |t| t.find_path(path).ok().and_then(|n| n.value_canonical())).unwrap()
 }
 
 const SCI_A: &str = "/cats-sma:cats-sma/scis/sci[csci-id='a']";
@@ -59,22 +50,11 @@ const SCI_A: &str = "/cats-sma:cats-sma/scis/sci[csci-id='a']";
 fn merge_creates_and_reports_typed_changes() {
     let ds = open();
     let changes = edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
-    let created: Vec<_> = changes
-        .iter()
-        .map(|c| (c.op, c.schema_path.as_str()))
-        .collect();
+    let created: Vec<_> = changes.iter().map(|c| (c.op, c.schema_path.as_str())).collect();
     assert!(created.contains(&(ChangeOp::Create, "/cats-sma:cats-sma/scis/sci")));
     assert!(created.contains(&(ChangeOp::Create, "/cats-sma:cats-sma/scis/sci/cs-id")));
     // The default of expected-interval (5000 ms) is present after validation.
-    assert_eq!(
-        value(
-            &ds,
-            Datastore::Running,
-            &format!("{SCI_A}/expected-interval")
-        )
-        .as_deref(),
-        Some("5000")
-    );
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/expected-interval")).as_deref(), Some("5000"));
 
     let changes = edit(
         &ds,
@@ -102,32 +82,19 @@ fn create_on_existing_is_data_exists_and_delete_on_missing_is_data_missing() {
     assert_eq!(err[0].tag, ErrorTag::DataExists);
     assert_eq!(err[0].path.as_deref(), Some(SCI_A));
 
-    let err = edit(
-        &ds,
-        Datastore::Running,
-        &cfg(r#"<scis><sci nc:operation="delete"><csci-id>zz</csci-id></sci></scis>"#),
-    )
-    .unwrap_err();
+    let err =
+        edit(&ds, Datastore::Running, &cfg(r#"<scis><sci nc:operation="delete"><csci-id>zz</csci-id></sci></scis>"#))
+            .unwrap_err();
     assert_eq!(err[0].tag, ErrorTag::DataMissing);
 
     // remove on a missing node is fine, and delete on an existing one deletes it.
-    edit(
-        &ds,
-        Datastore::Running,
-        &cfg(r#"<scis><sci nc:operation="remove"><csci-id>zz</csci-id></sci></scis>"#),
-    )
-    .unwrap();
-    let changes = edit(
-        &ds,
-        Datastore::Running,
-        &cfg(r#"<scis><sci nc:operation="delete"><csci-id>a</csci-id></sci></scis>"#),
-    )
-    .unwrap();
+    edit(&ds, Datastore::Running, &cfg(r#"<scis><sci nc:operation="remove"><csci-id>zz</csci-id></sci></scis>"#))
+        .unwrap();
+    let changes =
+        edit(&ds, Datastore::Running, &cfg(r#"<scis><sci nc:operation="delete"><csci-id>a</csci-id></sci></scis>"#))
+            .unwrap();
     assert!(changes.iter().all(|c| c.op == ChangeOp::Delete));
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")), None);
 }
 
 #[test]
@@ -145,25 +112,15 @@ fn replace_swaps_the_whole_subtree() {
         &cfg(r#"<scis><sci nc:operation="replace"><csci-id>a</csci-id><cs-id>LLM1</cs-id></sci></scis>"#),
     )
     .unwrap();
-    let xml = ds
-        .with_tree(Datastore::Running, |t| {
-            cats_sma::datastore::print_xml(t).unwrap()
-        })
-        .unwrap();
-    assert!(
-        xml.contains("LLM1") && !xml.contains("AR1") && !xml.contains("<description>"),
-        "{xml}"
-    );
+    let xml = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    assert!(xml.contains("LLM1") && !xml.contains("AR1") && !xml.contains("<description>"), "{xml}");
 }
 
 #[test]
 fn default_operation_none_does_not_create_parents_of_a_delete() {
     let ds = open();
     edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
-    let opts = EditOptions {
-        default_operation: EditOp::None,
-        ..Default::default()
-    };
+    let opts = EditOptions { default_operation: EditOp::None, ..Default::default() };
     let err = edit_opts(
         &ds,
         Datastore::Running,
@@ -179,19 +136,15 @@ fn bad_values_unknown_elements_and_namespaces_are_refused_with_their_tags() {
     let ds = open();
     // Type check (RFC 6241 Appendix A invalid-value): expected-interval is a uint32.
     let e = ds
-        .parse_edit(cfg("<scis><sci><csci-id>a</csci-id><expected-interval>-5</expected-interval></sci></scis>").as_bytes(), DataFormat::XML)
-        .unwrap_err();
-    assert_eq!(e.tag, ErrorTag::InvalidValue, "{e}");
-    let e = ds
         .parse_edit(
-            cfg("<no-such-node>1</no-such-node>").as_bytes(),
+            cfg("<scis><sci><csci-id>a</csci-id><expected-interval>-5</expected-interval></sci></scis>").as_bytes(),
             DataFormat::XML,
         )
         .unwrap_err();
+    assert_eq!(e.tag, ErrorTag::InvalidValue, "{e}");
+    let e = ds.parse_edit(cfg("<no-such-node>1</no-such-node>").as_bytes(), DataFormat::XML).unwrap_err();
     assert_eq!(e.tag, ErrorTag::UnknownElement, "{e}");
-    let e = ds
-        .parse_edit(br#"<x xmlns="urn:example:nope">1</x>"#, DataFormat::XML)
-        .unwrap_err();
+    let e = ds.parse_edit(br#"<x xmlns="urn:example:nope">1</x>"#, DataFormat::XML).unwrap_err();
     assert_eq!(e.tag, ErrorTag::UnknownNamespace, "{e}");
     assert_eq!(e.bad_namespace.as_deref(), Some("urn:example:nope"));
     // Bad operation attribute value: bad-attribute.
@@ -201,15 +154,10 @@ fn bad_values_unknown_elements_and_namespaces_are_refused_with_their_tags() {
     );
     match tree {
         Ok(t) => {
-            let e = ds
-                .edit(1, Datastore::Running, &t, EditOptions::default())
-                .unwrap_err();
+            let e = ds.edit(1, Datastore::Running, &t, EditOptions::default()).unwrap_err();
             assert_eq!(e[0].tag, ErrorTag::BadAttribute);
         }
-        Err(e) => assert!(
-            matches!(e.tag, ErrorTag::BadAttribute | ErrorTag::InvalidValue),
-            "{e}"
-        ),
+        Err(e) => assert!(matches!(e.tag, ErrorTag::BadAttribute | ErrorTag::InvalidValue), "{e}"),
     }
 }
 
@@ -217,21 +165,14 @@ fn bad_values_unknown_elements_and_namespaces_are_refused_with_their_tags() {
 fn state_data_cannot_be_configured() {
     let ds = open();
     let r = ds.parse_edit(
-        cfg("<metric-cache><entry><csci-id>a</csci-id><gas>5</gas></entry></metric-cache>")
-            .as_bytes(),
+        cfg("<metric-cache><entry><csci-id>a</csci-id><gas>5</gas></entry></metric-cache>").as_bytes(),
         DataFormat::XML,
     );
     let e = match r {
-        Ok(t) => ds
-            .edit(1, Datastore::Running, &t, EditOptions::default())
-            .unwrap_err()
-            .remove(0),
+        Ok(t) => ds.edit(1, Datastore::Running, &t, EditOptions::default()).unwrap_err().remove(0),
         Err(e) => e,
     };
-    assert!(
-        matches!(e.tag, ErrorTag::InvalidValue | ErrorTag::UnknownElement),
-        "{e}"
-    );
+    assert!(matches!(e.tag, ErrorTag::InvalidValue | ErrorTag::UnknownElement), "{e}");
 }
 
 #[test]
@@ -247,12 +188,8 @@ fn validation_errors_map_to_rfc7950_section15_tags_and_leave_running_untouched()
     .unwrap_err();
     assert_eq!(e[0].tag, ErrorTag::OperationFailed, "{}", e[0]);
     assert_eq!(
-        value(
-            &ds,
-            Datastore::Running,
-            "/cats-sma:cats-sma/cats-sma-policy:policy/update-control/min-interval"
-        )
-        .as_deref(),
+        value(&ds, Datastore::Running, "/cats-sma:cats-sma/cats-sma-policy:policy/update-control/min-interval")
+            .as_deref(),
         Some("5")
     );
     // leafref require-instance: a pull target for an unregistered SCI → data-missing.
@@ -265,21 +202,10 @@ fn validation_errors_map_to_rfc7950_section15_tags_and_leave_running_untouched()
     assert_eq!(e[0].tag, ErrorTag::DataMissing, "{}", e[0]);
     assert_eq!(e[0].app_tag.as_deref(), Some("instance-required"));
     // mandatory leaf missing (a rule without priority) → data-missing.
-    let e = edit(
-        &ds,
-        Datastore::Running,
-        &cfg("<pol:policy><pol:rule><pol:name>r</pol:name></pol:rule></pol:policy>"),
-    )
-    .unwrap_err();
+    let e = edit(&ds, Datastore::Running, &cfg("<pol:policy><pol:rule><pol:name>r</pol:name></pol:rule></pol:policy>"))
+        .unwrap_err();
     assert_eq!(e[0].tag, ErrorTag::DataMissing, "{}", e[0]);
-    assert_eq!(
-        value(
-            &ds,
-            Datastore::Running,
-            "/cats-sma:cats-sma/cats-sma-policy:policy/rule[name='r']/name"
-        ),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Running, "/cats-sma:cats-sma/cats-sma-policy:policy/rule[name='r']/name"), None);
 }
 
 #[test]
@@ -291,45 +217,22 @@ fn error_options() {
     );
     // stop-on-error and rollback-on-error are atomic.
     for eo in [ErrorOption::StopOnError, ErrorOption::RollbackOnError] {
-        let e = edit_opts(
-            &ds,
-            Datastore::Running,
-            &two,
-            EditOptions {
-                error_option: eo,
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
+        let e = edit_opts(&ds, Datastore::Running, &two, EditOptions { error_option: eo, ..Default::default() })
+            .unwrap_err();
         assert_eq!(e[0].tag, ErrorTag::DataExists);
-        assert_eq!(
-            value(
-                &ds,
-                Datastore::Running,
-                "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"
-            ),
-            None
-        );
+        assert_eq!(value(&ds, Datastore::Running, "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"), None);
     }
     // continue-on-error keeps what succeeded and reports the rest.
     let e = edit_opts(
         &ds,
         Datastore::Running,
         &two,
-        EditOptions {
-            error_option: ErrorOption::ContinueOnError,
-            ..Default::default()
-        },
+        EditOptions { error_option: ErrorOption::ContinueOnError, ..Default::default() },
     )
     .unwrap_err();
     assert_eq!(e.len(), 1);
     assert_eq!(
-        value(
-            &ds,
-            Datastore::Running,
-            "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"
-        )
-        .as_deref(),
+        value(&ds, Datastore::Running, "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id").as_deref(),
         Some("b")
     );
 }
@@ -338,17 +241,11 @@ fn error_options() {
 fn test_only_changes_nothing() {
     let ds = open();
     for target in [Datastore::Running, Datastore::Candidate] {
-        let opts = EditOptions {
-            test_option: TestOption::TestOnly,
-            ..Default::default()
-        };
+        let opts = EditOptions { test_option: TestOption::TestOnly, ..Default::default() };
         edit_opts(&ds, target, &cfg(&sci("a", "AR1")), opts).unwrap();
         assert_eq!(value(&ds, target, &format!("{SCI_A}/csci-id")), None);
         let bad = cfg("<pol:policy><pol:update-control><pol:min-interval>120</pol:min-interval></pol:update-control></pol:policy>");
-        assert!(
-            edit_opts(&ds, target, &bad, opts).is_err(),
-            "test-only validates on {target:?}"
-        );
+        assert!(edit_opts(&ds, target, &bad, opts).is_err(), "test-only validates on {target:?}");
     }
 }
 
@@ -357,35 +254,17 @@ fn candidate_commit_and_discard() {
     let ds = open();
     edit(&ds, Datastore::Candidate, &cfg(&sci("a", "AR1"))).unwrap();
     assert!(ds.candidate_modified());
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")), None);
     let changes = ds.commit(1, false).unwrap();
-    assert!(changes
-        .iter()
-        .any(|c| c.path == SCI_A && c.op == ChangeOp::Create));
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")).as_deref(),
-        Some("a")
-    );
+    assert!(changes.iter().any(|c| c.path == SCI_A && c.op == ChangeOp::Create));
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")).as_deref(), Some("a"));
     assert!(!ds.candidate_modified());
 
     // The next candidate edit starts from the new running (the spare copy kept in step).
     edit(&ds, Datastore::Candidate, &cfg(&sci("b", "AR1"))).unwrap();
-    assert_eq!(
-        value(&ds, Datastore::Candidate, &format!("{SCI_A}/csci-id")).as_deref(),
-        Some("a")
-    );
+    assert_eq!(value(&ds, Datastore::Candidate, &format!("{SCI_A}/csci-id")).as_deref(), Some("a"));
     ds.discard(1).unwrap();
-    assert_eq!(
-        value(
-            &ds,
-            Datastore::Candidate,
-            "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"
-        ),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Candidate, "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"), None);
 
     // An invalid candidate does not commit and stays as it is.
     edit(&ds, Datastore::Candidate, &cfg("<pol:policy><pol:update-control><pol:min-interval>120</pol:min-interval></pol:update-control></pol:policy>")).unwrap();
@@ -398,26 +277,14 @@ fn candidate_commit_and_discard() {
 fn confirmed_commit_rollback_restores_previous_running() {
     let ds = open();
     edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
-    edit(
-        &ds,
-        Datastore::Candidate,
-        &cfg(r#"<scis><sci nc:operation="delete"><csci-id>a</csci-id></sci></scis>"#),
-    )
-    .unwrap();
+    edit(&ds, Datastore::Candidate, &cfg(r#"<scis><sci nc:operation="delete"><csci-id>a</csci-id></sci></scis>"#))
+        .unwrap();
     ds.commit(1, true).unwrap();
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")), None);
     assert!(ds.has_rollback());
     let changes = ds.rollback().unwrap();
-    assert!(changes
-        .iter()
-        .any(|c| c.op == ChangeOp::Create && c.path == SCI_A));
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")).as_deref(),
-        Some("a")
-    );
+    assert!(changes.iter().any(|c| c.op == ChangeOp::Create && c.path == SCI_A));
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")).as_deref(), Some("a"));
     assert_eq!(ds.rollback().unwrap_err().tag, ErrorTag::OperationFailed);
 }
 
@@ -430,33 +297,19 @@ fn locks_lock_denied_in_use_and_release() {
     assert_eq!(e.tag, ErrorTag::LockDenied);
     assert_eq!(e.session_id, Some(1));
     // An edit by another session: in-use.
-    let tree = ds
-        .parse_edit(cfg(&sci("a", "AR1")).as_bytes(), DataFormat::XML)
-        .unwrap();
-    let e = ds
-        .edit(2, Datastore::Running, &tree, EditOptions::default())
-        .unwrap_err();
+    let tree = ds.parse_edit(cfg(&sci("a", "AR1")).as_bytes(), DataFormat::XML).unwrap();
+    let e = ds.edit(2, Datastore::Running, &tree, EditOptions::default()).unwrap_err();
     assert_eq!(e[0].tag, ErrorTag::InUse);
     assert_eq!(e[0].session_id, Some(1));
     // Unlock by a non-holder fails; the session end releases the lock.
-    assert_eq!(
-        ds.unlock(2, Datastore::Running).unwrap_err().tag,
-        ErrorTag::OperationFailed
-    );
+    assert_eq!(ds.unlock(2, Datastore::Running).unwrap_err().tag, ErrorTag::OperationFailed);
     ds.release_session(1);
-    ds.edit(2, Datastore::Running, &tree, EditOptions::default())
-        .unwrap();
-    assert_eq!(
-        ds.unlock(2, Datastore::Running).unwrap_err().tag,
-        ErrorTag::OperationFailed
-    );
+    ds.edit(2, Datastore::Running, &tree, EditOptions::default()).unwrap();
+    assert_eq!(ds.unlock(2, Datastore::Running).unwrap_err().tag, ErrorTag::OperationFailed);
 
     // No lock on a modified candidate.
     edit(&ds, Datastore::Candidate, &cfg(&sci("b", "AR1"))).unwrap();
-    assert_eq!(
-        ds.lock(3, Datastore::Candidate).unwrap_err().tag,
-        ErrorTag::LockDenied
-    );
+    assert_eq!(ds.lock(3, Datastore::Candidate).unwrap_err().tag, ErrorTag::LockDenied);
     ds.discard(3).unwrap();
     ds.lock(3, Datastore::Candidate).unwrap();
     edit_as(&ds, 3, Datastore::Candidate, &cfg(&sci("c", "AR1")));
@@ -464,16 +317,12 @@ fn locks_lock_denied_in_use_and_release() {
     ds.unlock(3, Datastore::Candidate).unwrap();
     assert!(!ds.candidate_modified());
     // The operational datastore cannot be locked.
-    assert_eq!(
-        ds.lock(1, Datastore::Operational).unwrap_err().tag,
-        ErrorTag::InvalidValue
-    );
+    assert_eq!(ds.lock(1, Datastore::Operational).unwrap_err().tag, ErrorTag::InvalidValue);
 }
 
 fn edit_as(ds: &Datastores, session: u32, target: Datastore, xml: &str) {
     let tree = ds.parse_edit(xml.as_bytes(), DataFormat::XML).unwrap();
-    ds.edit(session, target, &tree, EditOptions::default())
-        .unwrap();
+    ds.edit(session, target, &tree, EditOptions::default()).unwrap();
 }
 
 struct Recorder {
@@ -486,14 +335,9 @@ impl ConfigConsumer for Recorder {
         "recorder"
     }
     fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String> {
-        self.seen
-            .lock()
-            .unwrap()
-            .push(format!("prepare {}", tx.changes.len()));
+        self.seen.lock().unwrap().push(format!("prepare {}", tx.changes.len()));
         match self.veto {
-            Some(m) if tx.changes_under("/cats-sma:cats-sma/scis").next().is_some() => {
-                Err(m.into())
-            }
+            Some(m) if tx.changes_under("/cats-sma:cats-sma/scis").next().is_some() => Err(m.into()),
             _ => Ok(()),
         }
     }
@@ -509,50 +353,24 @@ impl ConfigConsumer for Recorder {
 #[test]
 fn consumers_prepare_apply_and_veto() {
     let ds = open();
-    let ok = Arc::new(Recorder {
-        veto: None,
-        seen: Mutex::new(vec![]),
-    });
+    let ok = Arc::new(Recorder { veto: None, seen: Mutex::new(vec![]) });
     ds.register_consumer(ok.clone());
     edit(&ds, Datastore::Candidate, &cfg(&sci("a", "AR1"))).unwrap();
     ds.commit(1, false).unwrap();
-    assert_eq!(
-        ok.seen.lock().unwrap().last().map(String::as_str),
-        Some("apply")
-    );
+    assert_eq!(ok.seen.lock().unwrap().last().map(String::as_str), Some("apply"));
 
-    let veto = Arc::new(Recorder {
-        veto: Some("cannot take this SCI"),
-        seen: Mutex::new(vec![]),
-    });
+    let veto = Arc::new(Recorder { veto: Some("cannot take this SCI"), seen: Mutex::new(vec![]) });
     ds.register_consumer(veto);
     edit(&ds, Datastore::Candidate, &cfg(&sci("b", "AR1"))).unwrap();
     let e = ds.commit(1, false).unwrap_err();
     assert_eq!(e.tag, ErrorTag::OperationFailed);
     assert!(e.message.contains("cannot take this SCI"), "{e}");
-    assert_eq!(
-        ok.seen.lock().unwrap().last().map(String::as_str),
-        Some("abort")
-    );
-    assert_eq!(
-        value(
-            &ds,
-            Datastore::Running,
-            "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"
-        ),
-        None
-    );
+    assert_eq!(ok.seen.lock().unwrap().last().map(String::as_str), Some("abort"));
+    assert_eq!(value(&ds, Datastore::Running, "/cats-sma:cats-sma/scis/sci[csci-id='b']/csci-id"), None);
     // The same veto refuses a direct running edit, leaving running as it was.
     let e = edit(&ds, Datastore::Running, &cfg(&sci("c", "AR1"))).unwrap_err();
     assert_eq!(e[0].tag, ErrorTag::OperationFailed);
-    assert_eq!(
-        value(
-            &ds,
-            Datastore::Running,
-            "/cats-sma:cats-sma/scis/sci[csci-id='c']/csci-id"
-        ),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Running, "/cats-sma:cats-sma/scis/sci[csci-id='c']/csci-id"), None);
 }
 
 #[test]
@@ -593,46 +411,26 @@ fn copy_delete_and_startup_persistence() {
         let ds = Datastores::open(cats_sma::yang::context(), Some(file.clone())).unwrap();
         edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
         assert!(!file.exists(), "running is not startup (RFC 6241 :startup)");
-        ds.copy(1, Source::Datastore(Datastore::Running), Datastore::Startup)
-            .unwrap();
+        ds.copy(1, Source::Datastore(Datastore::Running), Datastore::Startup).unwrap();
         // running can't be deleted; same-datastore copy is refused.
+        assert_eq!(ds.delete(1, Datastore::Running).unwrap_err().tag, ErrorTag::OperationFailed);
         assert_eq!(
-            ds.delete(1, Datastore::Running).unwrap_err().tag,
-            ErrorTag::OperationFailed
-        );
-        assert_eq!(
-            ds.copy(1, Source::Datastore(Datastore::Running), Datastore::Running)
-                .unwrap_err()
-                .tag,
+            ds.copy(1, Source::Datastore(Datastore::Running), Datastore::Running).unwrap_err().tag,
             ErrorTag::InvalidValue
         );
     }
     // A restart loads startup into running.
     let ds = Datastores::open(cats_sma::yang::context(), Some(file.clone())).unwrap();
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")).as_deref(),
-        Some("a")
-    );
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")).as_deref(), Some("a"));
     // Inline config replaces running and reports the difference.
-    let inline = ds
-        .parse_config(cfg(&sci("z", "LLM1")).as_bytes(), DataFormat::XML)
-        .unwrap();
-    let changes = ds
-        .copy(1, Source::Config(&inline), Datastore::Running)
-        .unwrap();
-    assert!(changes
-        .iter()
-        .any(|c| c.op == ChangeOp::Delete && c.path == SCI_A));
-    assert!(changes
-        .iter()
-        .any(|c| c.op == ChangeOp::Create && c.path.contains("'z'")));
+    let inline = ds.parse_config(cfg(&sci("z", "LLM1")).as_bytes(), DataFormat::XML).unwrap();
+    let changes = ds.copy(1, Source::Config(&inline), Datastore::Running).unwrap();
+    assert!(changes.iter().any(|c| c.op == ChangeOp::Delete && c.path == SCI_A));
+    assert!(changes.iter().any(|c| c.op == ChangeOp::Create && c.path.contains("'z'")));
     ds.delete(1, Datastore::Startup).unwrap();
     drop(ds);
     let ds = Datastores::open(cats_sma::yang::context(), Some(file)).unwrap();
-    assert_eq!(
-        value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")),
-        None
-    );
+    assert_eq!(value(&ds, Datastore::Running, &format!("{SCI_A}/csci-id")), None);
 }
 
 #[test]
@@ -641,16 +439,10 @@ fn operational_view_has_config_and_yang_library() {
     edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
     let op = ds.read(Datastore::Operational, None).unwrap();
     assert!(op.find_path(&format!("{SCI_A}/csci-id")).is_ok());
-    assert!(op
-        .find_path("/ietf-yang-library:yang-library/content-id")
-        .is_ok());
-    let sel = ds
-        .read(Datastore::Running, Some("/cats-sma:cats-sma/scis"))
-        .unwrap();
+    assert!(op.find_path("/ietf-yang-library:yang-library/content-id").is_ok());
+    let sel = ds.read(Datastore::Running, Some("/cats-sma:cats-sma/scis")).unwrap();
     assert!(sel.find_path(&format!("{SCI_A}/cs-id[.='AR1']")).is_ok());
-    let e = ds
-        .read(Datastore::Running, Some("/cats-sma:cats-sma/[[["))
-        .unwrap_err();
+    let e = ds.read(Datastore::Running, Some("/cats-sma:cats-sma/[[[")).unwrap_err();
     assert_eq!(e.tag, ErrorTag::InvalidValue);
 }
 

@@ -22,13 +22,12 @@ fn help_and_check_config() {
     }
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.toml");
-    std::fs::write(&good, "state_dir = \"/tmp/x\"\n[netconf]\nlisten = [\"127.0.0.1:8830\", \"[::1]:8830\"]\nmax_sessions = 10\n").unwrap();
-    assert!(bin()
-        .arg("check-config")
-        .arg(&good)
-        .status()
-        .unwrap()
-        .success());
+    std::fs::write(
+        &good,
+        "state_dir = \"/tmp/x\"\n[netconf]\nlisten = [\"127.0.0.1:8830\", \"[::1]:8830\"]\nmax_sessions = 10\n",
+    )
+    .unwrap();
+    assert!(bin().arg("check-config").arg(&good).status().unwrap().success());
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[netconf]\nlisten = [\"nonsense\"]\n").unwrap();
     let out = bin().arg("check-config").arg(&bad).output().unwrap();
@@ -45,28 +44,14 @@ async fn unattended_start_login_and_host_key_kept_across_restarts() {
         assert!(state.join("ssh_host_ed25519_key").exists());
         assert!(state.join("credentials.toml").exists());
         let creds = std::fs::read_to_string(state.join("credentials.toml")).unwrap();
-        assert!(
-            !creds.contains(PASSWORD),
-            "the password is stored hashed only"
-        );
-        assert!(
-            connect(agent.addr, "admin", "wrong").await.is_err(),
-            "a wrong password is refused"
-        );
+        assert!(!creds.contains(PASSWORD), "the password is stored hashed only");
+        assert!(connect(agent.addr, "admin", "wrong").await.is_err(), "a wrong password is refused");
         let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
         let hello = s.hello(true).await;
         assert!(hello.contains("urn:ietf:params:netconf:base:1.1"));
         assert!(hello.contains("<session-id>"));
-        let reply = s
-            .rpc11(&rpc(
-                1,
-                "<get-config><source><running/></source></get-config>",
-            ))
-            .await;
-        assert!(
-            reply.contains("message-id=\"1\"") && reply.contains("<data"),
-            "{reply}"
-        );
+        let reply = s.rpc11(&rpc(1, "<get-config><source><running/></source></get-config>")).await;
+        assert!(reply.contains("message-id=\"1\"") && reply.contains("<data"), "{reply}");
         s.host_key.clone().unwrap()
     };
     // A restart keeps the host key and the admin credential (the env password is only the

@@ -9,11 +9,7 @@ use clap::{Parser, Subcommand};
 use super::Bootstrap;
 
 #[derive(Parser)]
-#[command(
-    name = "cats-sma",
-    version,
-    about = "CATS Service Metric Agent (C-SMA), managed over NETCONF/YANG-Push"
-)]
+#[command(name = "cats-sma", version, about = "CATS Service Metric Agent (C-SMA), managed over NETCONF/YANG-Push")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,12 +73,7 @@ pub fn main() -> i32 {
                 }
             }
         }
-        Command::Run {
-            config,
-            state_dir,
-            netconf_listen,
-            sci_listen,
-        } => {
+        Command::Run { config, state_dir, netconf_listen, sci_listen } => {
             init_tracing();
             let mut boot = match config {
                 Some(f) => match Bootstrap::load(&f) {
@@ -111,17 +102,11 @@ pub fn main() -> i32 {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 fn run(boot: Bootstrap) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");

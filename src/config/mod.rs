@@ -65,10 +65,7 @@ pub struct UserEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
 }
@@ -76,18 +73,11 @@ pub enum ConfigError {
 impl Bootstrap {
     /// Reads and checks a bootstrap file.
     pub fn load(path: &Path) -> Result<Bootstrap, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let b: Bootstrap = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        b.check().map_err(|message| ConfigError::Invalid {
-            path: path.to_owned(),
-            message,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let b: Bootstrap = toml::from_str(&text)
+            .map_err(|e| ConfigError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+        b.check().map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })?;
         Ok(b)
     }
 
@@ -111,14 +101,10 @@ impl Bootstrap {
                 return Err(format!("users: {} is listed twice", u.name));
             }
             if u.password_hash.is_none() && u.authorized_keys.is_empty() {
-                return Err(format!(
-                    "users: {} has neither a password_hash nor authorized_keys",
-                    u.name
-                ));
+                return Err(format!("users: {} has neither a password_hash nor authorized_keys", u.name));
             }
             if let Some(h) = &u.password_hash {
-                crate::users::check_hash(h)
-                    .map_err(|e| format!("users: {}: password_hash: {e}", u.name))?;
+                crate::users::check_hash(h).map_err(|e| format!("users: {}: password_hash: {e}", u.name))?;
             }
             for k in &u.authorized_keys {
                 crate::users::parse_authorized_key(k)
@@ -151,11 +137,7 @@ fn is_root() -> bool {
     // The effective uid decides where system state goes; /proc/self/status avoids libc.
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
         .unwrap_or(false)
 }
 
@@ -177,8 +159,7 @@ mod tests {
         assert!(b.check().is_err());
         let b: Bootstrap = toml::from_str("[[users]]\nname = \"bob\"").unwrap();
         assert!(b.check().unwrap_err().contains("neither"));
-        let b: Bootstrap =
-            toml::from_str("[[users]]\nname = \"bob\"\npassword_hash = \"secret\"").unwrap();
+        let b: Bootstrap = toml::from_str("[[users]]\nname = \"bob\"\npassword_hash = \"secret\"").unwrap();
         assert!(b.check().unwrap_err().contains("password_hash"));
     }
 }

@@ -44,13 +44,8 @@ struct StoredUser {
 impl StateDir {
     /// Creates the directory (and parents) if needed, private to the agent's user.
     pub fn open(path: &Path) -> io::Result<StateDir> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)?;
-        Ok(StateDir {
-            path: path.to_owned(),
-        })
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(path)?;
+        Ok(StateDir { path: path.to_owned() })
     }
 
     pub fn startup_file(&self) -> PathBuf {
@@ -69,12 +64,8 @@ impl StateDir {
     pub fn host_key(&self) -> io::Result<PrivateKey> {
         let path = self.host_key_file();
         match fs::read_to_string(&path) {
-            Ok(text) => PrivateKey::from_openssh(text.as_bytes()).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{}: {e}", path.display()),
-                )
-            }),
+            Ok(text) => PrivateKey::from_openssh(text.as_bytes())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let key = PrivateKey::random(&mut rand::rng(), Algorithm::Ed25519)
                     .map_err(|e| io::Error::other(e.to_string()))?;
@@ -94,12 +85,8 @@ impl StateDir {
         let path = self.credentials_file();
         let (file, first) = match fs::read_to_string(&path) {
             Ok(text) => {
-                let f: CredentialsFile = toml::from_str(&text).map_err(|e| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("{}: {e}", path.display()),
-                    )
-                })?;
+                let f: CredentialsFile = toml::from_str(&text)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
                 (f, None)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -117,23 +104,14 @@ impl StateDir {
                 };
                 let text = toml::to_string(&f).map_err(|e| io::Error::other(e.to_string()))?;
                 write_private(&path, text.as_bytes())?;
-                (
-                    f,
-                    Some(FirstStart {
-                        generated_password: generated.then_some(password),
-                    }),
-                )
+                (f, Some(FirstStart { generated_password: generated.then_some(password) }))
             }
             Err(e) => return Err(e),
         };
         let users = file
             .users
             .into_iter()
-            .map(|u| UserEntry {
-                name: u.name,
-                password_hash: u.password_hash,
-                authorized_keys: u.authorized_keys,
-            })
+            .map(|u| UserEntry { name: u.name, password_hash: u.password_hash, authorized_keys: u.authorized_keys })
             .collect();
         Ok((users, first))
     }
@@ -148,9 +126,7 @@ fn write_private(path: &Path, content: &[u8]) -> io::Result<()> {
 fn random_password() -> String {
     const ALPHABET: &[u8] = b"abcdefghijkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
     let mut rng = rand::rng();
-    (0..20)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    (0..20).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
 }
 
 #[cfg(test)]
@@ -164,15 +140,9 @@ mod tests {
         let k1 = s.host_key().unwrap();
         let k2 = s.host_key().unwrap();
         assert_eq!(k1.public_key(), k2.public_key());
-        let mode = fs::metadata(s.host_key_file())
-            .unwrap()
-            .permissions()
-            .mode();
+        let mode = fs::metadata(s.host_key_file()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(
-            fs::metadata(&s.path).unwrap().permissions().mode() & 0o777,
-            0o700
-        );
+        assert_eq!(fs::metadata(&s.path).unwrap().permissions().mode() & 0o777, 0o700);
     }
 
     #[test]

@@ -129,9 +129,6 @@ mod tests {
 
     #[test]
     fn schema_path_strips_predicates_with_quoted_brackets() {
-        assert_eq!(
-            schema_path_of("/m:a/b[k='x]y'][j=\"1\"]/c[.='v']"),
-            "/m:a/b/c"
-        );
+        assert_eq!(schema_path_of("/m:a/b[k='x]y'][j=\"1\"]/c[.='v']"), "/m:a/b/c");
     }
 }

@@ -68,21 +68,11 @@ pub(crate) struct Editor<'t> {
 
 impl<'t> Editor<'t> {
     pub fn new(target: &'t mut DataTree<'static>) -> Self {
-        Editor {
-            target,
-            changes: Vec::new(),
-            undo: Vec::new(),
-            errors: Vec::new(),
-        }
+        Editor { target, changes: Vec::new(), undo: Vec::new(), errors: Vec::new() }
     }
 
     /// Applies a whole edit tree (all top-level siblings).
-    pub fn apply(
-        &mut self,
-        edit: &DataTree<'static>,
-        default_op: EditOp,
-        error_option: ErrorOption,
-    ) {
+    pub fn apply(&mut self, edit: &DataTree<'static>, default_op: EditOp, error_option: ErrorOption) {
         let Some(first) = edit.reference() else {
             return;
         };
@@ -115,9 +105,7 @@ impl<'t> Editor<'t> {
                     let node_raw = node.as_raw();
                     let anchor = match &after {
                         Some(a) => self.target.find_path(a).ok().map(|n| (n.as_raw(), false)),
-                        None => all_siblings(&node)
-                            .find(|s| s.schema() == node.schema())
-                            .map(|s| (s.as_raw(), true)),
+                        None => all_siblings(&node).find(|s| s.schema() == node.schema()).map(|s| (s.as_raw(), true)),
                     };
                     if let Some((anchor, before)) = anchor.filter(|(a, _)| *a != node_raw) {
                         // SAFETY: live, distinct instances of the same user-ordered schema
@@ -151,10 +139,7 @@ impl<'t> Editor<'t> {
             return self.fail(
                 RpcError::application(
                     ErrorTag::InvalidValue,
-                    format!(
-                        "\"{}\" is state data and cannot be configured",
-                        schema.name()
-                    ),
+                    format!("\"{}\" is state data and cannot be configured", schema.name()),
                 )
                 .with_path(e.path())
                 .with_bad_element(schema.name()),
@@ -164,20 +149,14 @@ impl<'t> Editor<'t> {
         let exists = self.exists(&path);
         match op {
             EditOp::Create if exists => self.fail(
-                RpcError::application(
-                    ErrorTag::DataExists,
-                    format!("\"{}\" already exists", schema.name()),
-                )
-                .with_path(path)
-                .with_bad_element(schema.name()),
+                RpcError::application(ErrorTag::DataExists, format!("\"{}\" already exists", schema.name()))
+                    .with_path(path)
+                    .with_bad_element(schema.name()),
             ),
             EditOp::Delete if !exists => self.fail(
-                RpcError::application(
-                    ErrorTag::DataMissing,
-                    format!("\"{}\" does not exist", schema.name()),
-                )
-                .with_path(path)
-                .with_bad_element(schema.name()),
+                RpcError::application(ErrorTag::DataMissing, format!("\"{}\" does not exist", schema.name()))
+                    .with_path(path)
+                    .with_bad_element(schema.name()),
             ),
             EditOp::Delete | EditOp::Remove => {
                 if exists {
@@ -207,22 +186,12 @@ impl<'t> Editor<'t> {
     }
 
     /// Creates or updates `e` itself, then processes its children with `merge` inherited.
-    fn merge_node(
-        &mut self,
-        e: &DataNodeRef<'_, 'static>,
-        path: &str,
-        inherited: EditOp,
-        eo: ErrorOption,
-    ) {
+    fn merge_node(&mut self, e: &DataNodeRef<'_, 'static>, path: &str, inherited: EditOp, eo: ErrorOption) {
         let schema = e.schema();
         match schema.kind() {
             SchemaNodeKind::Leaf => {
                 let new = e.value_canonical();
-                let old = self
-                    .target
-                    .find_path(path)
-                    .ok()
-                    .map(|n| (n.value_canonical(), n.is_default()));
+                let old = self.target.find_path(path).ok().map(|n| (n.value_canonical(), n.is_default()));
                 match old {
                     Some((Some(old), false)) if Some(&old) == new.as_ref() => {}
                     Some((Some(old), _)) => {
@@ -263,27 +232,18 @@ impl<'t> Editor<'t> {
     fn exists(&self, path: &str) -> bool {
         // Implicit default nodes (default leaves, non-presence containers libyang added)
         // do not count as configured data for create/delete.
-        self.target
-            .find_path(path)
-            .is_ok_and(|n| !n.is_default() || !is_leaf(&n.schema().kind()))
+        self.target.find_path(path).is_ok_and(|n| !n.is_default() || !is_leaf(&n.schema().kind()))
     }
 
     /// Creates one node (and any missing ancestors), recording every node libyang created.
     fn create_one(&mut self, path: &str, value: Option<&str>) {
         // Record missing ancestors first, top-down.
         let ancestors = ancestor_paths(path);
-        let missing: Vec<String> = ancestors
-            .into_iter()
-            .filter(|p| self.target.find_path(p).is_err())
-            .collect();
+        let missing: Vec<String> = ancestors.into_iter().filter(|p| self.target.find_path(p).is_err()).collect();
         if let Err(err) = self.target.new_path(path, value, false) {
             return self.fail(RpcError::from_libyang(&err).with_path(path));
         }
-        for p in missing
-            .iter()
-            .map(String::as_str)
-            .chain(std::iter::once(path))
-        {
+        for p in missing.iter().map(String::as_str).chain(std::iter::once(path)) {
             let Ok(node) = self.target.find_path(p) else {
                 continue;
             };
@@ -338,32 +298,19 @@ impl<'t> Editor<'t> {
     /// Honours the YANG `insert` attribute (RFC 7950 section 7.8.6) on user-ordered lists
     /// and leaf-lists.
     fn position(&mut self, e: &DataNodeRef<'_, 'static>, path: &str) -> Result<(), RpcError> {
-        let insert = e
-            .meta()
-            .find(|m| m.name() == "insert")
-            .map(|m| m.value().to_owned());
+        let insert = e.meta().find(|m| m.name() == "insert").map(|m| m.value().to_owned());
         let Some(insert) = insert else { return Ok(()) };
         let schema = e.schema();
         if !schema.is_user_ordered() {
-            return Err(RpcError::protocol(
-                ErrorTag::BadAttribute,
-                "insert is only allowed on ordered-by user nodes",
-            )
-            .with_bad_attribute("insert")
-            .with_bad_element(schema.name()));
+            return Err(RpcError::protocol(ErrorTag::BadAttribute, "insert is only allowed on ordered-by user nodes")
+                .with_bad_attribute("insert")
+                .with_bad_element(schema.name()));
         }
         let anchor_pred = match insert.as_str() {
             "first" | "last" => None,
             "before" | "after" => {
-                let attr = if schema.kind() == SchemaNodeKind::List {
-                    "key"
-                } else {
-                    "value"
-                };
-                let v = e
-                    .meta()
-                    .find(|m| m.name() == attr)
-                    .map(|m| m.value().to_owned());
+                let attr = if schema.kind() == SchemaNodeKind::List { "key" } else { "value" };
+                let v = e.meta().find(|m| m.name() == attr).map(|m| m.value().to_owned());
                 match v {
                     Some(v) if schema.kind() == SchemaNodeKind::List => Some(v),
                     Some(v) => Some(format!("[.='{v}']")),
@@ -378,19 +325,13 @@ impl<'t> Editor<'t> {
                 }
             }
             other => {
-                return Err(RpcError::protocol(
-                    ErrorTag::BadAttribute,
-                    format!("invalid insert value \"{other}\""),
-                )
-                .with_bad_attribute("insert")
-                .with_bad_element(schema.name()))
+                return Err(RpcError::protocol(ErrorTag::BadAttribute, format!("invalid insert value \"{other}\""))
+                    .with_bad_attribute("insert")
+                    .with_bad_element(schema.name()))
             }
         };
         let base = strip_last_predicates(path);
-        let node = self
-            .target
-            .find_path(path)
-            .map_err(|e| RpcError::from_libyang(&e))?;
+        let node = self.target.find_path(path).map_err(|e| RpcError::from_libyang(&e))?;
         let previous = {
             let mut prev = None;
             for s in all_siblings(&node).filter(|s| s.schema() == schema) {
@@ -413,22 +354,13 @@ impl<'t> Editor<'t> {
                             format!("the insert anchor {anchor_path} does not exist"),
                         )
                         .with_app_tag("missing-instance")
-                        .with_bad_attribute(if schema.kind() == SchemaNodeKind::List {
-                            "key"
-                        } else {
-                            "value"
-                        })
+                        .with_bad_attribute(if schema.kind() == SchemaNodeKind::List { "key" } else { "value" })
                         .with_path(anchor_path));
                     }
                 }
             }
-            (None, "first") => all_siblings(&node)
-                .find(|s| s.schema() == schema)
-                .map(|s| s.as_raw()),
-            (None, _) => all_siblings(&node)
-                .filter(|s| s.schema() == schema)
-                .last()
-                .map(|s| s.as_raw()),
+            (None, "first") => all_siblings(&node).find(|s| s.schema() == schema).map(|s| s.as_raw()),
+            (None, _) => all_siblings(&node).filter(|s| s.schema() == schema).last().map(|s| s.as_raw()),
         };
         let node_raw = node.as_raw();
         if let Some(anchor) = anchor {
@@ -455,10 +387,7 @@ impl<'t> Editor<'t> {
                 c.value = Some(insert.clone());
                 c.old_value = anchor_pred;
                 self.changes.push(c);
-                self.undo.push(Undo::Moved {
-                    path: path.to_owned(),
-                    after: previous,
-                });
+                self.undo.push(Undo::Moved { path: path.to_owned(), after: previous });
             }
         }
         Ok(())
@@ -466,9 +395,7 @@ impl<'t> Editor<'t> {
 }
 
 /// A node and all its siblings, from the first.
-fn all_siblings<'a, 'b>(
-    node: &'a DataNodeRef<'a, 'b>,
-) -> impl Iterator<Item = DataNodeRef<'a, 'b>> {
+fn all_siblings<'a, 'b>(node: &'a DataNodeRef<'a, 'b>) -> impl Iterator<Item = DataNodeRef<'a, 'b>> {
     let first = match node.parent() {
         Some(p) => p.children().next(),
         None => {
@@ -501,12 +428,9 @@ fn operation_of(e: &DataNodeRef<'_, '_>) -> Result<Option<EditOp>, RpcError> {
     match e.meta().find(|m| m.name() == "operation") {
         None => Ok(None),
         Some(m) => EditOp::parse(m.value()).map(Some).ok_or_else(|| {
-            RpcError::protocol(
-                ErrorTag::BadAttribute,
-                format!("invalid operation \"{}\"", m.value()),
-            )
-            .with_bad_attribute("operation")
-            .with_bad_element(e.schema().name())
+            RpcError::protocol(ErrorTag::BadAttribute, format!("invalid operation \"{}\"", m.value()))
+                .with_bad_attribute("operation")
+                .with_bad_element(e.schema().name())
         }),
     }
 }
@@ -563,10 +487,7 @@ mod tests {
 
     #[test]
     fn path_helpers() {
-        assert_eq!(
-            ancestor_paths("/m:a/b[k='x/y']/c"),
-            vec!["/m:a", "/m:a/b[k='x/y']"]
-        );
+        assert_eq!(ancestor_paths("/m:a/b[k='x/y']/c"), vec!["/m:a", "/m:a/b[k='x/y']"]);
         assert_eq!(strip_last_predicates("/m:a/b[k='1'][j='[']"), "/m:a/b");
     }
 }

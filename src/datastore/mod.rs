@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use yang2::context::Context;
 use yang2::data::{
-    Data, DataDiffFlags, DataDiffOp, DataFormat, DataParserFlags, DataPrinterFlags, DataTree,
-    DataValidationFlags,
+    Data, DataDiffFlags, DataDiffOp, DataFormat, DataParserFlags, DataPrinterFlags, DataTree, DataValidationFlags,
 };
 
 pub use change::{Change, ChangeOp, NodeKind};
@@ -70,10 +69,7 @@ impl Datastore {
     }
 
     fn is_configuration(self) -> bool {
-        matches!(
-            self,
-            Datastore::Startup | Datastore::Running | Datastore::Candidate
-        )
+        matches!(self, Datastore::Startup | Datastore::Running | Datastore::Candidate)
     }
 }
 
@@ -125,13 +121,8 @@ pub struct Transaction<'a> {
 
 impl Transaction<'_> {
     /// Changes at or below a schema path prefix.
-    pub fn changes_under<'s>(
-        &'s self,
-        schema_prefix: &'s str,
-    ) -> impl Iterator<Item = &'s Change> + 's {
-        self.changes
-            .iter()
-            .filter(move |c| c.schema_path.starts_with(schema_prefix))
+    pub fn changes_under<'s>(&'s self, schema_prefix: &'s str) -> impl Iterator<Item = &'s Change> + 's {
+        self.changes.iter().filter(move |c| c.schema_path.starts_with(schema_prefix))
     }
 }
 
@@ -168,7 +159,8 @@ struct Inner {
     startup: DataTree<'static>,
     /// The running configuration before a commit that asked to keep it (confirmed commit).
     rollback: Option<DataTree<'static>>,
-    locks: HashMap<Datastore, SessionId>,
+    /// Holder and lock time per locked datastore.
+    locks: HashMap<Datastore, (SessionId, chrono::DateTime<chrono::Utc>)>,
     /// Bumped on every change of running (ETag / content-id for the front ends).
     running_version: u64,
 }
@@ -200,19 +192,15 @@ fn nul_terminated(text: &[u8]) -> Vec<u8> {
 impl Datastores {
     /// Opens the datastores. With a startup file, its content (if the file exists) becomes
     /// startup and running; without one, everything starts empty and startup lives in memory.
-    pub fn open(
-        ctx: &'static Context,
-        startup_file: Option<PathBuf>,
-    ) -> Result<Datastores, RpcError> {
+    pub fn open(ctx: &'static Context, startup_file: Option<PathBuf>) -> Result<Datastores, RpcError> {
         let startup = match &startup_file {
             Some(path) => {
                 persist::remove_stale_temporaries(path);
                 match std::fs::read(path) {
-                    Ok(bytes) => Self::parse_config_in(ctx, &bytes, DataFormat::XML, true)
-                        .map_err(|mut e| {
-                            e.message = format!("startup file {}: {}", path.display(), e.message);
-                            e
-                        })?,
+                    Ok(bytes) => Self::parse_config_in(ctx, &bytes, DataFormat::XML, true).map_err(|mut e| {
+                        e.message = format!("startup file {}: {}", path.display(), e.message);
+                        e
+                    })?,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => DataTree::new(ctx),
                     Err(e) => {
                         return Err(RpcError::application(
@@ -225,9 +213,7 @@ impl Datastores {
             None => DataTree::new(ctx),
         };
         let mut running = startup.duplicate().map_err(ly)?;
-        running
-            .validate(DataValidationFlags::NO_STATE)
-            .map_err(ly)?;
+        running.validate(DataValidationFlags::NO_STATE).map_err(ly)?;
         Ok(Datastores {
             ctx,
             inner: Mutex::new(Inner {
@@ -259,17 +245,11 @@ impl Datastores {
     /// Registers a consumer; it sees every later commit, and is told nothing about the
     /// configuration already in running (read it with [`Datastores::read`]).
     pub fn register_consumer(&self, c: Arc<dyn ConfigConsumer>) {
-        self.consumers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(c);
+        self.consumers.write().unwrap_or_else(|e| e.into_inner()).push(c);
     }
 
     pub fn register_state_provider(&self, p: Arc<dyn StateProvider>) {
-        self.providers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(p);
+        self.providers.write().unwrap_or_else(|e| e.into_inner()).push(p);
     }
 
     // ----- parsing ---------------------------------------------------------------------
@@ -285,47 +265,30 @@ impl Datastores {
         if !validate {
             parser |= DataParserFlags::NO_VALIDATION;
         }
-        DataTree::parse_string(ctx, &data, format, parser, DataValidationFlags::NO_STATE)
-            .map_err(ly)
+        DataTree::parse_string(ctx, &data, format, parser, DataValidationFlags::NO_STATE).map_err(ly)
     }
 
     /// Parses a complete configuration (copy-config `<config>`, a startup file) and
     /// validates it.
-    pub fn parse_config(
-        &self,
-        text: &[u8],
-        format: DataFormat,
-    ) -> Result<DataTree<'static>, RpcError> {
+    pub fn parse_config(&self, text: &[u8], format: DataFormat) -> Result<DataTree<'static>, RpcError> {
         Self::parse_config_in(self.ctx, text, format, true)
     }
 
     /// Parses the content of an edit (edit-config `<config>`, edit-data, a RESTCONF body):
     /// values are type-checked, operation metadata kept, nothing else validated (an edit
     /// is a fragment).
-    pub fn parse_edit(
-        &self,
-        text: &[u8],
-        format: DataFormat,
-    ) -> Result<DataTree<'static>, RpcError> {
+    pub fn parse_edit(&self, text: &[u8], format: DataFormat) -> Result<DataTree<'static>, RpcError> {
         Self::parse_config_in(self.ctx, text, format, false)
     }
 
     // ----- reading ---------------------------------------------------------------------
 
     /// Runs `f` on a configuration datastore's tree without copying it.
-    pub fn with_tree<R>(
-        &self,
-        ds: Datastore,
-        f: impl FnOnce(&DataTree<'static>) -> R,
-    ) -> Result<R, RpcError> {
+    pub fn with_tree<R>(&self, ds: Datastore, f: impl FnOnce(&DataTree<'static>) -> R) -> Result<R, RpcError> {
         let inner = self.lock_inner();
         let tree = match ds {
             Datastore::Running | Datastore::Intended => &inner.running,
-            Datastore::Candidate => inner
-                .candidate
-                .as_ref()
-                .map(|c| &c.tree)
-                .unwrap_or(&inner.running),
+            Datastore::Candidate => inner.candidate.as_ref().map(|c| &c.tree).unwrap_or(&inner.running),
             Datastore::Startup => &inner.startup,
             Datastore::Operational => {
                 return Err(RpcError::application(
@@ -343,14 +306,8 @@ impl Datastores {
     pub fn read(&self, ds: Datastore, xpath: Option<&str>) -> Result<DataTree<'static>, RpcError> {
         let full = match ds {
             Datastore::Operational => {
-                let mut tree = self
-                    .with_tree(Datastore::Running, |t| t.duplicate())?
-                    .map_err(ly)?;
-                let providers = self
-                    .providers
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
+                let mut tree = self.with_tree(Datastore::Running, |t| t.duplicate())?.map_err(ly)?;
+                let providers = self.providers.read().unwrap_or_else(|e| e.into_inner()).clone();
                 for p in providers {
                     p.render(&mut tree, xpath)?;
                 }
@@ -377,13 +334,10 @@ impl Datastores {
 
     pub fn lock(&self, session: SessionId, ds: Datastore) -> Result<(), RpcError> {
         if !ds.is_configuration() {
-            return Err(RpcError::protocol(
-                ErrorTag::InvalidValue,
-                format!("{} cannot be locked", ds.name()),
-            ));
+            return Err(RpcError::protocol(ErrorTag::InvalidValue, format!("{} cannot be locked", ds.name())));
         }
         let mut inner = self.lock_inner();
-        if let Some(&holder) = inner.locks.get(&ds) {
+        if let Some(&(holder, _)) = inner.locks.get(&ds) {
             return Err(RpcError::protocol(
                 ErrorTag::LockDenied,
                 format!("{} is already locked by session {holder}", ds.name()),
@@ -398,14 +352,14 @@ impl Datastores {
             )
             .with_session_id(SYSTEM_SESSION));
         }
-        inner.locks.insert(ds, session);
+        inner.locks.insert(ds, (session, chrono::Utc::now()));
         Ok(())
     }
 
     pub fn unlock(&self, session: SessionId, ds: Datastore) -> Result<(), RpcError> {
         let mut inner = self.lock_inner();
         match inner.locks.get(&ds) {
-            Some(&holder) if holder == session => {
+            Some(&(holder, _)) if holder == session => {
                 inner.locks.remove(&ds);
                 if ds == Datastore::Candidate {
                     // RFC 6241 8.3.5.2: releasing the candidate lock discards its changes.
@@ -413,35 +367,29 @@ impl Datastores {
                 }
                 Ok(())
             }
-            Some(&holder) => Err(RpcError::protocol(
+            Some(&(holder, _)) => Err(RpcError::protocol(
                 ErrorTag::OperationFailed,
-                format!(
-                    "{} is locked by session {holder}, not by this session",
-                    ds.name()
-                ),
+                format!("{} is locked by session {holder}, not by this session", ds.name()),
             )
             .with_session_id(holder)),
-            None => Err(RpcError::protocol(
-                ErrorTag::OperationFailed,
-                format!("{} is not locked", ds.name()),
-            )),
+            None => Err(RpcError::protocol(ErrorTag::OperationFailed, format!("{} is not locked", ds.name()))),
         }
     }
 
     /// The session holding a datastore's lock.
     pub fn lock_holder(&self, ds: Datastore) -> Option<SessionId> {
-        self.lock_inner().locks.get(&ds).copied()
+        self.lock_inner().locks.get(&ds).map(|(s, _)| *s)
+    }
+
+    /// Every lock held: datastore, holder, when it was taken (RFC 6022 locks).
+    pub fn locks(&self) -> Vec<(Datastore, SessionId, chrono::DateTime<chrono::Utc>)> {
+        self.lock_inner().locks.iter().map(|(&d, &(s, t))| (d, s, t)).collect()
     }
 
     /// Releases everything a finished session held (locks; candidate changes behind its lock).
     pub fn release_session(&self, session: SessionId) {
         let mut inner = self.lock_inner();
-        let held: Vec<Datastore> = inner
-            .locks
-            .iter()
-            .filter(|(_, &s)| s == session)
-            .map(|(&d, _)| d)
-            .collect();
+        let held: Vec<Datastore> = inner.locks.iter().filter(|(_, &(s, _))| s == session).map(|(&d, _)| d).collect();
         for ds in held {
             inner.locks.remove(&ds);
             if ds == Datastore::Candidate {
@@ -452,11 +400,10 @@ impl Datastores {
 
     fn check_writable(inner: &Inner, session: SessionId, ds: Datastore) -> Result<(), RpcError> {
         match inner.locks.get(&ds) {
-            Some(&holder) if holder != session => Err(RpcError::protocol(
-                ErrorTag::InUse,
-                format!("{} is locked by session {holder}", ds.name()),
-            )
-            .with_session_id(holder)),
+            Some(&(holder, _)) if holder != session => {
+                Err(RpcError::protocol(ErrorTag::InUse, format!("{} is locked by session {holder}", ds.name()))
+                    .with_session_id(holder))
+            }
             _ => Ok(()),
         }
     }
@@ -476,10 +423,7 @@ impl Datastores {
         if !target.is_configuration() {
             return Err(vec![RpcError::protocol(
                 ErrorTag::InvalidValue,
-                format!(
-                    "{} is not a configuration datastore that can be edited",
-                    target.name()
-                ),
+                format!("{} is not a configuration datastore that can be edited", target.name()),
             )]);
         }
         let mut guard = self.lock_inner();
@@ -499,9 +443,7 @@ impl Datastores {
                     ed.rollback();
                     if opts.test_option == TestOption::TestOnly && !failed {
                         // test-only on the candidate validates the would-be result.
-                        return self
-                            .test_only(&mut cand.tree, edit, opts)
-                            .map(|_| Vec::new());
+                        return self.test_only(&mut cand.tree, edit, opts).map(|_| Vec::new());
                     }
                     return Err(errors);
                 }
@@ -523,11 +465,7 @@ impl Datastores {
                     return Err(errors);
                 }
                 if ed.changes.is_empty() {
-                    return if failed {
-                        Err(std::mem::take(&mut ed.errors))
-                    } else {
-                        Ok(Vec::new())
-                    };
+                    return if failed { Err(std::mem::take(&mut ed.errors)) } else { Ok(Vec::new()) };
                 }
                 let changes = ed.changes.clone();
                 if let Err(e) = self.validate_changed(ed.target, &changes) {
@@ -560,11 +498,7 @@ impl Datastores {
                     return Err(errors);
                 }
                 let changes = ed.changes.clone();
-                let validated = if changes.is_empty() {
-                    Ok(())
-                } else {
-                    self.validate_changed(ed.target, &changes)
-                };
+                let validated = if changes.is_empty() { Ok(()) } else { self.validate_changed(ed.target, &changes) };
                 if let Err(e) = validated {
                     ed.rollback();
                     return Err(vec![e]);
@@ -601,9 +535,7 @@ impl Datastores {
         if !ed.errors.is_empty() {
             return Err(std::mem::take(&mut ed.errors));
         }
-        scratch
-            .validate(DataValidationFlags::NO_STATE)
-            .map_err(|e| vec![ly(e)])
+        scratch.validate(DataValidationFlags::NO_STATE).map_err(|e| vec![ly(e)])
     }
 
     /// Makes sure a candidate tree exists (taking the spare copy of running when there is one).
@@ -613,21 +545,14 @@ impl Datastores {
                 Some(t) => t,
                 None => inner.running.duplicate().map_err(ly)?,
             };
-            inner.candidate = Some(CandidateState {
-                tree,
-                changes: Vec::new(),
-            });
+            inner.candidate = Some(CandidateState { tree, changes: Vec::new() });
         }
         Ok(())
     }
 
     /// Validates a tree after `changes`: skips libyang's full pass only when the fast path
     /// proves it cannot fail (see `validate.rs`).
-    fn validate_changed(
-        &self,
-        tree: &mut DataTree<'static>,
-        changes: &[Change],
-    ) -> Result<(), RpcError> {
+    fn validate_changed(&self, tree: &mut DataTree<'static>, changes: &[Change]) -> Result<(), RpcError> {
         if self.fast_path.covers(changes) {
             return Ok(());
         }
@@ -641,28 +566,17 @@ impl Datastores {
         config: &DataTree<'static>,
         session: SessionId,
     ) -> Result<(), RpcError> {
-        let consumers = self
-            .consumers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let consumers = self.consumers.read().unwrap_or_else(|e| e.into_inner()).clone();
         if consumers.is_empty() || changes.is_empty() {
             return Ok(());
         }
-        let tx = Transaction {
-            changes,
-            config,
-            session,
-        };
+        let tx = Transaction { changes, config, session };
         for (i, c) in consumers.iter().enumerate() {
             if let Err(msg) = c.prepare(&tx) {
                 for prepared in &consumers[..i] {
                     prepared.abort(&tx);
                 }
-                return Err(RpcError::application(
-                    ErrorTag::OperationFailed,
-                    format!("{}: {msg}", c.name()),
-                ));
+                return Err(RpcError::application(ErrorTag::OperationFailed, format!("{}: {msg}", c.name())));
             }
         }
         for c in &consumers {
@@ -714,11 +628,7 @@ impl Datastores {
             inner.spare = None;
         } else {
             let mut old = old;
-            inner.spare = if change::replay(&mut old, &cand.changes) {
-                Some(old)
-            } else {
-                None
-            };
+            inner.spare = if change::replay(&mut old, &cand.changes) { Some(old) } else { None };
         }
         Ok(cand.changes)
     }
@@ -739,18 +649,12 @@ impl Datastores {
         let mut guard = self.lock_inner();
         let inner = &mut *guard;
         let Some(prev) = inner.rollback.take() else {
-            return Err(RpcError::protocol(
-                ErrorTag::OperationFailed,
-                "no confirmed commit is pending",
-            ));
+            return Err(RpcError::protocol(ErrorTag::OperationFailed, "no confirmed commit is pending"));
         };
         let changes = diff_changes(&inner.running, &prev)?;
         if let Err(e) = self.run_consumers(&changes, &prev, SYSTEM_SESSION) {
             inner.rollback = Some(prev);
-            return Err(RpcError {
-                tag: ErrorTag::RollbackFailed,
-                ..e
-            });
+            return Err(RpcError { tag: ErrorTag::RollbackFailed, ..e });
         }
         inner.running = prev;
         inner.running_version += 1;
@@ -778,12 +682,7 @@ impl Datastores {
 
     // ----- copy / delete / validate (RFC 6241 7.3, 7.4, 8.6) ---------------------------
 
-    pub fn copy(
-        &self,
-        session: SessionId,
-        source: Source<'_>,
-        target: Datastore,
-    ) -> Result<Vec<Change>, RpcError> {
+    pub fn copy(&self, session: SessionId, source: Source<'_>, target: Datastore) -> Result<Vec<Change>, RpcError> {
         if !target.is_configuration() {
             return Err(RpcError::protocol(
                 ErrorTag::InvalidValue,
@@ -792,16 +691,10 @@ impl Datastores {
         }
         if let Source::Datastore(s) = source {
             if s == target {
-                return Err(RpcError::protocol(
-                    ErrorTag::InvalidValue,
-                    "source and target are the same datastore",
-                ));
+                return Err(RpcError::protocol(ErrorTag::InvalidValue, "source and target are the same datastore"));
             }
             if s == Datastore::Operational {
-                return Err(RpcError::protocol(
-                    ErrorTag::InvalidValue,
-                    "operational cannot be a copy source",
-                ));
+                return Err(RpcError::protocol(ErrorTag::InvalidValue, "operational cannot be a copy source"));
             }
         }
         let mut guard = self.lock_inner();
@@ -810,13 +703,9 @@ impl Datastores {
         let mut new = match source {
             Source::Config(t) => t.duplicate().map_err(ly)?,
             Source::Datastore(Datastore::Startup) => inner.startup.duplicate().map_err(ly)?,
-            Source::Datastore(Datastore::Candidate) => inner
-                .candidate
-                .as_ref()
-                .map(|c| &c.tree)
-                .unwrap_or(&inner.running)
-                .duplicate()
-                .map_err(ly)?,
+            Source::Datastore(Datastore::Candidate) => {
+                inner.candidate.as_ref().map(|c| &c.tree).unwrap_or(&inner.running).duplicate().map_err(ly)?
+            }
             Source::Datastore(_) => inner.running.duplicate().map_err(ly)?,
         };
         new.validate(DataValidationFlags::NO_STATE).map_err(ly)?;
@@ -828,22 +717,11 @@ impl Datastores {
                 Ok(changes)
             }
             Datastore::Candidate => {
-                let base = inner
-                    .candidate
-                    .as_ref()
-                    .map(|c| &c.tree)
-                    .unwrap_or(&inner.running);
+                let base = inner.candidate.as_ref().map(|c| &c.tree).unwrap_or(&inner.running);
                 let changes = diff_changes(base, &new)?;
-                let mut all = inner
-                    .candidate
-                    .take()
-                    .map(|c| c.changes)
-                    .unwrap_or_default();
+                let mut all = inner.candidate.take().map(|c| c.changes).unwrap_or_default();
                 all.extend(changes.iter().cloned());
-                inner.candidate = Some(CandidateState {
-                    tree: new,
-                    changes: all,
-                });
+                inner.candidate = Some(CandidateState { tree: new, changes: all });
                 Ok(changes)
             }
             _ => {
@@ -870,10 +748,7 @@ impl Datastores {
             }
             Datastore::Candidate => {
                 Self::check_writable(&inner, session, target)?;
-                inner.candidate = Some(CandidateState {
-                    tree: DataTree::new(self.ctx),
-                    changes: Vec::new(),
-                });
+                inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes: Vec::new() });
                 let changes = diff_changes(&inner.running, &DataTree::new(self.ctx))?;
                 if let Some(c) = inner.candidate.as_mut() {
                     c.changes = changes;
@@ -895,10 +770,7 @@ impl Datastores {
                 self.with_tree(ds, |t| t.duplicate())?.map_err(ly)?
             }
             Source::Datastore(ds) => {
-                return Err(RpcError::protocol(
-                    ErrorTag::InvalidValue,
-                    format!("{} cannot be validated", ds.name()),
-                ))
+                return Err(RpcError::protocol(ErrorTag::InvalidValue, format!("{} cannot be validated", ds.name())))
             }
         };
         copy.validate(DataValidationFlags::NO_STATE).map_err(ly)
@@ -911,12 +783,8 @@ impl Datastores {
             return Ok(());
         };
         let text = print_xml(tree)?;
-        persist::write_atomic(path, text.as_bytes()).map_err(|e| {
-            RpcError::application(
-                ErrorTag::OperationFailed,
-                format!("writing {}: {e}", path.display()),
-            )
-        })
+        persist::write_atomic(path, text.as_bytes())
+            .map_err(|e| RpcError::application(ErrorTag::OperationFailed, format!("writing {}: {e}", path.display())))
     }
 }
 
@@ -926,20 +794,13 @@ pub fn print_xml(tree: &DataTree<'static>) -> Result<String, RpcError> {
         return Ok(String::new());
     }
     Ok(tree
-        .print_string(
-            DataFormat::XML,
-            DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::WD_EXPLICIT,
-        )
+        .print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::WD_EXPLICIT)
         .map_err(ly)?
         .unwrap_or_default())
 }
 
 /// The nodes an XPath selects, with ancestors and subtrees, as a new tree.
-fn select(
-    ctx: &'static Context,
-    tree: &DataTree<'static>,
-    xpath: Option<&str>,
-) -> Result<DataTree<'static>, RpcError> {
+fn select(ctx: &'static Context, tree: &DataTree<'static>, xpath: Option<&str>) -> Result<DataTree<'static>, RpcError> {
     let Some(xpath) = xpath else {
         return tree.duplicate().map_err(ly);
     };
@@ -973,17 +834,10 @@ fn diff_changes(old: &DataTree<'static>, new: &DataTree<'static>) -> Result<Vec<
             &node,
         );
         if op == DataDiffOp::Replace {
-            c.old_value = node
-                .meta()
-                .find(|m| m.name() == "orig-value")
-                .map(|m| m.value().to_owned());
+            c.old_value = node.meta().find(|m| m.name() == "orig-value").map(|m| m.value().to_owned());
         }
         // Children of created/deleted subtrees inherit the operation in libyang's diff.
-        let inherited = if op == DataDiffOp::Replace {
-            None
-        } else {
-            Some(c.op)
-        };
+        let inherited = if op == DataDiffOp::Replace { None } else { Some(c.op) };
         out.push(c);
         if let Some(op) = inherited {
             for d in node.traverse().skip(1) {

@@ -12,20 +12,10 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
         f.write_all(content)?;
         f.sync_all()?;
         drop(f);
@@ -44,11 +34,7 @@ pub fn remove_stale_temporaries(path: &Path) {
         return;
     };
     let prefix = format!(".{}.tmp.", name.to_string_lossy());
-    if let Ok(entries) = fs::read_dir(if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    }) {
+    if let Ok(entries) = fs::read_dir(if dir.as_os_str().is_empty() { Path::new(".") } else { dir }) {
         for e in entries.flatten() {
             if e.file_name().to_string_lossy().starts_with(&prefix) {
                 let _ = fs::remove_file(e.path());

@@ -31,11 +31,7 @@ impl FastPath {
         for m in crate::yang::sources() {
             collect_xpath_identifiers(m.text, &mut referenced);
         }
-        FastPath {
-            ctx,
-            referenced,
-            cache: Mutex::new(HashMap::new()),
-        }
+        FastPath { ctx, referenced, cache: Mutex::new(HashMap::new()) }
     }
 
     /// True when every change is a plain value modification that full validation could not
@@ -43,10 +39,7 @@ impl FastPath {
     pub(crate) fn covers(&self, changes: &[Change]) -> bool {
         !changes.is_empty()
             && changes.iter().all(|c| {
-                c.op == ChangeOp::Modify
-                    && c.kind == NodeKind::Leaf
-                    && !c.is_key
-                    && self.leaf_ok(&c.schema_path)
+                c.op == ChangeOp::Modify && c.kind == NodeKind::Leaf && !c.is_key && self.leaf_ok(&c.schema_path)
             })
     }
 
@@ -71,14 +64,11 @@ impl FastPath {
             return false;
         }
         match node.leaf_type().map(|t| t.base_type()) {
-            Some(DataValueType::LeafRef | DataValueType::InstanceId | DataValueType::Union)
-            | None => return false,
+            Some(DataValueType::LeafRef | DataValueType::InstanceId | DataValueType::Union) | None => return false,
             _ => {}
         }
-        node.inclusive_ancestors().all(|a| {
-            !matches!(a.kind(), SchemaNodeKind::Choice | SchemaNodeKind::Case)
-                && a.whens().count() == 0
-        })
+        node.inclusive_ancestors()
+            .all(|a| !matches!(a.kind(), SchemaNodeKind::Choice | SchemaNodeKind::Case) && a.whens().count() == 0)
     }
 }
 
@@ -94,22 +84,18 @@ fn collect_xpath_identifiers(text: &str, out: &mut HashSet<String>) {
             // A statement keyword follows the end of the previous statement or block
             // opening; inside a description string it follows ordinary words.
             let prev = text[..start].trim_end().chars().next_back();
-            let before_ok = matches!(prev, None | Some(';' | '{' | '}'))
-                && start > 0
-                && bytes[start - 1].is_ascii_whitespace()
-                || start == 0;
+            let before_ok =
+                matches!(prev, None | Some(';' | '{' | '}')) && start > 0 && bytes[start - 1].is_ascii_whitespace()
+                    || start == 0;
             let after_ok = bytes.get(from).is_some_and(|b| b.is_ascii_whitespace());
             if !(before_ok && after_ok) {
                 continue;
             }
             // The argument runs to the end of the statement.
-            let end = text[from..]
-                .find([';', '{'])
-                .map(|e| from + e)
-                .unwrap_or(text.len());
-            for word in text[from..end].split(|c: char| {
-                !(c.is_alphanumeric() || c == '-' || c == '_' || c == '.' || c == ':')
-            }) {
+            let end = text[from..].find([';', '{']).map(|e| from + e).unwrap_or(text.len());
+            for word in
+                text[from..end].split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '.' || c == ':'))
+            {
                 let word = word.rsplit(':').next().unwrap_or(word);
                 if !word.is_empty() {
                     out.insert(word.to_owned());
@@ -134,9 +120,6 @@ mod tests {
             assert!(s.contains(w), "{w}");
         }
         assert!(!s.contains("leaf"));
-        assert!(
-            !s.contains("z-max"),
-            "words of a description are not references"
-        );
+        assert!(!s.contains("z-max"), "words of a description are not references");
     }
 }

@@ -18,17 +18,9 @@ pub fn rpc_error_xml(e: &RpcError, out: &mut String) {
     }
     if let Some(p) = &e.path {
         let (xpath, decls) = xml_path(p);
-        let _ = write!(
-            out,
-            "<error-path{decls}>{}</error-path>",
-            escape_text(&xpath)
-        );
+        let _ = write!(out, "<error-path{decls}>{}</error-path>", escape_text(&xpath));
     }
-    let _ = write!(
-        out,
-        "<error-message xml:lang=\"en\">{}</error-message>",
-        escape_text(&e.message)
-    );
+    let _ = write!(out, "<error-message xml:lang=\"en\">{}</error-message>", escape_text(&e.message));
     let mut info = String::new();
     if let Some(a) = &e.bad_attribute {
         let _ = write!(info, "<bad-attribute>{}</bad-attribute>", escape_text(a));
@@ -89,9 +81,7 @@ pub fn xml_path(path: &str) -> (String, String) {
                 // Read the whole name (with an optional module prefix).
                 let rest = &path[i..];
                 let len = rest
-                    .find(|ch: char| {
-                        !(ch.is_alphanumeric() || ch == '-' || ch == '_' || ch == '.' || ch == ':')
-                    })
+                    .find(|ch: char| !(ch.is_alphanumeric() || ch == '-' || ch == '_' || ch == '.' || ch == ':'))
                     .unwrap_or(rest.len());
                 let name = &rest[..len];
                 for _ in 1..name.chars().count() {
@@ -109,9 +99,7 @@ pub fn xml_path(path: &str) -> (String, String) {
                 let m = if depth == 0 {
                     current.clone()
                 } else {
-                    name.split_once(':')
-                        .map(|(m, _)| m.to_owned())
-                        .or(current.clone())
+                    name.split_once(':').map(|(m, _)| m.to_owned()).or(current.clone())
                 };
                 match m {
                     Some(m) => {

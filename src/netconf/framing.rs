@@ -115,9 +115,7 @@ impl Decoder {
                     if avail == remaining {
                         self.chunk = ChunkState::Header;
                     } else {
-                        self.chunk = ChunkState::Data {
-                            remaining: remaining - avail,
-                        };
+                        self.chunk = ChunkState::Data { remaining: remaining - avail };
                         break Ok(None);
                     }
                 }
@@ -137,9 +135,7 @@ impl Decoder {
                             break Ok(None);
                         }
                         if hdr[3] != b'\n' {
-                            break Err(FramingError::Malformed(
-                                "end-of-chunks not followed by \\n",
-                            ));
+                            break Err(FramingError::Malformed("end-of-chunks not followed by \\n"));
                         }
                         pos += 4;
                         let msg = std::mem::take(&mut self.msg);
@@ -165,10 +161,7 @@ impl Decoder {
                     if hdr[2 + digits] != b'\n' {
                         break Err(FramingError::Malformed("chunk size not followed by \\n"));
                     }
-                    let size: u64 = std::str::from_utf8(&hdr[2..2 + digits])
-                        .unwrap_or("0")
-                        .parse()
-                        .unwrap_or(0);
+                    let size: u64 = std::str::from_utf8(&hdr[2..2 + digits]).unwrap_or("0").parse().unwrap_or(0);
                     if size > MAX_CHUNK {
                         break Err(FramingError::Malformed("chunk size above 4294967295"));
                     }
@@ -238,11 +231,7 @@ mod tests {
             let mut got = all(&mut d);
             d.feed(&stream[split..]);
             got.extend(all(&mut d));
-            assert_eq!(
-                got,
-                vec![Ok(b"<a/>".to_vec()), Ok(b"<b/>".to_vec())],
-                "split {split}"
-            );
+            assert_eq!(got, vec![Ok(b"<a/>".to_vec()), Ok(b"<b/>".to_vec())], "split {split}");
         }
     }
 
@@ -262,23 +251,12 @@ mod tests {
 
     #[test]
     fn chunked_malformed_headers() {
-        for bad in [
-            &b"#4\n<rpc"[..],
-            b"\n#0\n",
-            b"\n#04\nabcd",
-            b"\n#x\n",
-            b"\n##\n",
-            b"\n#12345678901\n",
-            b"\n#4 \n",
-        ] {
+        for bad in [&b"#4\n<rpc"[..], b"\n#0\n", b"\n#04\nabcd", b"\n#x\n", b"\n##\n", b"\n#12345678901\n", b"\n#4 \n"]
+        {
             let mut d = Decoder::new(1000);
             d.set_framing(Framing::Chunked);
             d.feed(bad);
-            assert!(
-                matches!(d.next_message(), Err(FramingError::Malformed(_))),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert!(matches!(d.next_message(), Err(FramingError::Malformed(_))), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
@@ -286,17 +264,11 @@ mod tests {
     fn too_big_is_reported_once_and_decoding_continues() {
         let mut d = Decoder::new(8);
         d.feed(b"<0123456789abcdef/>]]>]]><ok/>]]>]]>");
-        assert_eq!(
-            all(&mut d),
-            vec![Err(FramingError::TooBig(8)), Ok(b"<ok/>".to_vec())]
-        );
+        assert_eq!(all(&mut d), vec![Err(FramingError::TooBig(8)), Ok(b"<ok/>".to_vec())]);
         let mut d = Decoder::new(8);
         d.set_framing(Framing::Chunked);
         d.feed(b"\n#6\n<01234\n#6\n56789>\n##\n\n#5\n<ok/>\n##\n");
-        assert_eq!(
-            all(&mut d),
-            vec![Err(FramingError::TooBig(8)), Ok(b"<ok/>".to_vec())]
-        );
+        assert_eq!(all(&mut d), vec![Err(FramingError::TooBig(8)), Ok(b"<ok/>".to_vec())]);
         // A large message fed in pieces never makes the buffer grow past the limit.
         let mut d = Decoder::new(64);
         for _ in 0..1000 {

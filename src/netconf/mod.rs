@@ -2,9 +2,11 @@
 //! `framing.rs`, the session state machine in `session.rs`, one file per operation under
 //! `rpc/`, filters under `filter/`, rpc-error encoding in `error.rs`.
 
+pub mod confirmed_commit;
 pub mod error;
 pub mod filter;
 pub mod framing;
+pub mod monitoring;
 pub mod rpc;
 pub mod session;
 pub mod ssh;
@@ -38,6 +40,7 @@ pub fn server_capabilities() -> Vec<String> {
         CAP_BASE_11,
         "urn:ietf:params:netconf:capability:writable-running:1.0",
         "urn:ietf:params:netconf:capability:candidate:1.0",
+        "urn:ietf:params:netconf:capability:confirmed-commit:1.1",
         "urn:ietf:params:netconf:capability:rollback-on-error:1.0",
         "urn:ietf:params:netconf:capability:validate:1.0",
         "urn:ietf:params:netconf:capability:validate:1.1",
@@ -94,15 +97,12 @@ pub struct Server {
     next_id: AtomicU32,
     /// Flips to true when the server shuts down.
     pub shutdown: watch::Sender<bool>,
+    pub confirmed_commit: confirmed_commit::ConfirmedCommit,
 }
 
 impl Server {
-    pub fn new(
-        datastores: Arc<Datastores>,
-        users: UserStore,
-        settings: NetconfSettings,
-    ) -> Arc<Server> {
-        Arc::new(Server {
+    pub fn new(datastores: Arc<Datastores>, users: UserStore, settings: NetconfSettings) -> Arc<Server> {
+        let server = Arc::new(Server {
             datastores,
             users,
             settings,
@@ -111,15 +111,14 @@ impl Server {
             start_time: chrono::Utc::now(),
             next_id: AtomicU32::new(1),
             shutdown: watch::channel(false).0,
-        })
+            confirmed_commit: Default::default(),
+        });
+        server.datastores.register_state_provider(Arc::new(monitoring::Monitoring { server: Arc::downgrade(&server) }));
+        server
     }
 
     /// Registers a new session; `None` when max-sessions is reached.
-    pub fn open_session(
-        &self,
-        username: &str,
-        source: Option<SocketAddr>,
-    ) -> Option<(SessionId, Arc<SessionInfo>)> {
+    pub fn open_session(&self, username: &str, source: Option<SocketAddr>) -> Option<(SessionId, Arc<SessionInfo>)> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if sessions.len() >= self.settings.max_sessions {
             return None;
@@ -142,25 +141,15 @@ impl Server {
 
     /// Forgets a session and releases what it held (locks, candidate changes).
     pub fn close_session(&self, id: SessionId) {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         self.datastores.release_session(id);
     }
 
     pub fn session(&self, id: SessionId) -> Option<Arc<SessionInfo>> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .cloned()
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
     }
 
     pub fn session_count(&self) -> usize {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }

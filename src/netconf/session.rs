@@ -19,17 +19,13 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The server's `<hello>` for a session.
 pub fn server_hello(id: SessionId) -> String {
-    let mut s = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><hello xmlns=\"{NS_BASE}\"><capabilities>"
-    );
+    let mut s = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><hello xmlns=\"{NS_BASE}\"><capabilities>");
     for c in server_capabilities() {
         s.push_str("<capability>");
         s.push_str(&escape_text(&c));
         s.push_str("</capability>");
     }
-    s.push_str(&format!(
-        "</capabilities><session-id>{id}</session-id></hello>"
-    ));
+    s.push_str(&format!("</capabilities><session-id>{id}</session-id></hello>"));
     s
 }
 
@@ -44,15 +40,8 @@ fn check_client_hello(msg: &[u8]) -> Result<bool, String> {
         // RFC 6241 8.1: a client hello with a session-id ends the session.
         return Err("a client hello must not carry a session-id".into());
     }
-    let caps = root
-        .child(NS_BASE, "capabilities")
-        .ok_or("hello without capabilities")?;
-    let caps: Vec<&str> = caps
-        .children
-        .iter()
-        .filter(|c| c.is(NS_BASE, "capability"))
-        .map(|c| c.trimmed())
-        .collect();
+    let caps = root.child(NS_BASE, "capabilities").ok_or("hello without capabilities")?;
+    let caps: Vec<&str> = caps.children.iter().filter(|c| c.is(NS_BASE, "capability")).map(|c| c.trimmed()).collect();
     let v11 = caps.contains(&CAP_BASE_11);
     if !v11 && !caps.contains(&CAP_BASE_10) {
         return Err("the client offers neither base:1.0 nor base:1.1".into());
@@ -98,28 +87,16 @@ where
     {
         Ok(v11) => v11,
         Err(reason) => {
-            server
-                .stats
-                .in_bad_hellos
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            server.stats.in_bad_hellos.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             warn!(session = id, user = %info.username, "bad hello, closing: {reason}");
             return;
         }
     };
-    let framing = if base11 {
-        Framing::Chunked
-    } else {
-        Framing::EndOfMessage
-    };
+    let framing = if base11 { Framing::Chunked } else { Framing::EndOfMessage };
     decoder.set_framing(framing);
     info!(session = id, user = %info.username, ?framing, "NETCONF session started");
 
-    let ctx = SessionCtx {
-        id,
-        server: server.clone(),
-        info: info.clone(),
-        base11,
-    };
+    let ctx = SessionCtx { id, server: server.clone(), info: info.clone(), base11 };
     let idle = match server.settings.idle_timeout {
         0 => Duration::from_secs(u64::MAX / 4),
         s => Duration::from_secs(s),
@@ -152,11 +129,7 @@ where
                         format!("the message exceeds the maximum size of {max} bytes"),
                     );
                     out.clear();
-                    encode(
-                        framing,
-                        super::error::reply_errors("", &[e]).as_bytes(),
-                        &mut out,
-                    );
+                    encode(framing, super::error::reply_errors("", &[e]).as_bytes(), &mut out);
                     if wr.write_all(&out).await.is_err() {
                         return;
                     }
@@ -194,11 +167,14 @@ mod tests {
 
     #[test]
     fn client_hello_checks() {
-        let ok = format!("<hello xmlns=\"{NS_BASE}\"><capabilities><capability>{CAP_BASE_11}</capability></capabilities></hello>");
+        let ok = format!(
+            "<hello xmlns=\"{NS_BASE}\"><capabilities><capability>{CAP_BASE_11}</capability></capabilities></hello>"
+        );
         assert_eq!(check_client_hello(ok.as_bytes()), Ok(true));
         let with_id = format!("<hello xmlns=\"{NS_BASE}\"><capabilities><capability>{CAP_BASE_10}</capability></capabilities><session-id>4</session-id></hello>");
         assert!(check_client_hello(with_id.as_bytes()).is_err());
-        let none = format!("<hello xmlns=\"{NS_BASE}\"><capabilities><capability>urn:x</capability></capabilities></hello>");
+        let none =
+            format!("<hello xmlns=\"{NS_BASE}\"><capabilities><capability>urn:x</capability></capabilities></hello>");
         assert!(check_client_hello(none.as_bytes()).is_err());
     }
 }

@@ -42,9 +42,7 @@ impl russh::server::Handler for Connection {
         let users = self.server.users.clone();
         let (u, p) = (user.to_owned(), password.to_owned());
         // argon2 is deliberately slow: keep it off the async workers.
-        let ok = tokio::task::spawn_blocking(move || users.verify_password(&u, &p))
-            .await
-            .unwrap_or(false);
+        let ok = tokio::task::spawn_blocking(move || users.verify_password(&u, &p)).await.unwrap_or(false);
         if ok {
             self.user = Some(user.to_owned());
             Ok(Auth::Accept)
@@ -59,18 +57,10 @@ impl russh::server::Handler for Connection {
         user: &str,
         offer: russh::server::PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
-        Ok(if self.server.users.accepts_key(user, offer.public_key) {
-            Auth::Accept
-        } else {
-            Auth::reject()
-        })
+        Ok(if self.server.users.accepts_key(user, offer.public_key) { Auth::Accept } else { Auth::reject() })
     }
 
-    async fn auth_publickey(
-        &mut self,
-        user: &str,
-        key: VerifiedPublicKey<'_>,
-    ) -> Result<Auth, Self::Error> {
+    async fn auth_publickey(&mut self, user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
         if self.server.users.accepts_key(user, key.public_key) {
             self.user = Some(user.to_owned());
             Ok(Auth::Accept)
@@ -91,12 +81,7 @@ impl russh::server::Handler for Connection {
         Ok(())
     }
 
-    async fn subsystem_request(
-        &mut self,
-        id: ChannelId,
-        name: &str,
-        session: &mut Session,
-    ) -> Result<(), Self::Error> {
+    async fn subsystem_request(&mut self, id: ChannelId, name: &str, session: &mut Session) -> Result<(), Self::Error> {
         let (Some(channel), true) = (self.channels.remove(&id), name == "netconf") else {
             session.channel_failure(id)?;
             return Ok(());
@@ -104,10 +89,7 @@ impl russh::server::Handler for Connection {
         let user = self.user.clone().unwrap_or_default();
         let Some((sid, info)) = self.server.open_session(&user, self.peer) else {
             warn!(user, "max-sessions reached, refusing a NETCONF session");
-            self.server
-                .stats
-                .dropped_sessions
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.server.stats.dropped_sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             session.channel_failure(id)?;
             return Ok(());
         };
@@ -122,11 +104,7 @@ impl russh::server::Handler for Connection {
         Ok(())
     }
 
-    async fn channel_eof(
-        &mut self,
-        channel: ChannelId,
-        session: &mut Session,
-    ) -> Result<(), Self::Error> {
+    async fn channel_eof(&mut self, channel: ChannelId, session: &mut Session) -> Result<(), Self::Error> {
         session.close(channel)?;
         Ok(())
     }
@@ -142,15 +120,11 @@ pub async fn serve(
     let config = Arc::new(ssh_config(host_key));
     let mut listeners = Vec::new();
     for addr in &server.settings.listen {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|e| std::io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
+        let l =
+            TcpListener::bind(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
         listeners.push(l);
     }
-    let bound: Vec<SocketAddr> = listeners
-        .iter()
-        .filter_map(|l| l.local_addr().ok())
-        .collect();
+    let bound: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     ready(&bound);
     let mut tasks = Vec::new();
     for l in listeners {
@@ -170,11 +144,7 @@ pub async fn serve(
     Ok(())
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    server: Arc<Server>,
-    config: Arc<russh::server::Config>,
-) {
+async fn accept_loop(listener: TcpListener, server: Arc<Server>, config: Arc<russh::server::Config>) {
     loop {
         let (socket, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -185,12 +155,7 @@ async fn accept_loop(
             }
         };
         let _ = socket.set_nodelay(true);
-        let handler = Connection {
-            server: server.clone(),
-            peer: Some(peer),
-            user: None,
-            channels: HashMap::new(),
-        };
+        let handler = Connection { server: server.clone(), peer: Some(peer), user: None, channels: HashMap::new() };
         let config = config.clone();
         let mut shutdown = server.shutdown.subscribe();
         tokio::spawn(async move {

@@ -25,14 +25,7 @@ pub struct ModuleSource {
 
 /// Every module compiled into the binary.
 pub fn sources() -> impl Iterator<Item = ModuleSource> {
-    embedded::EMBEDDED
-        .iter()
-        .map(|&(name, revision, text, ours)| ModuleSource {
-            name,
-            revision,
-            text,
-            ours,
-        })
+    embedded::EMBEDDED.iter().map(|&(name, revision, text, ours)| ModuleSource { name, revision, text, ours })
 }
 
 /// The source text of a module, for `<get-schema>` (RFC 6022 section 3.1).
@@ -45,15 +38,7 @@ pub fn module_source(name: &str, revision: Option<&str>) -> Option<ModuleSource>
 pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     (
         "ietf-netconf",
-        &[
-            "writable-running",
-            "candidate",
-            "confirmed-commit",
-            "rollback-on-error",
-            "validate",
-            "startup",
-            "xpath",
-        ],
+        &["writable-running", "candidate", "confirmed-commit", "rollback-on-error", "validate", "startup", "xpath"],
     ),
     ("ietf-netconf-with-defaults", &[]),
     ("ietf-netconf-monitoring", &[]),
@@ -63,10 +48,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("ietf-origin", &[]),
     ("ietf-yang-library", &[]),
     ("ietf-datastores", &[]),
-    (
-        "ietf-subscribed-notifications",
-        &["encode-xml", "replay", "subtree", "xpath"],
-    ),
+    ("ietf-subscribed-notifications", &["encode-xml", "replay", "subtree", "xpath"]),
     ("ietf-yang-push", &["on-change"]),
     ("ietf-yang-patch", &[]),
     ("cats-sma-types", &[]),
@@ -80,22 +62,15 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
 /// Builds a fresh context with every module of [`IMPLEMENTED`], resolving imports only from
 /// the embedded sources (never from the file system).
 pub fn new_context() -> std::result::Result<Context, String> {
-    let mut ctx = Context::new(ContextFlags::DISABLE_SEARCHDIRS)
-        .map_err(|e| format!("libyang context: {e}"))?;
+    let mut ctx = Context::new(ContextFlags::DISABLE_SEARCHDIRS).map_err(|e| format!("libyang context: {e}"))?;
     let mut embedded: EmbeddedModules = HashMap::new();
     for m in sources() {
-        embedded.insert(
-            EmbeddedModuleKey::new(m.name, m.revision, None, None),
-            m.text,
-        );
-        embedded
-            .entry(EmbeddedModuleKey::new(m.name, None, None, None))
-            .or_insert(m.text);
+        embedded.insert(EmbeddedModuleKey::new(m.name, m.revision, None, None), m.text);
+        embedded.entry(EmbeddedModuleKey::new(m.name, None, None, None)).or_insert(m.text);
     }
     ctx.set_embedded_modules(&embedded);
     for (name, features) in IMPLEMENTED {
-        ctx.load_module(name, None, features)
-            .map_err(|e| format!("loading YANG module {name}: {e}"))?;
+        ctx.load_module(name, None, features).map_err(|e| format!("loading YANG module {name}: {e}"))?;
     }
     Ok(ctx)
 }
@@ -154,14 +129,9 @@ mod tests {
     fn every_implemented_module_is_embedded_and_loads() {
         let ctx = context();
         for (name, _) in IMPLEMENTED {
-            let m = ctx
-                .get_module_implemented(name)
-                .unwrap_or_else(|| panic!("{name}"));
+            let m = ctx.get_module_implemented(name).unwrap_or_else(|| panic!("{name}"));
             assert!(m.is_implemented());
-            assert!(
-                module_source(name, None).is_some(),
-                "{name} has no embedded source"
-            );
+            assert!(module_source(name, None).is_some(), "{name} has no embedded source");
         }
     }
 
@@ -169,10 +139,7 @@ mod tests {
     fn yang_library_lists_our_modules() {
         let lib = yang_library(context()).unwrap();
         use yang2::data::{Data, DataFormat, DataPrinterFlags};
-        let xml = lib
-            .print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS)
-            .unwrap()
-            .unwrap();
+        let xml = lib.print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS).unwrap().unwrap();
         assert!(xml.contains("<name>cats-sma</name>"));
         assert!(xml.contains("urn:cats-sma:yang:cats-sma"));
         assert!(xml.contains("<content-id>"));

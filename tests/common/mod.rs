@@ -59,12 +59,10 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
             keep.lock().unwrap().push(line);
         }
     });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!("agent did not report ready: {:?}", lines.lock().unwrap())
-        });
+    let addr = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
+        let _ = child.kill();
+        panic!("agent did not report ready: {:?}", lines.lock().unwrap())
+    });
     AgentProcess {
         child,
         addr: addr.parse().expect("ready line address"),
@@ -79,10 +77,7 @@ struct AcceptAny {
 
 impl client::Handler for AcceptAny {
     type Error = russh::Error;
-    async fn check_server_key(
-        &mut self,
-        key: &russh::keys::PublicKeyOrCertificate,
-    ) -> Result<bool, Self::Error> {
+    async fn check_server_key(&mut self, key: &russh::keys::PublicKeyOrCertificate) -> Result<bool, Self::Error> {
         if let russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } = key {
             *self.seen.lock().unwrap() = Some(key.clone());
         }
@@ -100,30 +95,16 @@ pub struct RawSession {
 pub async fn connect(addr: SocketAddr, user: &str, password: &str) -> Result<RawSession, String> {
     let seen = Arc::new(std::sync::Mutex::new(None));
     let config = Arc::new(client::Config::default());
-    let mut handle = client::connect(config, addr, AcceptAny { seen: seen.clone() })
-        .await
-        .map_err(|e| e.to_string())?;
-    let auth = handle
-        .authenticate_password(user, password)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut handle =
+        client::connect(config, addr, AcceptAny { seen: seen.clone() }).await.map_err(|e| e.to_string())?;
+    let auth = handle.authenticate_password(user, password).await.map_err(|e| e.to_string())?;
     if !auth.success() {
         return Err("authentication failed".into());
     }
-    let channel = handle
-        .channel_open_session()
-        .await
-        .map_err(|e| e.to_string())?;
-    channel
-        .request_subsystem(true, "netconf")
-        .await
-        .map_err(|e| e.to_string())?;
+    let channel = handle.channel_open_session().await.map_err(|e| e.to_string())?;
+    channel.request_subsystem(true, "netconf").await.map_err(|e| e.to_string())?;
     let host_key = seen.lock().unwrap().clone();
-    Ok(RawSession {
-        stream: channel.into_stream(),
-        host_key,
-        _handle: handle,
-    })
+    Ok(RawSession { stream: channel.into_stream(), host_key, _handle: handle })
 }
 
 impl RawSession {
@@ -191,10 +172,7 @@ pub fn decode_chunks(raw: &[u8]) -> String {
             break;
         }
         let nl = raw[i + 2..].iter().position(|&b| b == b'\n').unwrap() + i + 2;
-        let n: usize = std::str::from_utf8(&raw[i + 2..nl])
-            .unwrap()
-            .parse()
-            .unwrap();
+        let n: usize = std::str::from_utf8(&raw[i + 2..nl]).unwrap().parse().unwrap();
         out.extend_from_slice(&raw[nl + 1..nl + 1 + n]);
         i = nl + 1 + n;
     }

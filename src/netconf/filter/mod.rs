@@ -21,32 +21,20 @@ pub enum Filter<'m> {
 impl<'m> Filter<'m> {
     /// Reads a `<filter>` element (RFC 6241 section 6 and 8.9).
     pub fn parse(el: &'m Element) -> Result<Filter<'m>, RpcError> {
-        let ty = el
-            .attr("type")
-            .or_else(|| el.attr_ns(NS_BASE, "type"))
-            .unwrap_or("subtree");
+        let ty = el.attr("type").or_else(|| el.attr_ns(NS_BASE, "type")).unwrap_or("subtree");
         match ty {
             "subtree" => Ok(Filter::Subtree(el)),
             "xpath" => {
-                let select = el
-                    .attr("select")
-                    .or_else(|| el.attr_ns(NS_BASE, "select"))
-                    .ok_or_else(|| {
-                        RpcError::protocol(
-                            ErrorTag::MissingAttribute,
-                            "an xpath filter needs a select attribute",
-                        )
+                let select = el.attr("select").or_else(|| el.attr_ns(NS_BASE, "select")).ok_or_else(|| {
+                    RpcError::protocol(ErrorTag::MissingAttribute, "an xpath filter needs a select attribute")
                         .with_bad_attribute("select")
                         .with_bad_element("filter")
-                    })?;
+                })?;
                 Ok(Filter::XPath(xpath::to_json_prefixes(select, &el.scope)?))
             }
-            other => Err(RpcError::protocol(
-                ErrorTag::BadAttribute,
-                format!("unknown filter type \"{other}\""),
-            )
-            .with_bad_attribute("type")
-            .with_bad_element("filter")),
+            other => Err(RpcError::protocol(ErrorTag::BadAttribute, format!("unknown filter type \"{other}\""))
+                .with_bad_attribute("type")
+                .with_bad_element("filter")),
         }
     }
 
@@ -65,9 +53,7 @@ pub(crate) fn copy_into(
     out: &mut DataTree<'static>,
     node: &yang2::data::DataNodeRef<'_, 'static>,
 ) -> Result<(), RpcError> {
-    let dup = node
-        .duplicate(true)
-        .map_err(|e| RpcError::from_libyang(&e))?;
+    let dup = node.duplicate(true).map_err(|e| RpcError::from_libyang(&e))?;
     out.merge(&dup).map_err(|e| RpcError::from_libyang(&e))
 }
 
@@ -78,20 +64,12 @@ pub fn is_empty(tree: &DataTree<'static>) -> bool {
 
 /// Selects all data of a tree that matches one of several XPaths (union), used by both
 /// filters.
-pub(crate) fn select_xpath(
-    tree: &DataTree<'static>,
-    xpath: &str,
-    out: &mut DataTree<'static>,
-) -> Result<(), RpcError> {
+pub(crate) fn select_xpath(tree: &DataTree<'static>, xpath: &str, out: &mut DataTree<'static>) -> Result<(), RpcError> {
     if tree.reference().is_none() {
         return Ok(());
     }
     let set = tree.find_xpath(xpath).map_err(|e| {
-        RpcError::protocol(
-            ErrorTag::InvalidValue,
-            format!("invalid XPath \"{xpath}\": {e}"),
-        )
-        .with_bad_element("filter")
+        RpcError::protocol(ErrorTag::InvalidValue, format!("invalid XPath \"{xpath}\": {e}")).with_bad_element("filter")
     })?;
     for n in set {
         copy_into(out, &n)?;

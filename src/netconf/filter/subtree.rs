@@ -40,10 +40,7 @@ pub fn apply(filter: &Element, tree: &DataTree<'static>) -> Result<DataTree<'sta
 /// Does data node `n` have the filter element's name and (if given) namespace (6.2.1)?
 fn same_node(n: &DataNodeRef<'_, '_>, f: &Element) -> bool {
     let s = n.schema();
-    s.name() == f.name
-        && f.ns
-            .as_deref()
-            .is_none_or(|ns| ns.is_empty() || s.module().namespace() == ns)
+    s.name() == f.name && f.ns.as_deref().is_none_or(|ns| ns.is_empty() || s.module().namespace() == ns)
 }
 
 /// Attribute match expressions (6.2.2): every attribute of the filter node that is not a
@@ -90,21 +87,14 @@ fn siblings(
 /// A container or list entry selected by a containment node: its content match children
 /// decide whether it is selected at all; with no other children they select its whole
 /// subtree, else the other children are filtered in turn (6.2.5).
-fn instance(
-    n: &DataNodeRef<'_, 'static>,
-    fchildren: &[Element],
-    out: &mut DataTree<'static>,
-) -> Result<(), RpcError> {
+fn instance(n: &DataNodeRef<'_, 'static>, fchildren: &[Element], out: &mut DataTree<'static>) -> Result<(), RpcError> {
     let children: Vec<DataNodeRef<'_, 'static>> = n.children().collect();
-    let (matches, others): (Vec<&Element>, Vec<&Element>) = fchildren
-        .iter()
-        .partition(|f| matches!(kind(f), Kind::ContentMatch));
+    let (matches, others): (Vec<&Element>, Vec<&Element>) =
+        fchildren.iter().partition(|f| matches!(kind(f), Kind::ContentMatch));
     let mut matched = Vec::new();
     for cm in &matches {
-        let hits: Vec<&DataNodeRef<'_, 'static>> = children
-            .iter()
-            .filter(|c| same_node(c, cm) && attrs_match(c, cm) && value_matches(c, cm))
-            .collect();
+        let hits: Vec<&DataNodeRef<'_, 'static>> =
+            children.iter().filter(|c| same_node(c, cm) && attrs_match(c, cm) && value_matches(c, cm)).collect();
         if hits.is_empty() {
             return Ok(());
         }
@@ -127,10 +117,7 @@ fn instance(
     Ok(())
 }
 
-fn copy_into_shallow(
-    out: &mut DataTree<'static>,
-    n: &DataNodeRef<'_, 'static>,
-) -> Result<(), RpcError> {
+fn copy_into_shallow(out: &mut DataTree<'static>, n: &DataNodeRef<'_, 'static>) -> Result<(), RpcError> {
     // Keys come with the parents of the first key; a keyless node is copied as is.
     match n.list_keys().next() {
         Some(k) => copy_into(out, &k),

@@ -26,10 +26,7 @@ pub fn to_json_prefixes(expr: &str, scope: &Scope) -> Result<String, RpcError> {
             out.push(c);
             continue;
         }
-        let prev_is_name = out
-            .chars()
-            .last()
-            .is_some_and(|p| p.is_alphanumeric() || p == '-' || p == '_' || p == '.');
+        let prev_is_name = out.chars().last().is_some_and(|p| p.is_alphanumeric() || p == '-' || p == '_' || p == '.');
         if (c.is_alphabetic() || c == '_') && !prev_is_name {
             let rest = &expr[i..];
             let len = rest
@@ -43,18 +40,12 @@ pub fn to_json_prefixes(expr: &str, scope: &Scope) -> Result<String, RpcError> {
             // A prefix is a word followed by ':' that is not '::' (an axis).
             if after.starts_with(':') && !after.starts_with("::") {
                 let ns = scope.resolve(Some(word)).ok_or_else(|| {
-                    RpcError::protocol(
-                        ErrorTag::InvalidValue,
-                        format!("XPath prefix \"{word}\" is not declared"),
-                    )
-                    .with_bad_element("filter")
+                    RpcError::protocol(ErrorTag::InvalidValue, format!("XPath prefix \"{word}\" is not declared"))
+                        .with_bad_element("filter")
                 })?;
                 let module = ctx.get_module_latest_ns(ns).ok_or_else(|| {
-                    RpcError::protocol(
-                        ErrorTag::UnknownNamespace,
-                        format!("no YANG module has namespace \"{ns}\""),
-                    )
-                    .with_bad_element("filter")
+                    RpcError::protocol(ErrorTag::UnknownNamespace, format!("no YANG module has namespace \"{ns}\""))
+                        .with_bad_element("filter")
                 })?;
                 out.push_str(module.name());
             } else {

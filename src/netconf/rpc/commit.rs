@@ -1,17 +1,35 @@
-//! `<commit>` (RFC 6241 section 8.3): the candidate becomes running.
+//! `<commit>` (RFC 6241 sections 8.3 and 8.4): the candidate becomes running; with
+//! `<confirmed/>` it is rolled back unless confirmed (see `confirmed_commit.rs`).
 
 use super::{one, Body, OpResult, SessionCtx};
 use crate::error::{ErrorTag, RpcError};
+use crate::netconf::confirmed_commit::{CommitRequest, DEFAULT_TIMEOUT};
 use crate::netconf::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
-    if op.param("confirmed").is_some() || op.param("persist").is_some() {
-        return Err(one(RpcError::protocol(
-            ErrorTag::OperationNotSupported,
-            "confirmed commit is not available yet on this server",
-        )
-        .with_bad_element("confirmed")));
+    let timeout = match op.param("confirm-timeout") {
+        None => DEFAULT_TIMEOUT,
+        Some(t) => match t.trimmed().parse::<u32>() {
+            Ok(v) if v > 0 => v,
+            _ => {
+                return Err(one(RpcError::protocol(
+                    ErrorTag::InvalidValue,
+                    format!("invalid confirm-timeout \"{}\"", t.trimmed()),
+                )
+                .with_bad_element("confirm-timeout")))
+            }
+        },
+    };
+    let req = CommitRequest {
+        confirmed: op.param("confirmed").is_some(),
+        timeout,
+        persist: op.param("persist").map(|p| p.trimmed().to_owned()),
+        persist_id: op.param("persist-id").map(|p| p.trimmed().to_owned()),
+    };
+    if !req.confirmed && (op.param("confirm-timeout").is_some() || req.persist.is_some()) {
+        return Err(one(RpcError::protocol(ErrorTag::InvalidValue, "confirm-timeout and persist need <confirmed/>")
+            .with_bad_element(if req.persist.is_some() { "persist" } else { "confirm-timeout" })));
     }
-    ctx.server.datastores.commit(ctx.id, false).map_err(one)?;
+    ctx.server.confirmed_commit.commit(&ctx.server, ctx.id, req).map_err(one)?;
     Ok(Body::Ok)
 }

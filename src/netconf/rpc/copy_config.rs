@@ -12,16 +12,12 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let inline = op.param("source").and_then(|s| s.param("config"));
     match inline {
         Some(config) => {
-            let tree = ds
-                .parse_config(config_text(config, src).as_bytes(), DataFormat::XML)
-                .map_err(one)?;
-            ds.copy(ctx.id, Source::Config(&tree), target)
-                .map_err(one)?;
+            let tree = ds.parse_config(config_text(config, src).as_bytes(), DataFormat::XML).map_err(one)?;
+            ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         }
         None => {
             let source = datastore_param(op, "source")?;
-            ds.copy(ctx.id, Source::Datastore(source), target)
-                .map_err(one)?;
+            ds.copy(ctx.id, Source::Datastore(source), target).map_err(one)?;
         }
     }
     Ok(Body::Ok)

@@ -43,41 +43,27 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         };
     }
     if op.param("url").is_some() {
-        return Err(one(RpcError::protocol(
-            ErrorTag::OperationNotSupported,
-            "the :url capability is not supported",
-        )
-        .with_bad_element("url")));
+        return Err(one(RpcError::protocol(ErrorTag::OperationNotSupported, "the :url capability is not supported")
+            .with_bad_element("url")));
     }
-    let config = op
-        .param("config")
-        .ok_or_else(|| missing("config", "edit-config"))?;
+    let config = op.param("config").ok_or_else(|| missing("config", "edit-config"))?;
     let text = config_text(config, src);
     let ds = &ctx.server.datastores;
     if opts.default_operation == EditOp::Replace {
         // RFC 6241 7.2: with default-operation replace, <config> replaces the whole target.
-        let tree = ds
-            .parse_config(text.as_bytes(), DataFormat::XML)
-            .map_err(one)?;
+        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(one)?;
         if opts.test_option == TestOption::TestOnly {
             ds.validate(Source::Config(&tree)).map_err(one)?;
         } else {
-            ds.copy(ctx.id, Source::Config(&tree), target)
-                .map_err(one)?;
+            ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         }
         return Ok(Body::Ok);
     }
-    let edit = ds
-        .parse_edit(text.as_bytes(), DataFormat::XML)
-        .map_err(one)?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(one)?;
     ds.edit(ctx.id, target, &edit, opts)?;
     Ok(Body::Ok)
 }
 
 fn bad_value(param: &str, value: &str) -> Vec<RpcError> {
-    one(RpcError::protocol(
-        ErrorTag::InvalidValue,
-        format!("invalid {param} \"{value}\""),
-    )
-    .with_bad_element(param))
+    one(RpcError::protocol(ErrorTag::InvalidValue, format!("invalid {param} \"{value}\"")).with_bad_element(param))
 }

@@ -7,11 +7,7 @@ use crate::netconf::xml::Element;
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let filter = filter_param(op)?;
     let wd = with_defaults(op)?;
-    let tree = ctx
-        .server
-        .datastores
-        .read(Datastore::Operational, None)
-        .map_err(one)?;
+    let tree = ctx.server.datastores.read(Datastore::Operational, None).map_err(one)?;
     let tree = match &filter {
         None => tree,
         Some(f) => f.apply(&tree).map_err(one)?,

@@ -1,13 +1,16 @@
 //! The `<rpc>` envelope (RFC 6241 section 4.1) and dispatch to one handler per operation.
 
+mod cancel_commit;
 mod close_session;
 mod commit;
 mod copy_config;
 mod delete_config;
 mod discard_changes;
 mod edit_config;
+mod edit_data;
 mod get;
 mod get_config;
+mod get_data;
 mod get_schema;
 mod kill_session;
 mod lock;
@@ -23,7 +26,7 @@ use yang2::data::{Data, DataPrinterFlags, DataTree};
 use super::error::reply_errors;
 use super::filter::Filter;
 use super::xml::{self, escape_attr, Element};
-use super::{Server, SessionInfo, NS_BASE, NS_MONITORING, NS_WITH_DEFAULTS};
+use super::{Server, SessionInfo, NS_BASE, NS_MONITORING, NS_NMDA, NS_WITH_DEFAULTS};
 use crate::datastore::{Datastore, SessionId};
 use crate::error::{ErrorTag, ErrorType, RpcError};
 
@@ -66,36 +69,20 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         Ok(r) => r,
         Err(e) => {
             // RFC 6241 Appendix A: malformed-message is base:1.1 only.
-            let tag = if ctx.base11 {
-                ErrorTag::MalformedMessage
-            } else {
-                ErrorTag::OperationFailed
-            };
+            let tag = if ctx.base11 { ErrorTag::MalformedMessage } else { ErrorTag::OperationFailed };
             return bad(
-                vec![RpcError::new(
-                    tag,
-                    ErrorType::Rpc,
-                    format!("the message is not well-formed XML: {e}"),
-                )],
+                vec![RpcError::new(tag, ErrorType::Rpc, format!("the message is not well-formed XML: {e}"))],
                 "",
             );
         }
     };
     if !root.is(NS_BASE, "rpc") {
         let e = if root.ns.as_deref() != Some(NS_BASE) {
-            RpcError::new(
-                ErrorTag::UnknownNamespace,
-                ErrorType::Rpc,
-                "a NETCONF message must be in the base namespace",
-            )
-            .with_bad_element(root.name.clone())
+            RpcError::new(ErrorTag::UnknownNamespace, ErrorType::Rpc, "a NETCONF message must be in the base namespace")
+                .with_bad_element(root.name.clone())
         } else {
-            RpcError::new(
-                ErrorTag::UnknownElement,
-                ErrorType::Rpc,
-                format!("expected <rpc>, got <{}>", root.name),
-            )
-            .with_bad_element(root.name.clone())
+            RpcError::new(ErrorTag::UnknownElement, ErrorType::Rpc, format!("expected <rpc>, got <{}>", root.name))
+                .with_bad_element(root.name.clone())
         };
         if let Some(ns) = root.ns.clone().filter(|ns| ns != NS_BASE) {
             let mut e = e;
@@ -108,13 +95,9 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
     if root.attr("message-id").is_none() {
         // RFC 6241 4.1: a missing message-id is answered with missing-attribute.
         return bad(
-            vec![RpcError::new(
-                ErrorTag::MissingAttribute,
-                ErrorType::Rpc,
-                "the <rpc> element has no message-id",
-            )
-            .with_bad_attribute("message-id")
-            .with_bad_element("rpc")],
+            vec![RpcError::new(ErrorTag::MissingAttribute, ErrorType::Rpc, "the <rpc> element has no message-id")
+                .with_bad_attribute("message-id")
+                .with_bad_element("rpc")],
             &attrs,
         );
     }
@@ -122,12 +105,8 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         [op] => op,
         [] => {
             return bad(
-                vec![RpcError::new(
-                    ErrorTag::MissingElement,
-                    ErrorType::Rpc,
-                    "the <rpc> element holds no operation",
-                )
-                .with_bad_element("rpc")],
+                vec![RpcError::new(ErrorTag::MissingElement, ErrorType::Rpc, "the <rpc> element holds no operation")
+                    .with_bad_element("rpc")],
                 &attrs,
             )
         }
@@ -144,29 +123,16 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         }
     };
     let result = dispatch(ctx, op, src);
-    let after = if op.is(NS_BASE, "close-session") && result.is_ok() {
-        After::Close
-    } else {
-        After::Continue
-    };
+    let after = if op.is(NS_BASE, "close-session") && result.is_ok() { After::Close } else { After::Continue };
     match result {
-        Ok(Body::Ok) => (
-            format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}><ok/></rpc-reply>"),
-            after,
-        ),
-        Ok(Body::Data(d)) => (
-            format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}>{d}</rpc-reply>"),
-            after,
-        ),
+        Ok(Body::Ok) => (format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}><ok/></rpc-reply>"), after),
+        Ok(Body::Data(d)) => (format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}>{d}</rpc-reply>"), after),
         Err(errors) => (errors_reply(ctx, &attrs, &errors), after),
     }
 }
 
 fn errors_reply(ctx: &SessionCtx, attrs: &str, errors: &[RpcError]) -> String {
-    ctx.server
-        .stats
-        .out_rpc_errors
-        .fetch_add(1, Ordering::Relaxed);
+    ctx.server.stats.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     ctx.info.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     reply_errors(attrs, errors)
 }
@@ -184,9 +150,12 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         (NS_BASE, "close-session") => close_session::run(ctx, op),
         (NS_BASE, "kill-session") => kill_session::run(ctx, op),
         (NS_BASE, "commit") => commit::run(ctx, op),
+        (NS_BASE, "cancel-commit") => cancel_commit::run(ctx, op),
         (NS_BASE, "discard-changes") => discard_changes::run(ctx, op),
         (NS_BASE, "validate") => validate::run(ctx, op, src),
         (NS_MONITORING, "get-schema") => get_schema::run(ctx, op),
+        (NS_NMDA, "get-data") => get_data::run(ctx, op),
+        (NS_NMDA, "edit-data") => edit_data::run(ctx, op, src),
         (NS_BASE, name) => Err(vec![RpcError::protocol(
             ErrorTag::OperationNotSupported,
             format!("<{name}> is not a NETCONF base operation this server supports"),
@@ -201,11 +170,9 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
                 )
                 .with_bad_element(name)])
             } else {
-                let mut e = RpcError::protocol(
-                    ErrorTag::UnknownNamespace,
-                    format!("no YANG module has namespace \"{ns}\""),
-                )
-                .with_bad_element(name);
+                let mut e =
+                    RpcError::protocol(ErrorTag::UnknownNamespace, format!("no YANG module has namespace \"{ns}\""))
+                        .with_bad_element(name);
                 e.bad_namespace = Some(ns.to_owned());
                 Err(vec![e])
             }
@@ -238,10 +205,7 @@ fn echo_attributes(rpc: &Element) -> String {
 // ----- shared parameter helpers ---------------------------------------------------------
 
 pub(crate) fn missing(param: &str, op: &str) -> Vec<RpcError> {
-    vec![
-        RpcError::protocol(ErrorTag::MissingElement, format!("<{op}> needs <{param}>"))
-            .with_bad_element(param),
-    ]
+    vec![RpcError::protocol(ErrorTag::MissingElement, format!("<{op}> needs <{param}>")).with_bad_element(param)]
 }
 
 /// Reads a datastore parameter (`<target>`, `<source>`): one of running, candidate, startup.
@@ -251,26 +215,19 @@ pub(crate) fn datastore_param(op: &Element, param: &str) -> Result<Datastore, Ve
         return Err(missing("running/candidate/startup", param));
     };
     if !matches!(which.ns.as_deref(), None | Some("") | Some(NS_BASE)) {
-        return Err(vec![RpcError::protocol(
-            ErrorTag::UnknownElement,
-            format!("unknown datastore <{}>", which.name),
-        )
-        .with_bad_element(which.name.clone())]);
+        return Err(vec![RpcError::protocol(ErrorTag::UnknownElement, format!("unknown datastore <{}>", which.name))
+            .with_bad_element(which.name.clone())]);
     }
     match which.name.as_str() {
         "running" => Ok(Datastore::Running),
         "candidate" => Ok(Datastore::Candidate),
         "startup" => Ok(Datastore::Startup),
-        "url" => Err(vec![RpcError::protocol(
-            ErrorTag::OperationNotSupported,
-            "the :url capability is not supported",
-        )
-        .with_bad_element("url")]),
-        other => Err(vec![RpcError::protocol(
-            ErrorTag::BadElement,
-            format!("<{other}> is not a datastore"),
-        )
-        .with_bad_element(other)]),
+        "url" => Err(vec![RpcError::protocol(ErrorTag::OperationNotSupported, "the :url capability is not supported")
+            .with_bad_element("url")]),
+        other => {
+            Err(vec![RpcError::protocol(ErrorTag::BadElement, format!("<{other}> is not a datastore"))
+                .with_bad_element(other)])
+        }
     }
 }
 
@@ -303,16 +260,19 @@ pub(crate) fn with_defaults(op: &Element) -> Result<WithDefaults, Vec<RpcError>>
 }
 
 /// Prints a data tree as the content of a `<data>` element.
-pub(crate) fn data_element(
-    tree: &DataTree<'static>,
-    wd: WithDefaults,
-) -> Result<String, Vec<RpcError>> {
+pub(crate) fn data_element(tree: &DataTree<'static>, wd: WithDefaults) -> Result<String, Vec<RpcError>> {
+    print_data(tree, wd, false)
+}
+
+/// Like [`data_element`]; `keep_empty` keeps containers emptied by depth pruning.
+pub(crate) fn print_data(tree: &DataTree<'static>, wd: WithDefaults, keep_empty: bool) -> Result<String, Vec<RpcError>> {
     let mut flags = DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::SHRINK;
+    if keep_empty {
+        flags |= DataPrinterFlags::KEEP_EMPTY_CONT;
+    }
     flags |= match wd {
         WithDefaults::ReportAll => DataPrinterFlags::WD_ALL,
-        WithDefaults::ReportAllTagged => {
-            DataPrinterFlags::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG)
-        }
+        WithDefaults::ReportAllTagged => DataPrinterFlags::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG),
         WithDefaults::Trim => DataPrinterFlags::WD_TRIM,
         WithDefaults::Explicit => DataPrinterFlags::WD_EXPLICIT,
     };
