@@ -6,18 +6,9 @@ use std::path::{Path, PathBuf};
 
 fn revision_of(text: &str) -> Option<String> {
     // The first `revision` statement is the module's current revision (RFC 7950 7.1.9).
-    let idx = text
-        .find("\n  revision ")
-        .or_else(|| text.find("revision "))?;
-    let rest = text[idx..]
-        .trim_start()
-        .strip_prefix("revision")?
-        .trim_start();
-    let rev: String = rest
-        .trim_start_matches('"')
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '-')
-        .collect();
+    let idx = text.find("\n  revision ").or_else(|| text.find("revision "))?;
+    let rest = text[idx..].trim_start().strip_prefix("revision")?.trim_start();
+    let rev: String = rest.trim_start_matches('"').chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
     (rev.len() == 10).then_some(rev)
 }
 
@@ -63,12 +54,7 @@ fn main() {
             None => "None".into(),
         };
         let ours = f.parent() == Some(ours.as_path());
-        writeln!(
-            code,
-            "    ({name:?}, {rev}, include_str!({:?}), {ours}),",
-            f.display()
-        )
-        .unwrap();
+        writeln!(code, "    ({name:?}, {rev}, include_str!({:?}), {ours}),", f.display()).unwrap();
     }
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_yang.rs");

@@ -57,26 +57,17 @@ fn describe(output: &Output) -> String {
 fn yang_modules_lint_clean() {
     require_pyang();
     let output = run_script("lint-yang.sh");
-    assert!(
-        output.status.success(),
-        "scripts/lint-yang.sh reported errors or warnings\n{}",
-        describe(&output)
-    );
+    assert!(output.status.success(), "scripts/lint-yang.sh reported errors or warnings\n{}", describe(&output));
 }
 
 #[test]
 fn yang_tree_doc_is_current() {
     require_pyang();
     let output = run_script("yang-tree.sh");
-    assert!(
-        output.status.success(),
-        "scripts/yang-tree.sh failed\n{}",
-        describe(&output)
-    );
+    assert!(output.status.success(), "scripts/yang-tree.sh failed\n{}", describe(&output));
 
     let doc_path = root().join("docs/yang-tree.txt");
-    let committed = std::fs::read(&doc_path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", doc_path.display()));
+    let committed = std::fs::read(&doc_path).unwrap_or_else(|e| panic!("cannot read {}: {e}", doc_path.display()));
     if output.stdout == committed {
         return;
     }
@@ -93,10 +84,7 @@ fn yang_tree_doc_is_current() {
          (first difference at line {}:\n  generated: {:?}\n  committed: {:?}).\n\
          Regenerate it with:\n  scripts/yang-tree.sh > docs/yang-tree.txt",
         first_diff + 1,
-        generated
-            .lines()
-            .nth(first_diff)
-            .unwrap_or("<end of output>"),
+        generated.lines().nth(first_diff).unwrap_or("<end of output>"),
         committed.lines().nth(first_diff).unwrap_or("<end of file>"),
     );
 }
