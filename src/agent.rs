@@ -33,7 +33,13 @@ impl Agent {
         let ctx = crate::yang::context();
         let datastores =
             Arc::new(Datastores::open(ctx, Some(state.startup_file())).map_err(|e| format!("datastores: {e}"))?);
-        let server = netconf::Server::new(datastores, users, boot.netconf.clone());
+        let recovery = boot.recovery_user.clone().unwrap_or_else(|| ADMIN_USER.to_owned());
+        let nacm = crate::nacm::Nacm::new(Some(recovery));
+        datastores.with_tree(crate::datastore::Datastore::Running, |t| nacm.load(t)).map_err(|e| e.to_string())?;
+        datastores.register_consumer(nacm.clone());
+        datastores.set_write_guard(nacm.clone());
+        datastores.register_state_provider(nacm.clone());
+        let server = netconf::Server::new(datastores, users, boot.netconf.clone(), nacm);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
             let _ = tx.send(addrs.to_vec());

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod config;
 pub mod datastore;
 pub mod error;
+pub mod nacm;
 pub mod netconf;
 pub mod users;
 pub mod yang;

@@ -24,6 +24,9 @@ pub struct Bootstrap {
     pub sci_listen: Option<SocketAddr>,
     /// Users besides the generated admin.
     pub users: Vec<UserEntry>,
+    /// The NACM recovery user (RFC 8341 section 3.2): not subject to access control, so a
+    /// broken NACM configuration can always be repaired. Defaults to the generated admin.
+    pub recovery_user: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -137,6 +137,12 @@ pub trait ConfigConsumer: Send + Sync {
     fn abort(&self, _tx: &Transaction<'_>) {}
 }
 
+/// Decides whether a session may make these changes (NACM, RFC 8341 section 3.4.5). Called
+/// on every edit, copy and delete before anything is kept.
+pub trait WriteGuard: Send + Sync {
+    fn check(&self, session: SessionId, target: Datastore, changes: &[Change]) -> Result<(), RpcError>;
+}
+
 /// Renders operational state (config false data) into the operational view.
 pub trait StateProvider: Send + Sync {
     /// Adds this provider's state to `tree`. `xpath`, when given, is the selection the
@@ -171,6 +177,7 @@ pub struct Datastores {
     inner: Mutex<Inner>,
     consumers: RwLock<Vec<Arc<dyn ConfigConsumer>>>,
     providers: RwLock<Vec<Arc<dyn StateProvider>>>,
+    guard: RwLock<Option<Arc<dyn WriteGuard>>>,
     startup_file: Option<PathBuf>,
     fast_path: validate::FastPath,
 }
@@ -227,6 +234,7 @@ impl Datastores {
             }),
             consumers: RwLock::new(Vec::new()),
             providers: RwLock::new(Vec::new()),
+            guard: RwLock::new(None),
             startup_file,
             fast_path: validate::FastPath::new(ctx),
         })
@@ -246,6 +254,18 @@ impl Datastores {
     /// configuration already in running (read it with [`Datastores::read`]).
     pub fn register_consumer(&self, c: Arc<dyn ConfigConsumer>) {
         self.consumers.write().unwrap_or_else(|e| e.into_inner()).push(c);
+    }
+
+    /// Installs the write guard (NACM).
+    pub fn set_write_guard(&self, g: Arc<dyn WriteGuard>) {
+        *self.guard.write().unwrap_or_else(|e| e.into_inner()) = Some(g);
+    }
+
+    fn check_guard(&self, session: SessionId, target: Datastore, changes: &[Change]) -> Result<(), RpcError> {
+        match self.guard.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(g) if session != SYSTEM_SESSION && !changes.is_empty() => g.check(session, target, changes),
+            _ => Ok(()),
+        }
     }
 
     pub fn register_state_provider(&self, p: Arc<dyn StateProvider>) {
@@ -429,97 +449,64 @@ impl Datastores {
         let mut guard = self.lock_inner();
         let inner = &mut *guard;
         Self::check_writable(inner, session, target).map_err(|e| vec![e])?;
-        match target {
-            Datastore::Candidate => {
-                self.ensure_candidate(inner).map_err(|e| vec![e])?;
-                let cand = inner.candidate.as_mut().expect("candidate just ensured");
-                let mut ed = edit::Editor::new(&mut cand.tree);
-                ed.apply(edit, opts.default_operation, opts.error_option);
-                let failed = !ed.errors.is_empty();
-                if (failed && opts.error_option != ErrorOption::ContinueOnError)
-                    || opts.test_option == TestOption::TestOnly
-                {
-                    let errors = std::mem::take(&mut ed.errors);
-                    ed.rollback();
-                    if opts.test_option == TestOption::TestOnly && !failed {
-                        // test-only on the candidate validates the would-be result.
-                        return self.test_only(&mut cand.tree, edit, opts).map(|_| Vec::new());
-                    }
-                    return Err(errors);
-                }
-                let errors = std::mem::take(&mut ed.errors);
-                let changes = std::mem::take(&mut ed.changes);
-                cand.changes.extend(changes.iter().cloned());
-                if failed {
-                    return Err(errors);
-                }
-                Ok(changes)
-            }
-            Datastore::Running => {
-                let mut ed = edit::Editor::new(&mut inner.running);
-                ed.apply(edit, opts.default_operation, opts.error_option);
-                let failed = !ed.errors.is_empty();
-                if failed && opts.error_option != ErrorOption::ContinueOnError {
-                    let errors = std::mem::take(&mut ed.errors);
-                    ed.rollback();
-                    return Err(errors);
-                }
-                if ed.changes.is_empty() {
-                    return if failed { Err(std::mem::take(&mut ed.errors)) } else { Ok(Vec::new()) };
-                }
-                let changes = ed.changes.clone();
-                if let Err(e) = self.validate_changed(ed.target, &changes) {
-                    ed.rollback();
-                    return Err(vec![e]);
-                }
-                if opts.test_option == TestOption::TestOnly {
-                    ed.rollback();
-                    return Ok(Vec::new());
-                }
-                if let Err(e) = self.run_consumers(&changes, ed.target, session) {
-                    ed.rollback();
-                    return Err(vec![e]);
-                }
-                let errors = std::mem::take(&mut ed.errors);
-                drop(ed);
-                self.after_running_changed(inner, &changes);
-                if failed {
-                    return Err(errors);
-                }
-                Ok(changes)
-            }
-            Datastore::Startup => {
-                let mut ed = edit::Editor::new(&mut inner.startup);
-                ed.apply(edit, opts.default_operation, opts.error_option);
-                let failed = !ed.errors.is_empty();
-                if failed && opts.error_option != ErrorOption::ContinueOnError {
-                    let errors = std::mem::take(&mut ed.errors);
-                    ed.rollback();
-                    return Err(errors);
-                }
-                let changes = ed.changes.clone();
-                let validated = if changes.is_empty() { Ok(()) } else { self.validate_changed(ed.target, &changes) };
-                if let Err(e) = validated {
-                    ed.rollback();
-                    return Err(vec![e]);
-                }
-                if opts.test_option == TestOption::TestOnly {
-                    ed.rollback();
-                    return Ok(Vec::new());
-                }
-                if !changes.is_empty() {
-                    if let Err(e) = self.persist_startup(ed.target) {
-                        ed.rollback();
-                        return Err(vec![e]);
-                    }
-                }
-                if failed {
-                    return Err(std::mem::take(&mut ed.errors));
-                }
-                Ok(changes)
-            }
-            _ => unreachable!("checked above"),
+        if target == Datastore::Candidate {
+            self.ensure_candidate(inner).map_err(|e| vec![e])?;
         }
+        let tree = match target {
+            Datastore::Candidate => &mut inner.candidate.as_mut().expect("candidate just ensured").tree,
+            Datastore::Running => &mut inner.running,
+            _ => &mut inner.startup,
+        };
+        let mut ed = edit::Editor::new(tree);
+        ed.apply(edit, opts.default_operation, opts.error_option);
+        let errors = std::mem::take(&mut ed.errors);
+        if !errors.is_empty() && opts.error_option != ErrorOption::ContinueOnError {
+            ed.rollback();
+            return Err(errors);
+        }
+        if let Err(e) = self.check_guard(session, target, &ed.changes) {
+            ed.rollback();
+            return Err(vec![e]);
+        }
+        let changes = std::mem::take(&mut ed.changes);
+        let test_only = opts.test_option == TestOption::TestOnly;
+        let outcome = |changes: Vec<Change>| if errors.is_empty() { Ok(changes) } else { Err(errors.clone()) };
+        if target == Datastore::Candidate {
+            // The candidate is validated at commit; test-only validates a scratch copy.
+            if test_only {
+                ed.rollback();
+                drop(ed);
+                let cand = inner.candidate.as_mut().expect("candidate just ensured");
+                return self.test_only(&mut cand.tree, edit, opts).map(|_| Vec::new());
+            }
+            drop(ed);
+            inner.candidate.as_mut().expect("candidate just ensured").changes.extend(changes.iter().cloned());
+            return outcome(changes);
+        }
+        if !changes.is_empty() {
+            if let Err(e) = self.validate_changed(ed.target, &changes) {
+                ed.rollback();
+                return Err(vec![e]);
+            }
+        }
+        if test_only {
+            ed.rollback();
+            return outcome(Vec::new());
+        }
+        let result = match target {
+            Datastore::Running => self.run_consumers(&changes, ed.target, session),
+            _ if !changes.is_empty() => self.persist_startup(ed.target),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            ed.rollback();
+            return Err(vec![e]);
+        }
+        drop(ed);
+        if target == Datastore::Running && !changes.is_empty() {
+            self.after_running_changed(inner, &changes);
+        }
+        outcome(changes)
     }
 
     /// test-only on the candidate: apply to a scratch copy and validate it.
@@ -713,12 +700,14 @@ impl Datastores {
             Datastore::Startup => {
                 self.persist_startup(&new)?;
                 let changes = diff_changes(&inner.startup, &new)?;
+                self.check_guard(session, target, &changes)?;
                 inner.startup = new;
                 Ok(changes)
             }
             Datastore::Candidate => {
                 let base = inner.candidate.as_ref().map(|c| &c.tree).unwrap_or(&inner.running);
                 let changes = diff_changes(base, &new)?;
+                self.check_guard(session, target, &changes)?;
                 let mut all = inner.candidate.take().map(|c| c.changes).unwrap_or_default();
                 all.extend(changes.iter().cloned());
                 inner.candidate = Some(CandidateState { tree: new, changes: all });
@@ -726,6 +715,7 @@ impl Datastores {
             }
             _ => {
                 let changes = diff_changes(&inner.running, &new)?;
+                self.check_guard(session, target, &changes)?;
                 self.run_consumers(&changes, &new, session)?;
                 inner.running = new;
                 inner.running_version += 1;
@@ -742,17 +732,16 @@ impl Datastores {
             Datastore::Startup => {
                 Self::check_writable(&inner, session, target)?;
                 let empty = DataTree::new(self.ctx);
+                self.check_guard(session, target, &diff_changes(&inner.startup, &empty)?)?;
                 self.persist_startup(&empty)?;
                 inner.startup = empty;
                 Ok(())
             }
             Datastore::Candidate => {
                 Self::check_writable(&inner, session, target)?;
-                inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes: Vec::new() });
                 let changes = diff_changes(&inner.running, &DataTree::new(self.ctx))?;
-                if let Some(c) = inner.candidate.as_mut() {
-                    c.changes = changes;
-                }
+                self.check_guard(session, target, &changes)?;
+                inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes });
                 Ok(())
             }
             _ => Err(RpcError::protocol(

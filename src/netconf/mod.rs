@@ -98,10 +98,16 @@ pub struct Server {
     /// Flips to true when the server shuts down.
     pub shutdown: watch::Sender<bool>,
     pub confirmed_commit: confirmed_commit::ConfirmedCommit,
+    pub nacm: Arc<crate::nacm::Nacm>,
 }
 
 impl Server {
-    pub fn new(datastores: Arc<Datastores>, users: UserStore, settings: NetconfSettings) -> Arc<Server> {
+    pub fn new(
+        datastores: Arc<Datastores>,
+        users: UserStore,
+        settings: NetconfSettings,
+        nacm: Arc<crate::nacm::Nacm>,
+    ) -> Arc<Server> {
         let server = Arc::new(Server {
             datastores,
             users,
@@ -112,6 +118,7 @@ impl Server {
             next_id: AtomicU32::new(1),
             shutdown: watch::channel(false).0,
             confirmed_commit: Default::default(),
+            nacm,
         });
         server.datastores.register_state_provider(Arc::new(monitoring::Monitoring { server: Arc::downgrade(&server) }));
         server
@@ -135,6 +142,7 @@ impl Server {
             kill: watch::channel(false).0,
         });
         sessions.insert(id, info.clone());
+        self.nacm.session_opened(id, username);
         self.stats.in_sessions.fetch_add(1, Ordering::Relaxed);
         Some((id, info))
     }

@@ -316,7 +316,10 @@ mod tests {
         let text = config.children_text(src);
         assert!(text.starts_with("<p:a xmlns:p=\"urn:x\""), "{text}");
         let c = &text[text.find("<c ").unwrap()..];
-        assert!(c.contains("xmlns=\"urn:y\"") && c.matches("xmlns=").count() == 1, "own default namespace kept, not duplicated: {c}");
+        assert!(
+            c.contains("xmlns=\"urn:y\"") && c.matches("xmlns=").count() == 1,
+            "own default namespace kept, not duplicated: {c}"
+        );
         // The standalone text parses on its own.
         parse(&a.standalone_text(src)).unwrap();
     }

@@ -101,6 +101,7 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     } else {
         full
     };
+    super::nacm_filter(ctx, &mut tree);
     let doomed = doomed_paths(&tree, config_filter, max_depth, &origin_filter);
     for p in doomed {
         let _ = tree.remove(&p);

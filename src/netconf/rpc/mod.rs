@@ -122,7 +122,10 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
             )
         }
     };
-    let result = dispatch(ctx, op, src);
+    let result = match exec_allowed(ctx, op) {
+        Ok(()) => dispatch(ctx, op, src),
+        Err(e) => Err(vec![e]),
+    };
     let after = if op.is(NS_BASE, "close-session") && result.is_ok() { After::Close } else { After::Continue };
     match result {
         Ok(Body::Ok) => (format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}><ok/></rpc-reply>"), after),
@@ -135,6 +138,33 @@ fn errors_reply(ctx: &SessionCtx, attrs: &str, errors: &[RpcError]) -> String {
     ctx.server.stats.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     ctx.info.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     reply_errors(attrs, errors)
+}
+
+/// NACM exec check (RFC 8341 section 3.4.4) before any operation runs.
+fn exec_allowed(ctx: &SessionCtx, op: &Element) -> Result<(), RpcError> {
+    let ns = op.ns.as_deref().unwrap_or("");
+    let module = match ns {
+        NS_BASE => "ietf-netconf".to_owned(),
+        _ => match crate::yang::context().get_module_latest_ns(ns) {
+            Some(m) => m.name().to_owned(),
+            // Unknown namespaces are reported by dispatch.
+            None => return Ok(()),
+        },
+    };
+    if ctx.server.nacm.may_exec(&ctx.info.username, &module, &op.name) {
+        Ok(())
+    } else {
+        Err(RpcError::protocol(
+            ErrorTag::AccessDenied,
+            format!("user {} may not invoke {module}:{}", ctx.info.username, op.name),
+        )
+        .with_bad_element(op.name.clone()))
+    }
+}
+
+/// Removes what the session's user may not read (RFC 8341 3.4.5).
+pub(crate) fn nacm_filter(ctx: &SessionCtx, tree: &mut DataTree<'static>) {
+    ctx.server.nacm.filter_read(&ctx.info.username, tree);
 }
 
 fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
@@ -265,7 +295,11 @@ pub(crate) fn data_element(tree: &DataTree<'static>, wd: WithDefaults) -> Result
 }
 
 /// Like [`data_element`]; `keep_empty` keeps containers emptied by depth pruning.
-pub(crate) fn print_data(tree: &DataTree<'static>, wd: WithDefaults, keep_empty: bool) -> Result<String, Vec<RpcError>> {
+pub(crate) fn print_data(
+    tree: &DataTree<'static>,
+    wd: WithDefaults,
+    keep_empty: bool,
+) -> Result<String, Vec<RpcError>> {
     let mut flags = DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::SHRINK;
     if keep_empty {
         flags |= DataPrinterFlags::KEEP_EMPTY_CONT;
