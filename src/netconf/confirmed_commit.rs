@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::Server;
+use super::{notifications, Server};
 use crate::datastore::SessionId;
 use crate::error::{ErrorTag, RpcError};
 
@@ -87,9 +87,13 @@ impl ConfirmedCommit {
             // A first or follow-up confirmed commit: the rollback point stays the
             // configuration before the first one.
             ds.commit(session, true)?;
-            if let Some(p) = pending.take() {
+            let event = if let Some(p) = pending.take() {
                 p.timer.abort();
-            }
+                "extend"
+            } else {
+                "start"
+            };
+            notifications::confirmed_commit(server, Some(session), event, Some(req.timeout));
             let timer = spawn_timer(Arc::downgrade(server), req.timeout);
             *pending = Some(Pending { session, persist: req.persist, timer });
             info!(session, timeout = req.timeout, "confirmed commit: rollback unless confirmed");
@@ -98,6 +102,7 @@ impl ConfirmedCommit {
             if let Some(p) = pending.take() {
                 p.timer.abort();
                 ds.confirm();
+                notifications::confirmed_commit(server, Some(session), "complete", None);
                 info!(session, "confirmed commit confirmed");
             }
         }
@@ -114,6 +119,7 @@ impl ConfirmedCommit {
         let p = pending.take().expect("checked above");
         p.timer.abort();
         server.datastores.rollback()?;
+        notifications::confirmed_commit(server, Some(session), "cancel", None);
         info!(session, "confirmed commit cancelled, configuration rolled back");
         Ok(())
     }
@@ -125,7 +131,10 @@ impl ConfirmedCommit {
             let p = pending.take().expect("checked above");
             p.timer.abort();
             match server.datastores.rollback() {
-                Ok(_) => info!(session, "session ended before confirming its commit: rolled back"),
+                Ok(_) => {
+                    notifications::confirmed_commit(server, None, "cancel", None);
+                    info!(session, "session ended before confirming its commit: rolled back")
+                }
                 Err(e) => warn!(session, "rollback after session end failed: {e}"),
             }
         }
@@ -135,7 +144,10 @@ impl ConfirmedCommit {
         let mut pending = self.lock();
         if pending.take().is_some() {
             match server.datastores.rollback() {
-                Ok(_) => info!("confirm-timeout expired: configuration rolled back"),
+                Ok(_) => {
+                    notifications::confirmed_commit(server, None, "timeout", None);
+                    info!("confirm-timeout expired: configuration rolled back")
+                }
                 Err(e) => warn!("rollback after confirm-timeout failed: {e}"),
             }
         }

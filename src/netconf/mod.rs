@@ -7,6 +7,7 @@ pub mod error;
 pub mod filter;
 pub mod framing;
 pub mod monitoring;
+pub mod notifications;
 pub mod rpc;
 pub mod session;
 pub mod ssh;
@@ -46,6 +47,8 @@ pub fn server_capabilities() -> Vec<String> {
         "urn:ietf:params:netconf:capability:validate:1.1",
         "urn:ietf:params:netconf:capability:startup:1.0",
         "urn:ietf:params:netconf:capability:xpath:1.0",
+        "urn:ietf:params:netconf:capability:notification:1.0",
+        "urn:ietf:params:netconf:capability:interleave:1.0",
         "urn:ietf:params:netconf:capability:with-defaults:1.0?basic-mode=explicit&also-supported=report-all,report-all-tagged,trim",
     ]
     .iter()
@@ -70,8 +73,8 @@ pub struct SessionInfo {
     pub in_bad_rpcs: AtomicU64,
     pub out_rpc_errors: AtomicU64,
     pub out_notifications: AtomicU64,
-    /// Set to true to make the session end (kill-session, shutdown).
-    pub kill: watch::Sender<bool>,
+    /// Set to the killing session's id to make the session end (kill-session).
+    pub kill: watch::Sender<Option<SessionId>>,
 }
 
 /// Global counters (RFC 6022 statistics).
@@ -84,6 +87,8 @@ pub struct Statistics {
     pub in_bad_rpcs: AtomicU64,
     pub out_rpc_errors: AtomicU64,
     pub out_notifications: AtomicU64,
+    /// Notifications a slow subscriber could not receive (logged too).
+    pub dropped_notifications: AtomicU64,
 }
 
 /// State shared by every session of the server.
@@ -99,6 +104,8 @@ pub struct Server {
     pub shutdown: watch::Sender<bool>,
     pub confirmed_commit: confirmed_commit::ConfirmedCommit,
     pub nacm: Arc<crate::nacm::Nacm>,
+    /// The NETCONF event stream (RFC 5277) with its replay log.
+    pub events: notifications::EventBus,
 }
 
 impl Server {
@@ -119,7 +126,11 @@ impl Server {
             shutdown: watch::channel(false).0,
             confirmed_commit: Default::default(),
             nacm,
+            events: Default::default(),
         });
+        server
+            .datastores
+            .register_consumer(Arc::new(notifications::ConfigChangeNotifier { server: Arc::downgrade(&server) }));
         server.datastores.register_state_provider(Arc::new(monitoring::Monitoring { server: Arc::downgrade(&server) }));
         server
     }
@@ -139,7 +150,7 @@ impl Server {
             in_bad_rpcs: AtomicU64::new(0),
             out_rpc_errors: AtomicU64::new(0),
             out_notifications: AtomicU64::new(0),
-            kill: watch::channel(false).0,
+            kill: watch::channel(None).0,
         });
         sessions.insert(id, info.clone());
         self.nacm.session_opened(id, username);

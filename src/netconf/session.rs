@@ -1,14 +1,17 @@
 //! One NETCONF session over any byte stream: the hello exchange (RFC 6241 section 8.1),
-//! framing selection (RFC 6242 section 4.1), then requests answered in order until
-//! close-session, kill-session, idle timeout, shutdown or a transport failure.
+//! framing selection (RFC 6242 section 4.1), then requests answered in order, interleaved
+//! with event notifications (RFC 5277), until close-session, kill-session, idle timeout,
+//! shutdown or a transport failure.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use super::framing::{encode, Decoder, Framing, FramingError};
+use super::notifications::{self, SubscriptionSpec};
 use super::rpc::{self, After, SessionCtx};
 use super::xml::{self, escape_text};
 use super::{server_capabilities, Server, SessionInfo, CAP_BASE_10, CAP_BASE_11, NS_BASE};
@@ -16,6 +19,8 @@ use crate::datastore::SessionId;
 
 /// How long a client has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Messages queued for the writer before producers wait (replies and notifications).
+const OUT_QUEUE: usize = 256;
 
 /// The server's `<hello>` for a session.
 pub fn server_hello(id: SessionId) -> String {
@@ -49,19 +54,46 @@ fn check_client_hello(msg: &[u8]) -> Result<bool, String> {
     Ok(v11)
 }
 
+/// Why a session ended (RFC 6470 termination-reason).
+enum End {
+    Closed,
+    Killed(SessionId),
+    Dropped,
+    Timeout,
+    BadHello,
+    Other,
+}
+
 /// Runs a session to its end. The caller has registered it with the server (id, info) and
 /// unregisters it afterwards.
 pub async fn run<S>(stream: S, server: Arc<Server>, id: SessionId, info: Arc<SessionInfo>)
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let mut decoder = Decoder::new(server.settings.max_message_size);
+    let (rd, mut wr) = tokio::io::split(stream);
     let mut out = Vec::new();
     encode(Framing::EndOfMessage, server_hello(id).as_bytes(), &mut out);
     if wr.write_all(&out).await.is_err() {
         return;
     }
+    let end = serve(rd, wr, server.clone(), id, info.clone()).await;
+    let (reason, killer) = match end {
+        End::Closed => ("closed", None),
+        End::Killed(k) => ("killed", Some(k)),
+        End::Dropped => ("dropped", None),
+        End::Timeout => ("timeout", None),
+        End::BadHello => ("bad-hello", None),
+        End::Other => ("other", None),
+    };
+    notifications::session_end(&server, &info.username, id, info.source, reason, killer);
+}
+
+async fn serve<R, W>(mut rd: R, wr: W, server: Arc<Server>, id: SessionId, info: Arc<SessionInfo>) -> End
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut decoder = Decoder::new(server.settings.max_message_size);
     let mut kill = info.kill.subscribe();
     let mut shutdown = server.shutdown.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
@@ -89,36 +121,40 @@ where
         Err(reason) => {
             server.stats.in_bad_hellos.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             warn!(session = id, user = %info.username, "bad hello, closing: {reason}");
-            return;
+            return End::BadHello;
         }
     };
     let framing = if base11 { Framing::Chunked } else { Framing::EndOfMessage };
     decoder.set_framing(framing);
     info!(session = id, user = %info.username, ?framing, "NETCONF session started");
+    notifications::session_start(&server, &info.username, id, info.source);
 
-    let ctx = SessionCtx { id, server: server.clone(), info: info.clone(), base11 };
+    // One writer owns the transport; replies and notifications queue for it.
+    let (tx, rx) = mpsc::channel::<String>(OUT_QUEUE);
+    let writer = tokio::spawn(write_loop(wr, rx, framing));
+    let ctx = SessionCtx::new(id, server.clone(), info.clone(), base11);
     let idle = match server.settings.idle_timeout {
         0 => Duration::from_secs(u64::MAX / 4),
         s => Duration::from_secs(s),
     };
-    loop {
+    let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
+    let end = 'session: loop {
         // Answer every complete message already buffered, in order.
         loop {
             match decoder.next_message() {
                 Ok(Some(msg)) => {
-                    let (reply, after) = match std::str::from_utf8(&msg) {
-                        Ok(text) => tokio::task::block_in_place(|| rpc::handle(&ctx, text)),
-                        Err(_) => rpc::handle(&ctx, "\u{0}not utf-8"),
-                    };
-                    out.clear();
-                    encode(framing, reply.as_bytes(), &mut out);
-                    if wr.write_all(&out).await.is_err() {
-                        return;
+                    let text = String::from_utf8_lossy(&msg);
+                    let (reply, after) = tokio::task::block_in_place(|| rpc::handle(&ctx, &text));
+                    if tx.send(reply).await.is_err() {
+                        break 'session End::Dropped;
+                    }
+                    if let Some(spec) = ctx.take_subscription() {
+                        // The reply is queued first, so the client sees <ok/> before events.
+                        subscription = Some(tokio::spawn(forward(server.clone(), info.clone(), spec, tx.clone())));
                     }
                     if after == After::Close {
                         debug!(session = id, "close-session");
-                        let _ = wr.shutdown().await;
-                        return;
+                        break 'session End::Closed;
                     }
                 }
                 Ok(None) => break,
@@ -128,15 +164,13 @@ where
                         crate::error::ErrorType::Rpc,
                         format!("the message exceeds the maximum size of {max} bytes"),
                     );
-                    out.clear();
-                    encode(framing, super::error::reply_errors("", &[e]).as_bytes(), &mut out);
-                    if wr.write_all(&out).await.is_err() {
-                        return;
+                    if tx.send(super::error::reply_errors("", &[e])).await.is_err() {
+                        break 'session End::Dropped;
                     }
                 }
                 Err(e @ FramingError::Malformed(_)) => {
                     warn!(session = id, "closing session: {e}");
-                    return;
+                    break 'session End::Other;
                 }
             }
         }
@@ -144,18 +178,106 @@ where
             r = tokio::time::timeout(idle, rd.read(&mut buf)) => match r {
                 Err(_) => {
                     info!(session = id, "idle timeout, closing session");
-                    return;
+                    break End::Timeout;
                 }
-                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(0)) | Ok(Err(_)) => break End::Dropped,
                 Ok(Ok(n)) => decoder.feed(&buf[..n]),
             },
             _ = kill.changed() => {
                 info!(session = id, "session killed");
+                break End::Killed((*kill.borrow()).unwrap_or_default());
+            }
+            _ = shutdown.changed() => break End::Other,
+        }
+    };
+    if let Some(s) = subscription {
+        s.abort();
+    }
+    // Let the writer flush what is queued (replies in flight), then close.
+    drop(tx);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    end
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<String>, framing: Framing) {
+    let mut out = Vec::new();
+    while let Some(msg) = rx.recv().await {
+        out.clear();
+        encode(framing, msg.as_bytes(), &mut out);
+        // Coalesce whatever else is already queued into one write.
+        while let Ok(more) = rx.try_recv() {
+            encode(framing, more.as_bytes(), &mut out);
+        }
+        if wr.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Sends one session's subscription: replay, replayComplete, live events, and
+/// notificationComplete at stopTime (RFC 5277 sections 2.1.1 and 3.3).
+async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: SubscriptionSpec, tx: mpsc::Sender<String>) {
+    let (replay, mut rx) = server.events.subscribe(spec.start);
+    let wanted = |ev: &notifications::Event| {
+        spec.filter.as_ref().is_none_or(|f| f.matches(ev))
+            && server.nacm.may_notify(&info.username, &ev.module, &ev.name)
+    };
+    let send = |msg: String| {
+        let tx = tx.clone();
+        let info = info.clone();
+        let server = server.clone();
+        async move {
+            info.out_notifications.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            server.stats.out_notifications.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tx.send(msg).await.is_ok()
+        }
+    };
+    let mut last_seq = None;
+    for ev in replay {
+        if spec.stop.is_some_and(|s| ev.time > s) {
+            break;
+        }
+        last_seq = Some(ev.seq);
+        if wanted(&ev) && !send(ev.message()).await {
+            return;
+        }
+    }
+    if spec.start.is_some() && !send(notifications::marker("replayComplete")).await {
+        return;
+    }
+    let stop_in = spec.stop.map(|s| (s - chrono::Utc::now()).to_std().unwrap_or_default());
+    let stop = async {
+        match stop_in {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stop);
+    if spec.stop.is_some_and(|s| s <= chrono::Utc::now()) {
+        let _ = send(notifications::marker("notificationComplete")).await;
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = &mut stop => {
+                let _ = send(notifications::marker("notificationComplete")).await;
                 return;
             }
-            _ = shutdown.changed() => {
-                let _ = wr.shutdown().await;
-                return;
+            r = rx.recv() => match r {
+                Ok(ev) => {
+                    if last_seq.is_some_and(|l| ev.seq <= l) {
+                        continue;
+                    }
+                    if wanted(&ev) && !send(ev.message()).await {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(user = %info.username, "subscriber fell behind: {n} notifications could not be delivered");
+                    server.stats.dropped_notifications.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
             }
         }
     }
@@ -171,7 +293,9 @@ mod tests {
             "<hello xmlns=\"{NS_BASE}\"><capabilities><capability>{CAP_BASE_11}</capability></capabilities></hello>"
         );
         assert_eq!(check_client_hello(ok.as_bytes()), Ok(true));
-        let with_id = format!("<hello xmlns=\"{NS_BASE}\"><capabilities><capability>{CAP_BASE_10}</capability></capabilities><session-id>4</session-id></hello>");
+        let with_id = format!(
+            "<hello xmlns=\"{NS_BASE}\"><capabilities><capability>{CAP_BASE_10}</capability></capabilities><session-id>4</session-id></hello>"
+        );
         assert!(check_client_hello(with_id.as_bytes()).is_err());
         let none =
             format!("<hello xmlns=\"{NS_BASE}\"><capabilities><capability>urn:x</capability></capabilities></hello>");

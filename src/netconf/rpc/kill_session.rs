@@ -20,7 +20,7 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
             RpcError::protocol(ErrorTag::InvalidValue, format!("no session {id}")).with_bad_element("session-id")
         ));
     };
-    let _ = victim.kill.send(true);
+    let _ = victim.kill.send(Some(ctx.id));
     // Release at once: the victim's task may take a moment to notice.
     ctx.server.close_session(id);
     Ok(Body::Ok)

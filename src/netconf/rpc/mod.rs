@@ -4,6 +4,7 @@ mod cancel_commit;
 mod close_session;
 mod commit;
 mod copy_config;
+mod create_subscription;
 mod delete_config;
 mod discard_changes;
 mod edit_config;
@@ -37,6 +38,28 @@ pub struct SessionCtx {
     pub info: Arc<SessionInfo>,
     /// base:1.1 negotiated (malformed-message may be sent).
     pub base11: bool,
+    /// A create-subscription accepted by the last request, for the session to start once
+    /// the reply is queued.
+    new_subscription: std::sync::Mutex<Option<crate::netconf::notifications::SubscriptionSpec>>,
+    /// RFC 5277 allows one subscription per session.
+    subscribed: std::sync::atomic::AtomicBool,
+}
+
+impl SessionCtx {
+    pub fn new(id: SessionId, server: Arc<Server>, info: Arc<SessionInfo>, base11: bool) -> Self {
+        SessionCtx {
+            id,
+            server,
+            info,
+            base11,
+            new_subscription: std::sync::Mutex::new(None),
+            subscribed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn take_subscription(&self) -> Option<crate::netconf::notifications::SubscriptionSpec> {
+        self.new_subscription.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// What an operation produced.
@@ -145,6 +168,7 @@ fn exec_allowed(ctx: &SessionCtx, op: &Element) -> Result<(), RpcError> {
     let ns = op.ns.as_deref().unwrap_or("");
     let module = match ns {
         NS_BASE => "ietf-netconf".to_owned(),
+        crate::netconf::notifications::NS_NOTIFICATION => "notifications".to_owned(),
         _ => match crate::yang::context().get_module_latest_ns(ns) {
             Some(m) => m.name().to_owned(),
             // Unknown namespaces are reported by dispatch.
@@ -184,6 +208,9 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         (NS_BASE, "discard-changes") => discard_changes::run(ctx, op),
         (NS_BASE, "validate") => validate::run(ctx, op, src),
         (NS_MONITORING, "get-schema") => get_schema::run(ctx, op),
+        (crate::netconf::notifications::NS_NOTIFICATION, "create-subscription") => {
+            create_subscription::run(ctx, op, src)
+        }
         (NS_NMDA, "get-data") => get_data::run(ctx, op),
         (NS_NMDA, "edit-data") => edit_data::run(ctx, op, src),
         (NS_BASE, name) => Err(vec![RpcError::protocol(
