@@ -31,9 +31,6 @@ enum Command {
         /// NETCONF-over-SSH listen address; repeat for several. Port 0 picks a free port.
         #[arg(long = "netconf-listen", value_name = "ADDR:PORT")]
         netconf_listen: Vec<SocketAddr>,
-        /// SCI collection HTTP listen address, overriding the datastore setting.
-        #[arg(long = "sci-listen", value_name = "ADDR:PORT")]
-        sci_listen: Option<SocketAddr>,
     },
     /// Check a bootstrap file and exit (0 when it is usable).
     CheckConfig { file: PathBuf },
@@ -73,7 +70,7 @@ pub fn main() -> i32 {
                 }
             }
         }
-        Command::Run { config, state_dir, netconf_listen, sci_listen } => {
+        Command::Run { config, state_dir, netconf_listen } => {
             init_tracing();
             let mut boot = match config {
                 Some(f) => match Bootstrap::load(&f) {
@@ -90,9 +87,6 @@ pub fn main() -> i32 {
             }
             if !netconf_listen.is_empty() {
                 boot.netconf.listen = netconf_listen;
-            }
-            if sci_listen.is_some() {
-                boot.sci_listen = sci_listen;
             }
             run(boot)
         }

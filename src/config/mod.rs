@@ -20,8 +20,6 @@ pub struct Bootstrap {
     /// Where the host key, credentials and the startup datastore live.
     pub state_dir: Option<PathBuf>,
     pub netconf: NetconfSettings,
-    /// Overrides the SCI collection HTTP listen address configured in the datastore.
-    pub sci_listen: Option<SocketAddr>,
     /// Users besides the generated admin.
     pub users: Vec<UserEntry>,
     /// The NACM recovery user (RFC 8341 section 3.2): not subject to access control, so a
