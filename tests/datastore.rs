@@ -455,3 +455,52 @@ fn fast_path_still_catches_must_referenced_leaves() {
     let e = edit(&ds, Datastore::Running, &cfg("<pol:policy><pol:update-control><pol:heartbeat-interval>1</pol:heartbeat-interval></pol:update-control></pol:policy>")).unwrap_err();
     assert_eq!(e[0].tag, ErrorTag::OperationFailed);
 }
+
+struct DenyScis;
+
+impl cats_sma::datastore::WriteGuard for DenyScis {
+    fn check(&self, session: u32, _t: Datastore, changes: &[Change]) -> Result<(), cats_sma::error::RpcError> {
+        match changes.iter().find(|c| session == 9 && c.path.contains("/scis")) {
+            Some(c) => {
+                Err(cats_sma::error::RpcError::application(ErrorTag::AccessDenied, "no").with_path(c.path.clone()))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn remaining_appendix_a_tags_the_datastore_raises() {
+    let ds = open();
+    // missing-attribute: insert="after" without the key attribute (RFC 7950 7.8.6).
+    let yang = r#"xmlns:yang="urn:ietf:params:xml:ns:yang:1" yang:insert="after""#;
+    let rule = format!(
+        r#"<pol:policy><pol:rule {yang}><pol:name>r</pol:name><pol:priority>1</pol:priority><pol:condition>Cost &gt; 1</pol:condition><pol:action>SET Cost = 1</pol:action></pol:rule></pol:policy>"#
+    );
+    let e = edit(&ds, Datastore::Running, &cfg(&rule)).unwrap_err();
+    assert_eq!(e[0].tag, ErrorTag::MissingAttribute, "{}", e[0]);
+    assert_eq!(e[0].bad_attribute.as_deref(), Some("key"));
+    // missing-element: a list entry without its key.
+    let e = ds.parse_edit(cfg("<scis><sci><cs-id>AR1</cs-id></sci></scis>").as_bytes(), DataFormat::XML).unwrap_err();
+    assert_eq!(e.tag, ErrorTag::MissingElement, "{e}");
+    // access-denied from the write guard, for every datastore, leaving nothing behind.
+    ds.set_write_guard(Arc::new(DenyScis));
+    let tree = ds.parse_edit(cfg(&sci("a", "AR1")).as_bytes(), DataFormat::XML).unwrap();
+    for target in [Datastore::Running, Datastore::Candidate, Datastore::Startup] {
+        let e = ds.edit(9, target, &tree, EditOptions::default()).unwrap_err();
+        assert_eq!(e[0].tag, ErrorTag::AccessDenied, "{target:?}");
+        assert_eq!(value(&ds, target, &format!("{SCI_A}/csci-id")), None);
+    }
+    let inline = ds.parse_config(cfg(&sci("z", "LLM1")).as_bytes(), DataFormat::XML).unwrap();
+    assert_eq!(ds.copy(9, Source::Config(&inline), Datastore::Running).unwrap_err().tag, ErrorTag::AccessDenied);
+    ds.edit(1, Datastore::Running, &tree, EditOptions::default()).unwrap();
+    // operation-not-supported: the operational datastore is a view, not a tree.
+    assert_eq!(ds.with_tree(Datastore::Operational, |_| ()).unwrap_err().tag, ErrorTag::OperationNotSupported);
+    // rollback-failed: a consumer refusing the rollback of a confirmed commit.
+    edit(&ds, Datastore::Candidate, &cfg(&sci("b", "AR1"))).unwrap();
+    ds.commit(1, true).unwrap();
+    ds.register_consumer(Arc::new(Recorder { veto: Some("not now"), seen: Mutex::new(vec![]) }));
+    let e = ds.rollback().unwrap_err();
+    assert_eq!(e.tag, ErrorTag::RollbackFailed);
+    assert!(ds.has_rollback(), "the rollback point is kept for a later attempt");
+}

@@ -110,7 +110,7 @@ pub(crate) fn replay(tree: &mut DataTree<'static>, changes: &[Change]) -> bool {
             ChangeOp::Delete => {
                 // Descendants of a deleted subtree are already gone.
                 if tree.find_path(&c.path).is_ok() {
-                    tree.remove(&c.path).is_ok()
+                    super::tree::remove(tree, &c.path).is_ok()
                 } else {
                     true
                 }

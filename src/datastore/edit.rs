@@ -90,7 +90,7 @@ impl<'t> Editor<'t> {
         while let Some(u) = self.undo.pop() {
             match u {
                 Undo::Created(path) => {
-                    let _ = self.target.remove(&path);
+                    let _ = super::tree::remove(self.target, &path);
                 }
                 Undo::Modified(path, old) => {
                     let _ = self.target.new_path(&path, Some(&old), false);
@@ -108,15 +108,7 @@ impl<'t> Editor<'t> {
                         None => all_siblings(&node).find(|s| s.schema() == node.schema()).map(|s| (s.as_raw(), true)),
                     };
                     if let Some((anchor, before)) = anchor.filter(|(a, _)| *a != node_raw) {
-                        // SAFETY: live, distinct instances of the same user-ordered schema
-                        // node under one parent in `self.target`.
-                        unsafe {
-                            if before {
-                                yang2::ffi::lyd_insert_before(anchor, node_raw);
-                            } else {
-                                yang2::ffi::lyd_insert_after(anchor, node_raw);
-                            }
-                        }
+                        move_node(self.target, node_raw, anchor, before);
                     }
                 }
             }
@@ -273,8 +265,8 @@ impl<'t> Editor<'t> {
             Ok(c) => c,
             Err(err) => return self.fail(RpcError::from_libyang(&err).with_path(path)),
         };
-        if let Err(err) = self.target.remove(path) {
-            return self.fail(RpcError::from_libyang(&err).with_path(path));
+        if let Err(err) = super::tree::remove(self.target, path) {
+            return self.fail(err.with_path(path));
         }
         self.changes.extend(recs);
         self.undo.push(Undo::Removed(copy));
@@ -366,17 +358,7 @@ impl<'t> Editor<'t> {
         if let Some(anchor) = anchor {
             if anchor != node_raw {
                 let before = insert == "first" || insert == "before";
-                // SAFETY: both pointers are live nodes of `self.target` (found above, nothing
-                // freed since); they are distinct instances of the same user-ordered schema
-                // node under the same parent, which is what lyd_insert_before/after require.
-                let ret = unsafe {
-                    if before {
-                        yang2::ffi::lyd_insert_before(anchor, node_raw)
-                    } else {
-                        yang2::ffi::lyd_insert_after(anchor, node_raw)
-                    }
-                };
-                if ret != yang2::ffi::LY_ERR::LY_SUCCESS {
+                if !move_node(self.target, node_raw, anchor, before) {
                     return Err(RpcError::application(
                         ErrorTag::OperationFailed,
                         "could not move the user-ordered entry",
@@ -392,6 +374,30 @@ impl<'t> Editor<'t> {
         }
         Ok(())
     }
+}
+
+/// Moves `node` just before or after `anchor`. Both must be live, distinct instances of the
+/// same user-ordered schema node under one parent in `tree` (found in it with nothing freed
+/// since), which is what lyd_insert_before/after require.
+fn move_node(
+    tree: &mut DataTree<'static>,
+    node: *mut yang2::ffi::lyd_node,
+    anchor: *mut yang2::ffi::lyd_node,
+    before: bool,
+) -> bool {
+    // SAFETY: guaranteed by the caller as documented above.
+    let (ret, top_level) = unsafe {
+        let ret = if before {
+            yang2::ffi::lyd_insert_before(anchor, node)
+        } else {
+            yang2::ffi::lyd_insert_after(anchor, node)
+        };
+        (ret, (*node).parent.is_null())
+    };
+    if top_level {
+        super::tree::after_move(tree);
+    }
+    ret == yang2::ffi::LY_ERR::LY_SUCCESS
 }
 
 /// A node and all its siblings, from the first.

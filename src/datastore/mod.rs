@@ -9,6 +9,7 @@
 pub mod change;
 pub mod edit;
 pub mod persist;
+pub mod tree;
 mod validate;
 
 use std::collections::HashMap;

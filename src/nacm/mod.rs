@@ -411,7 +411,7 @@ impl Nacm {
             }
         }
         for p in doomed {
-            let _ = tree.remove(&p);
+            let _ = crate::datastore::tree::remove(tree, &p);
         }
     }
 

@@ -104,7 +104,7 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     super::nacm_filter(ctx, &mut tree);
     let doomed = doomed_paths(&tree, config_filter, max_depth, &origin_filter);
     for p in doomed {
-        let _ = tree.remove(&p);
+        let _ = crate::datastore::tree::remove(&mut tree, &p);
     }
     if with_origin {
         annotate_origin(&tree).map_err(one)?;

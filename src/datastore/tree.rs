@@ -1,0 +1,82 @@
+//! Structural changes to libyang trees that keep `DataTree`'s root pointer right.
+//!
+//! yang2's `DataTree` points at the first top-level sibling. Freeing that node through
+//! `DataTree::remove`, or moving another node in front of it, leaves the pointer dangling
+//! or pointing at a middle sibling. Every removal and top-level move in this crate goes
+//! through these functions instead.
+
+use yang2::data::{Data, DataTree};
+use yang2::utils::Binding;
+
+use crate::error::RpcError;
+
+/// Re-points the tree at its first top-level sibling after the siblings changed, with
+/// `gone` (if any) already unlinked or about to be freed and not to be chosen.
+fn reseat(tree: &mut DataTree<'static>, gone: Option<*mut yang2::ffi::lyd_node>) {
+    let ctx = tree.context();
+    let old = std::mem::replace(tree, DataTree::new(ctx));
+    let mut root = old.into_raw();
+    if root.is_null() {
+        return;
+    }
+    // SAFETY: `root` is a live top-level node of the tree we own (it may be `gone`, which
+    // is still allocated and linked at this point). Top-level siblings form a list whose
+    // first node's `prev` is the last node (whose `next` is null); walking `prev` until the
+    // predecessor's `next` is null reaches the first sibling. When the first sibling is
+    // `gone`, its `next` becomes the first.
+    unsafe {
+        loop {
+            let prev = (*root).prev;
+            if prev.is_null() || (*prev).next.is_null() {
+                break;
+            }
+            root = prev;
+        }
+        if Some(root) == gone {
+            root = (*root).next;
+        }
+        *tree = DataTree::from_raw(ctx, root);
+    }
+}
+
+/// Removes the node at `path` (and its subtree).
+pub fn remove(tree: &mut DataTree<'static>, path: &str) -> Result<(), RpcError> {
+    let node = tree.find_path(path).map_err(|e| RpcError::from_libyang(&e))?.as_raw();
+    // SAFETY: `node` was just found in `tree` and is live; a top-level node has a null
+    // parent. For a top-level node the root is moved off it before it is freed.
+    unsafe {
+        if (*node).parent.is_null() {
+            reseat(tree, Some(node));
+        }
+        yang2::ffi::lyd_free_tree(node);
+    }
+    Ok(())
+}
+
+/// Re-points the tree at its first sibling after nodes were moved at the top level.
+pub fn after_move(tree: &mut DataTree<'static>) {
+    reseat(tree, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removing_the_first_top_level_node_keeps_the_tree_usable() {
+        let ctx = crate::yang::context();
+        let mut t = DataTree::new(ctx);
+        t.new_path("/cats-sma:cats-sma/agent/csma-id", Some("a"), false).unwrap();
+        t.new_path("/ietf-netconf-acm:nacm/enable-nacm", Some("true"), false).unwrap();
+        let first = t.reference().unwrap().schema().name().to_owned();
+        let first_path = if first == "cats-sma" { "/cats-sma:cats-sma" } else { "/ietf-netconf-acm:nacm" };
+        remove(&mut t, first_path).unwrap();
+        assert!(t.find_path(first_path).is_err());
+        assert_eq!(t.traverse().next().map(|n| n.schema().name() != first), Some(true));
+        let other = if first == "cats-sma" { "/ietf-netconf-acm:nacm" } else { "/cats-sma:cats-sma" };
+        remove(&mut t, other).unwrap();
+        assert!(t.reference().is_none());
+        t.new_path("/cats-sma:cats-sma/agent/csma-id", Some("b"), false).unwrap();
+        assert!(t.find_path("/cats-sma:cats-sma/agent/csma-id").is_ok());
+    }
+}
