@@ -142,11 +142,6 @@ def test_default_operation_none_applies_only_explicit_operations(m):
     assert running(m) == {SCI_ID: dict(BASE_SCIS[SCI_ID], **{"expected-interval": "9000"})}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="default-operation none with an sci entry that does not exist (and no "
-    "operation attribute) is answered <ok/> instead of data-missing",
-)
 def test_default_operation_none_with_a_missing_level_is_data_missing(m):
     """RFC 6241 7.2 default-operation none: configuration data for which there is no
     corresponding level in the datastore is answered with data-missing."""
@@ -249,11 +244,6 @@ def test_unknown_namespace_names_the_namespace(m):
     assert running(m) == BASE_SCIS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the unknown-namespace rpc-error of an edit-config has <bad-namespace> but no "
-    "<bad-element> in its error-info",
-)
 def test_unknown_namespace_names_the_element(m):
     """RFC 6241 Appendix A unknown-namespace: error-info has both <bad-element> (the
     element in the unexpected namespace) and <bad-namespace>."""

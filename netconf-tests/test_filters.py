@@ -178,10 +178,6 @@ def test_xpath_filter_on_get(m):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='an XPath filter select="/" (the root node) is answered with an empty <data/>',
-)
 def test_xpath_filter_selecting_the_root(m):
     """RFC 6241 8.9: the nodes selected by the expression are returned with all their
     descendants; "/" selects the root node, so everything is returned."""

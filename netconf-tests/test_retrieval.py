@@ -62,11 +62,6 @@ def test_get_includes_yang_library(m):
     assert SCI_ID in scis(d.getparent())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="<get> returns /yang-library with module-set, schema and content-id but no "
-    "datastore entry at all (the list has min-elements 1: one per datastore)",
-)
 def test_yang_library_lists_the_datastores(m):
     """RFC 8525 3 (ietf-yang-library, list datastore, min-elements 1): the server
     instantiates one datastore entry per datastore it supports, each naming its schema."""

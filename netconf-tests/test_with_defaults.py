@@ -84,12 +84,6 @@ def test_report_all_tagged_marks_the_default_values(m):
     assert not tagged(found[OTHER_VALUE])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report-all-tagged puts the default attribute in the ietf-netconf-with-defaults "
-    'module namespace (ncwd:default with xmlns:ncwd="urn:ietf:params:xml:ns:yang:'
-    'ietf-netconf-with-defaults"), not in urn:ietf:params:xml:ns:netconf:default:1.0',
-)
 def test_report_all_tagged_attribute_namespace(m):
     """RFC 6243 6 (and the example of A.3.4): the default attribute is in the namespace
     urn:ietf:params:xml:ns:netconf:default:1.0."""

@@ -118,11 +118,6 @@ def test_lock_unlock_and_get_schema(yangcli, m):
     assert_ok(m.unlock("running"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='an XPath filter select="/" is answered with an empty <data/>, so yangcli\'s '
-    "`xget /` shows nothing",
-)
 def test_xget_of_the_root(yangcli, m):
     """RFC 6241 8.9 through yangcli's `xget /` (its way to show everything): the root
     node is selected, so the reply holds all data, the configured SCI among it."""

@@ -46,6 +46,9 @@ async fn unattended_start_login_and_host_key_kept_across_restarts() {
         let creds = std::fs::read_to_string(state.join("credentials.toml")).unwrap();
         assert!(!creds.contains(PASSWORD), "the password is stored hashed only");
         assert!(connect(agent.addr, "admin", "wrong").await.is_err(), "a wrong password is refused");
+        // RFC 4252 5.1/8: after a failure, password stays a method that can continue.
+        let retried = connect_after_attempts(agent.addr, "admin", &["mistyped", PASSWORD]).await;
+        assert!(retried.is_ok(), "a mistyped password can be retried on the same connection");
         let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
         let hello = s.hello(true).await;
         assert!(hello.contains("urn:ietf:params:netconf:base:1.1"));

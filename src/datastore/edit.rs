@@ -162,6 +162,13 @@ impl<'t> Editor<'t> {
                 self.merge_node(e, &path, EditOp::Merge, eo);
             }
             EditOp::Create | EditOp::Merge => self.merge_node(e, &path, EditOp::Merge, eo),
+            EditOp::None if !exists && !requests_change(e) => self.fail(
+                // RFC 6241 7.2: with "none", data without a corresponding level in the
+                // target is an error unless an operation below asks to create it.
+                RpcError::application(ErrorTag::DataMissing, format!("\"{}\" does not exist", schema.name()))
+                    .with_path(path)
+                    .with_bad_element(schema.name()),
+            ),
             EditOp::None => {
                 for child in e.children() {
                     if child.schema().is_list_key() {
@@ -427,6 +434,12 @@ fn all_siblings<'a, 'b>(node: &'a DataNodeRef<'a, 'b>) -> impl Iterator<Item = D
 
 fn is_leaf(kind: &SchemaNodeKind) -> bool {
     matches!(kind, SchemaNodeKind::Leaf)
+}
+
+/// Whether any node below `e` carries an operation that creates or changes data.
+fn requests_change(e: &DataNodeRef<'_, '_>) -> bool {
+    e.traverse()
+        .any(|n| n.meta().any(|m| m.name() == "operation" && matches!(m.value(), "merge" | "replace" | "create")))
 }
 
 /// Reads the `ietf-netconf:operation` metadata of an edit node.

@@ -57,6 +57,7 @@ pub fn server_capabilities() -> Vec<String> {
     // RFC 8526 section 2 / RFC 8525 section 5: an NMDA server announces yang-library:1.1
     // with the content-id, and no per-module capabilities.
     let ctx = crate::yang::context();
+    caps.extend(crate::yang::yang10_capabilities(ctx));
     caps.push(format!(
         "urn:ietf:params:netconf:capability:yang-library:1.1?revision=2019-01-04&content-id={}",
         ctx.get_module_set_id()

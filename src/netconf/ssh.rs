@@ -14,10 +14,14 @@ use tracing::{debug, info, warn};
 
 use super::Server;
 
+fn methods() -> MethodSet {
+    MethodSet::from(&[MethodKind::Password, MethodKind::PublicKey][..])
+}
+
 /// Builds the russh configuration: our host key, password + publickey only.
 pub fn ssh_config(host_key: PrivateKey) -> russh::server::Config {
     russh::server::Config {
-        methods: MethodSet::from(&[MethodKind::Password, MethodKind::PublicKey][..]),
+        methods: methods(),
         keys: vec![host_key],
         auth_rejection_time: Duration::from_millis(300),
         auth_rejection_time_initial: Some(Duration::from_millis(0)),
@@ -48,7 +52,8 @@ impl russh::server::Handler for Connection {
             Ok(Auth::Accept)
         } else {
             warn!(user, peer = ?self.peer, "NETCONF password authentication failed");
-            Ok(Auth::reject())
+            // Keep offering both methods: a mistyped password may be retried (RFC 4252 8).
+            Ok(Auth::Reject { proceed_with_methods: Some(methods()), partial_success: false })
         }
     }
 
@@ -57,7 +62,11 @@ impl russh::server::Handler for Connection {
         user: &str,
         offer: russh::server::PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
-        Ok(if self.server.users.accepts_key(user, offer.public_key) { Auth::Accept } else { Auth::reject() })
+        Ok(if self.server.users.accepts_key(user, offer.public_key) {
+            Auth::Accept
+        } else {
+            Auth::Reject { proceed_with_methods: Some(methods()), partial_success: false }
+        })
     }
 
     async fn auth_publickey(&mut self, user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
@@ -66,7 +75,7 @@ impl russh::server::Handler for Connection {
             Ok(Auth::Accept)
         } else {
             warn!(user, peer = ?self.peer, "NETCONF public-key authentication failed");
-            Ok(Auth::reject())
+            Ok(Auth::Reject { proceed_with_methods: Some(methods()), partial_success: false })
         }
     }
 

@@ -109,7 +109,43 @@ pub fn yang_library(ctx: &'static Context) -> crate::error::Result<DataTree<'sta
         return Err(crate::error::RpcError::from_libyang(&e));
     }
     // SAFETY: see above; `root` is a freshly allocated tree owned by nobody else.
-    Ok(unsafe { DataTree::from_raw(ctx, root) })
+    let mut tree = unsafe { DataTree::from_raw(ctx, root) };
+    // libyang lists modules and the schema but not the datastores (RFC 8525 section 3: one
+    // entry per datastore, each with the schema it uses; ours all use the one schema).
+    for ds in ["running", "candidate", "startup", "intended", "operational"] {
+        tree.new_path(
+            &format!("/ietf-yang-library:yang-library/datastore[name='ietf-datastores:{ds}']/schema"),
+            Some("complete"),
+            false,
+        )
+        .map_err(|e| crate::error::RpcError::from_libyang(&e))?;
+    }
+    Ok(tree)
+}
+
+/// The YANG 1.0 modules the server implements, as hello capabilities (RFC 7950 section
+/// 5.6.4: YANG 1.0 modules are announced as capabilities; YANG 1.1 ones only through the
+/// YANG library).
+pub fn yang10_capabilities(ctx: &'static Context) -> Vec<String> {
+    let mut caps = Vec::new();
+    for m in ctx.modules(true) {
+        if !m.is_implemented() {
+            continue;
+        }
+        let Some(src) = module_source(m.name(), None) else { continue };
+        if src.text.contains("yang-version 1.1") || src.text.contains("yang-version \"1.1\"") {
+            continue;
+        }
+        let mut cap = format!("{}?module={}", m.namespace(), m.name());
+        if let Some(rev) = m.revision() {
+            cap.push_str(&format!("&revision={rev}"));
+        }
+        if let Some((_, features)) = IMPLEMENTED.iter().find(|(n, _)| *n == m.name()).filter(|(_, f)| !f.is_empty()) {
+            cap.push_str(&format!("&features={}", features.join(",")));
+        }
+        caps.push(cap);
+    }
+    caps
 }
 
 fn raw_ctx(ctx: &Context) -> *const yang2::ffi::ly_ctx {

@@ -93,12 +93,24 @@ pub struct RawSession {
 }
 
 pub async fn connect(addr: SocketAddr, user: &str, password: &str) -> Result<RawSession, String> {
+    connect_after_attempts(addr, user, &[password]).await
+}
+
+/// Tries the passwords in turn on one SSH connection (as an interactive client re-prompting
+/// does) and opens the NETCONF subsystem after the first that succeeds.
+pub async fn connect_after_attempts(addr: SocketAddr, user: &str, passwords: &[&str]) -> Result<RawSession, String> {
     let seen = Arc::new(std::sync::Mutex::new(None));
     let config = Arc::new(client::Config::default());
     let mut handle =
         client::connect(config, addr, AcceptAny { seen: seen.clone() }).await.map_err(|e| e.to_string())?;
-    let auth = handle.authenticate_password(user, password).await.map_err(|e| e.to_string())?;
-    if !auth.success() {
+    let mut ok = false;
+    for p in passwords {
+        if handle.authenticate_password(user, *p).await.map_err(|e| e.to_string())?.success() {
+            ok = true;
+            break;
+        }
+    }
+    if !ok {
         return Err("authentication failed".into());
     }
     let channel = handle.channel_open_session().await.map_err(|e| e.to_string())?;

@@ -68,6 +68,10 @@ pub(crate) fn select_xpath(tree: &DataTree<'static>, xpath: &str, out: &mut Data
     if tree.reference().is_none() {
         return Ok(());
     }
+    if xpath.trim() == "/" {
+        // The root selects everything (libyang's XPath has no node for the root).
+        return out.merge(tree).map_err(|e| RpcError::from_libyang(&e));
+    }
     let set = tree.find_xpath(xpath).map_err(|e| {
         RpcError::protocol(ErrorTag::InvalidValue, format!("invalid XPath \"{xpath}\": {e}")).with_bad_element("filter")
     })?;

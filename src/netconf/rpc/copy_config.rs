@@ -2,7 +2,7 @@
 
 use yang2::data::DataFormat;
 
-use super::{config_text, datastore_param, one, Body, OpResult, SessionCtx};
+use super::{config_text, datastore_param, locate, one, Body, OpResult, SessionCtx};
 use crate::datastore::Source;
 use crate::netconf::xml::Element;
 
@@ -12,7 +12,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let inline = op.param("source").and_then(|s| s.param("config"));
     match inline {
         Some(config) => {
-            let tree = ds.parse_config(config_text(config, src).as_bytes(), DataFormat::XML).map_err(one)?;
+            let tree = ds.parse_config(config_text(config, src).as_bytes(), DataFormat::XML).map_err(locate(config))?;
             ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         }
         None => {

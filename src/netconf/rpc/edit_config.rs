@@ -3,7 +3,7 @@
 
 use yang2::data::DataFormat;
 
-use super::{config_text, datastore_param, missing, one, Body, OpResult, SessionCtx};
+use super::{config_text, datastore_param, locate, missing, one, Body, OpResult, SessionCtx};
 use crate::datastore::{Datastore, EditOp, EditOptions, ErrorOption, Source, TestOption};
 use crate::error::{ErrorTag, RpcError};
 use crate::netconf::xml::Element;
@@ -51,7 +51,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let ds = &ctx.server.datastores;
     if opts.default_operation == EditOp::Replace {
         // RFC 6241 7.2: with default-operation replace, <config> replaces the whole target.
-        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(one)?;
+        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
         if opts.test_option == TestOption::TestOnly {
             ds.validate(Source::Config(&tree)).map_err(one)?;
         } else {
@@ -59,7 +59,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         }
         return Ok(Body::Ok);
     }
-    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(one)?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
     ds.edit(ctx.id, target, &edit, opts)?;
     Ok(Body::Ok)
 }

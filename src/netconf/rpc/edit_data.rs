@@ -3,7 +3,7 @@
 use yang2::data::DataFormat;
 
 use super::get_data::datastore_identity;
-use super::{config_text, missing, one, Body, OpResult, SessionCtx};
+use super::{config_text, locate, missing, one, Body, OpResult, SessionCtx};
 use crate::datastore::{Datastore, EditOp, EditOptions, Source};
 use crate::error::{ErrorTag, RpcError};
 use crate::netconf::xml::Element;
@@ -35,11 +35,11 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let text = config_text(config, src);
     let ds = &ctx.server.datastores;
     if default_operation == EditOp::Replace {
-        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(one)?;
+        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
         ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         return Ok(Body::Ok);
     }
-    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(one)?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
     ds.edit(ctx.id, target, &edit, EditOptions { default_operation, ..Default::default() })?;
     Ok(Body::Ok)
 }

@@ -344,6 +344,16 @@ pub(crate) fn print_data(
         .print_string(yang2::data::DataFormat::XML, flags)
         .map_err(|e| vec![RpcError::from_libyang(&e)])?
         .unwrap_or_default();
+    // libyang prints the RFC 6243 `default` attribute in the YANG module's namespace; the
+    // RFC (section 6) puts it in urn:ietf:params:xml:ns:netconf:default:1.0.
+    let body = if wd == WithDefaults::ReportAllTagged {
+        body.replace(
+            "xmlns:ncwd=\"urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults\"",
+            "xmlns:ncwd=\"urn:ietf:params:xml:ns:netconf:default:1.0\"",
+        )
+    } else {
+        body
+    };
     Ok(format!("<data>{body}</data>"))
 }
 
@@ -358,6 +368,26 @@ pub(crate) fn filter_param(op: &Element) -> Result<Option<Filter<'_>>, Vec<RpcEr
 /// The content of a `<config>` parameter, standalone, ready for libyang.
 pub(crate) fn config_text(config: &Element, src: &str) -> String {
     config.children_text(src)
+}
+
+/// Adds the bad-element libyang cannot name to errors about the content of `config`
+/// (RFC 6241 Appendix A: unknown-namespace carries bad-element and bad-namespace).
+pub(crate) fn locate(config: &Element) -> impl Fn(RpcError) -> Vec<RpcError> + '_ {
+    move |mut e| {
+        if e.bad_element.is_none() {
+            if let Some(ns) = e.bad_namespace.clone() {
+                let mut stack: Vec<&Element> = config.children.iter().collect();
+                while let Some(el) = stack.pop() {
+                    if el.ns.as_deref() == Some(ns.as_str()) {
+                        e.bad_element = Some(el.name.clone());
+                        break;
+                    }
+                    stack.extend(el.children.iter());
+                }
+            }
+        }
+        vec![e]
+    }
 }
 
 pub(crate) fn one(e: RpcError) -> Vec<RpcError> {

@@ -2,7 +2,7 @@
 
 use yang2::data::DataFormat;
 
-use super::{config_text, datastore_param, one, Body, OpResult, SessionCtx};
+use super::{config_text, datastore_param, locate, one, Body, OpResult, SessionCtx};
 use crate::datastore::Source;
 use crate::netconf::xml::Element;
 
@@ -10,7 +10,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let ds = &ctx.server.datastores;
     match op.param("source").and_then(|s| s.param("config")) {
         Some(config) => {
-            let tree = ds.parse_config(config_text(config, src).as_bytes(), DataFormat::XML).map_err(one)?;
+            let tree = ds.parse_config(config_text(config, src).as_bytes(), DataFormat::XML).map_err(locate(config))?;
             ds.validate(Source::Config(&tree)).map_err(one)?;
         }
         None => {
