@@ -48,8 +48,9 @@ SCI_ID = "188.3.67.3:67"
 class Agent:
     """One `cats-sma run` process with its own state directory; restartable."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, extra_args=()):
         self.workdir = workdir
+        self.extra_args = list(extra_args)
         self.state_dir = workdir / "state"
         self.proc = None
         self.port = None
@@ -74,6 +75,7 @@ class Agent:
                 str(self.state_dir),
                 "--netconf-listen",
                 "127.0.0.1:0",
+                *self.extra_args,
             ],
             env=env,
             stdin=subprocess.DEVNULL,
@@ -122,13 +124,14 @@ class Agent:
 
     # -- clients --
 
-    def connect(self, timeout=30):
-        """An ncclient session as admin; replies with rpc-errors are returned, not raised."""
+    def connect(self, timeout=30, user=USER, password=PASSWORD):
+        """An ncclient session (admin unless told otherwise); replies with rpc-errors are
+        returned, not raised."""
         m = manager.connect(
             host="127.0.0.1",
             port=self.port,
-            username=USER,
-            password=PASSWORD,
+            username=user,
+            password=password,
             hostkey_verify=False,
             look_for_keys=False,
             allow_agent=False,
