@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod config;
 pub mod datastore;
+pub mod engine;
 pub mod error;
 pub mod nacm;
 pub mod netconf;

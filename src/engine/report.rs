@@ -1,0 +1,208 @@
+//! SCI reports on the wire (documented in `docs/sci-protocol.md`): one report or a batch,
+//! as JSON or CBOR, with the same field names. Decoding is separate from validation: the
+//! decoder accepts any integer so that out-of-range values are reported as out-of-range
+//! (seed 004, Validator & Sanitizer), not as malformed.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A report as received, before the range checks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RawReport {
+    pub csci_id: String,
+    pub cs_id: String,
+    #[serde(alias = "seq")]
+    pub sequence: u64,
+    pub timestamp: DateTime<Utc>,
+    pub gas: i64,
+    pub computing_time: i64,
+    pub health: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reputation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_label: Option<i64>,
+}
+
+/// A batch: `{"reports": [...]}`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    reports: Vec<RawReport>,
+}
+
+/// Wire encodings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Json,
+    Cbor,
+}
+
+impl Encoding {
+    /// From an HTTP Content-Type (parameters ignored); None when unsupported.
+    pub fn from_content_type(ct: &str) -> Option<Encoding> {
+        match ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
+            "application/json" | "" => Some(Encoding::Json),
+            "application/cbor" => Some(Encoding::Cbor),
+            _ => None,
+        }
+    }
+}
+
+/// Why a message could not be decoded at all.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("malformed report: {0}")]
+pub struct DecodeError(pub String);
+
+/// Decodes one report, a JSON array of reports, or `{"reports": [...]}`.
+pub fn decode(body: &[u8], enc: Encoding) -> Result<Vec<RawReport>, DecodeError> {
+    match enc {
+        Encoding::Json => {
+            let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| DecodeError(e.to_string()))?;
+            from_value(v, |v| serde_json::from_value(v).map_err(|e| DecodeError(e.to_string())))
+        }
+        Encoding::Cbor => {
+            let v: ciborium::Value = ciborium::from_reader(body).map_err(|e| DecodeError(e.to_string()))?;
+            let json = cbor_to_json(v)?;
+            from_value(json, |v| serde_json::from_value(v).map_err(|e| DecodeError(e.to_string())))
+        }
+    }
+}
+
+fn from_value(
+    v: serde_json::Value,
+    one: impl Fn(serde_json::Value) -> Result<RawReport, DecodeError>,
+) -> Result<Vec<RawReport>, DecodeError> {
+    match v {
+        serde_json::Value::Array(items) => items.into_iter().map(one).collect(),
+        serde_json::Value::Object(ref m) if m.contains_key("reports") => {
+            let b: Batch = serde_json::from_value(v).map_err(|e| DecodeError(e.to_string()))?;
+            Ok(b.reports)
+        }
+        other => Ok(vec![one(other)?]),
+    }
+}
+
+/// CBOR maps with text keys become JSON objects; a tag-0/1 date or a text date works for
+/// the timestamp.
+fn cbor_to_json(v: ciborium::Value) -> Result<serde_json::Value, DecodeError> {
+    use ciborium::Value as C;
+    use serde_json::Value as J;
+    Ok(match v {
+        C::Integer(i) => {
+            let i: i128 = i.into();
+            match i64::try_from(i) {
+                Ok(n) => J::from(n),
+                Err(_) => match u64::try_from(i) {
+                    Ok(n) => J::from(n),
+                    Err(_) => return Err(DecodeError("integer out of the 64-bit range".into())),
+                },
+            }
+        }
+        C::Text(s) => J::String(s),
+        C::Bool(b) => J::Bool(b),
+        C::Null => J::Null,
+        C::Float(f) => serde_json::Number::from_f64(f).map(J::Number).unwrap_or(J::Null),
+        C::Array(a) => J::Array(a.into_iter().map(cbor_to_json).collect::<Result<_, _>>()?),
+        C::Map(m) => {
+            let mut o = serde_json::Map::new();
+            for (k, v) in m {
+                let C::Text(k) = k else { return Err(DecodeError("CBOR map keys must be text".into())) };
+                o.insert(k, cbor_to_json(v)?);
+            }
+            J::Object(o)
+        }
+        C::Tag(0, inner) => cbor_to_json(*inner)?,
+        C::Tag(1, inner) => match *inner {
+            C::Integer(i) => {
+                let secs: i128 = i.into();
+                let t = DateTime::<Utc>::from_timestamp(secs as i64, 0)
+                    .ok_or_else(|| DecodeError("epoch timestamp out of range".into()))?;
+                J::String(t.to_rfc3339())
+            }
+            other => cbor_to_json(other)?,
+        },
+        C::Bytes(_) | C::Tag(..) => return Err(DecodeError("unsupported CBOR item".into())),
+        _ => return Err(DecodeError("unsupported CBOR item".into())),
+    })
+}
+
+/// Encodes reports (a single one stays an object; several become a batch).
+pub fn encode(reports: &[RawReport], enc: Encoding) -> Vec<u8> {
+    let value = match reports {
+        [one] => serde_json::to_value(one),
+        many => serde_json::to_value(Batch { reports: many.to_vec() }),
+    }
+    .unwrap_or(serde_json::Value::Null);
+    match enc {
+        Encoding::Json => serde_json::to_vec(&value).unwrap_or_default(),
+        Encoding::Cbor => {
+            let mut out = Vec::new();
+            let _ = ciborium::into_writer(&value, &mut out);
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> RawReport {
+        RawReport {
+            csci_id: "188.3.67.3:67".into(),
+            cs_id: "AR1".into(),
+            sequence: 1,
+            timestamp: "2026-11-30T10:00:00Z".parse().unwrap(),
+            gas: 400,
+            computing_time: 5,
+            health: "HEALTHY".into(),
+            cost: None,
+            reputation: Some(8),
+            security_label: None,
+        }
+    }
+
+    #[test]
+    fn json_and_cbor_round_trip_single_and_batch() {
+        for enc in [Encoding::Json, Encoding::Cbor] {
+            let one = vec![sample()];
+            assert_eq!(decode(&encode(&one, enc), enc).unwrap(), one);
+            let mut b = sample();
+            b.csci_id = "188.3.67.4:69".into();
+            let two = vec![sample(), b];
+            assert_eq!(decode(&encode(&two, enc), enc).unwrap(), two);
+        }
+    }
+
+    #[test]
+    fn seed_table_row_as_json() {
+        // seed 004, Metric Cache Structure, first row.
+        let body = br#"{"csci-id":"188.3.67.3:67","cs-id":"AR1","seq":9,"timestamp":"2026-11-30T10:00:00Z","gas":400,"computing-time":5,"health":"HEALTHY"}"#;
+        let r = decode(body, Encoding::Json).unwrap();
+        assert_eq!(r[0].gas, 400);
+        assert_eq!(r[0].sequence, 9);
+        // A JSON array is a batch too.
+        let arr = format!("[{}]", std::str::from_utf8(body).unwrap());
+        assert_eq!(decode(arr.as_bytes(), Encoding::Json).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn malformed_inputs_are_decode_errors_not_panics() {
+        for bad in [&b""[..], b"{", b"[1,2]", b"{\"csci-id\":1}", b"{\"reports\":5}", b"null", &[0xff, 0x00, 0x13]] {
+            assert!(decode(bad, Encoding::Json).is_err());
+            assert!(decode(bad, Encoding::Cbor).is_err());
+        }
+        let unknown = br#"{"csci-id":"a","cs-id":"b","seq":1,"timestamp":"2026-11-30T10:00:00Z","gas":1,"computing-time":1,"health":"HEALTHY","extra":1}"#;
+        assert!(decode(unknown, Encoding::Json).is_err(), "unknown fields are refused");
+    }
+
+    #[test]
+    fn out_of_range_integers_still_decode() {
+        let body = br#"{"csci-id":"a","cs-id":"b","seq":1,"timestamp":"2026-11-30T10:00:00Z","gas":-5,"computing-time":99999999,"health":"HEALTHY"}"#;
+        let r = decode(body, Encoding::Json).unwrap();
+        assert_eq!((r[0].gas, r[0].computing_time), (-5, 99_999_999));
+    }
+}
