@@ -90,7 +90,7 @@ class Agent:
             # Keeps reading to the end so the agent never blocks on a full pipe.
             for line in stream:
                 log.append(line.rstrip("\n"))
-                m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+                m = re.search(r"cats-sma ready: NETCONF over SSH listening on 127\.0\.0\.1:(\d+)", line)
                 if m and not ready.is_set():
                     found["port"] = int(m.group(1))
                     ready.set()

@@ -16,6 +16,8 @@ use crate::users::UserStore;
 pub struct Agent {
     pub netconf: Arc<netconf::Server>,
     pub netconf_addrs: Vec<SocketAddr>,
+    /// Where SCIs POST reports, when HTTP collection is enabled.
+    pub sci_http: Option<SocketAddr>,
     pub state: StateDir,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -39,7 +41,8 @@ impl Agent {
         datastores.register_consumer(nacm.clone());
         datastores.set_write_guard(nacm.clone());
         datastores.register_state_provider(nacm.clone());
-        let server = netconf::Server::new(datastores, users, boot.netconf.clone(), nacm);
+        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
+        let sci_http = start_engine(&datastores, &server, boot.sci_listen).await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
             let _ = tx.send(addrs.to_vec());
@@ -56,8 +59,12 @@ impl Agent {
         if let Some(first) = first {
             announce_first_start(&first, &addrs);
         }
-        info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}", list(&addrs));
-        Ok(Agent { netconf: server, netconf_addrs: addrs, state, task })
+        let sci = match sci_http {
+            Some(a) => format!("; SCI reports: http://{a}/reports"),
+            None => "; SCI HTTP collection disabled".into(),
+        };
+        info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}", list(&addrs));
+        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.
@@ -65,6 +72,49 @@ impl Agent {
         let _ = self.netconf.shutdown.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
     }
+}
+
+/// Starts the metric engine: configuration from running, a consumer for later commits, its
+/// state in the operational view, its notifications on the NETCONF stream, and the HTTP
+/// collector. Returns the collector's address.
+async fn start_engine(
+    datastores: &Arc<Datastores>,
+    server: &Arc<netconf::Server>,
+    sci_listen: Option<SocketAddr>,
+) -> Result<Option<SocketAddr>, String> {
+    use crate::engine::collect::http;
+    use crate::engine::northbound::{config, state};
+    let weak = Arc::downgrade(server);
+    let sink: crate::engine::NotificationSink = Arc::new(move |module: &str, name: &str, body: String| {
+        if let Some(s) = weak.upgrade() {
+            s.events.publish(module, name, body);
+        }
+    });
+    let engine = crate::engine::Engine::start(crate::engine::clock::Clock::new(), sink);
+    let mut settings = datastores
+        .with_tree(crate::datastore::Datastore::Running, |t| {
+            config::load_all(&engine, t);
+            http::settings(t)
+        })
+        .map_err(|e| e.to_string())?;
+    if let Some(a) = sci_listen {
+        settings.listen = a;
+        settings.enabled = true;
+    }
+    let (http_tx, http_rx) = tokio::sync::watch::channel(settings);
+    let (bound_tx, mut bound_rx) = tokio::sync::watch::channel(None);
+    datastores.register_consumer(Arc::new(config::EngineConfig {
+        engine: engine.clone(),
+        http: http_tx,
+        http_override: sci_listen,
+        pending_policy: Default::default(),
+    }));
+    datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
+    tokio::spawn(http::serve(engine, http_rx, bound_tx));
+    // The collector reports its first bind (or that it is disabled / failed).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
+    let bound = *bound_rx.borrow();
+    Ok(bound)
 }
 
 fn list(addrs: &[SocketAddr]) -> String {

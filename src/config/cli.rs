@@ -31,6 +31,9 @@ enum Command {
         /// NETCONF-over-SSH listen address; repeat for several. Port 0 picks a free port.
         #[arg(long = "netconf-listen", value_name = "ADDR:PORT")]
         netconf_listen: Vec<SocketAddr>,
+        /// SCI collection HTTP listen address, overriding the datastore's collection/http.
+        #[arg(long = "sci-listen", value_name = "ADDR:PORT")]
+        sci_listen: Option<SocketAddr>,
     },
     /// Check a bootstrap file and exit (0 when it is usable).
     CheckConfig { file: PathBuf },
@@ -70,7 +73,7 @@ pub fn main() -> i32 {
                 }
             }
         }
-        Command::Run { config, state_dir, netconf_listen } => {
+        Command::Run { config, state_dir, netconf_listen, sci_listen } => {
             init_tracing();
             let mut boot = match config {
                 Some(f) => match Bootstrap::load(&f) {
@@ -87,6 +90,9 @@ pub fn main() -> i32 {
             }
             if !netconf_listen.is_empty() {
                 boot.netconf.listen = netconf_listen;
+            }
+            if sci_listen.is_some() {
+                boot.sci_listen = sci_listen;
             }
             run(boot)
         }

@@ -22,6 +22,9 @@ pub struct Bootstrap {
     pub netconf: NetconfSettings,
     /// Users besides the generated admin.
     pub users: Vec<UserEntry>,
+    /// The SCI collection HTTP listen address, overriding the datastore's collection/http
+    /// (which is otherwise authoritative and can be changed at run time).
+    pub sci_listen: Option<SocketAddr>,
     /// The NACM recovery user (RFC 8341 section 3.2): not subject to access control, so a
     /// broken NACM configuration can always be repaired. Defaults to the generated admin.
     pub recovery_user: Option<String>,

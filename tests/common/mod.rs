@@ -19,6 +19,8 @@ pub const PASSWORD: &str = "test-admin-pw";
 pub struct AgentProcess {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Where SCIs POST reports (when HTTP collection is on).
+    pub sci_addr: Option<SocketAddr>,
     pub state_dir: PathBuf,
     pub stderr_lines: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -52,20 +54,23 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
     let keep = lines.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let addr = rest.split([',', ' ']).next().unwrap_or("").to_owned();
-                let _ = tx.send(addr);
+            if let Some(rest) = line.split("cats-sma ready: NETCONF over SSH listening on ").nth(1) {
+                let addr = rest.split([',', ' ', ';']).next().unwrap_or("").to_owned();
+                let sci =
+                    line.split("SCI reports: http://").nth(1).and_then(|r| r.split('/').next()).map(str::to_owned);
+                let _ = tx.send((addr, sci));
             }
             keep.lock().unwrap().push(line);
         }
     });
-    let addr = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
+    let (addr, sci) = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
         let _ = child.kill();
         panic!("agent did not report ready: {:?}", lines.lock().unwrap())
     });
     AgentProcess {
         child,
         addr: addr.parse().expect("ready line address"),
+        sci_addr: sci.and_then(|s| s.parse().ok()),
         state_dir: state_dir.to_owned(),
         stderr_lines: lines,
     }
@@ -199,4 +204,21 @@ pub const NC: &str = "urn:ietf:params:xml:ns:netconf:base:1.0";
 
 pub fn rpc(id: u32, op: &str) -> String {
     format!("<rpc xmlns=\"{NC}\" message-id=\"{id}\">{op}</rpc>")
+}
+
+/// POSTs a body over plain HTTP/1.1 and returns (status, body).
+pub async fn http_post(addr: SocketAddr, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect to the collector");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
 }

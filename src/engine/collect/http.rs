@@ -1,0 +1,165 @@
+//! HTTP push (seed 004, push mode): `POST /reports` with one report or a batch, JSON or
+//! CBOR. The answer says what was accepted and, per rejected report, why: 200 when at
+//! least one report was accepted, 422 when all were refused, 400 for an undecodable body,
+//! 413 above the size limit, 415 for another content type, 404/405 otherwise. Every refusal
+//! is counted by reason in the operational state.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::engine::report::{self, Encoding};
+use crate::engine::validate::Rejection;
+use crate::engine::Engine;
+
+/// Where and how the HTTP collector listens (YANG collection/http).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    pub enabled: bool,
+    pub listen: SocketAddr,
+    pub max_body: usize,
+}
+
+fn reply(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+async fn handle(req: Request<Incoming>, engine: Engine, max_body: usize) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.uri().path() != "/reports" {
+        return Ok(reply(StatusCode::NOT_FOUND, json!({"error": "unknown resource; SCIs POST to /reports"})));
+    }
+    if req.method() != Method::POST {
+        let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, json!({"error": "use POST"}));
+        r.headers_mut().insert("allow", hyper::header::HeaderValue::from_static("POST"));
+        return Ok(r);
+    }
+    let ct = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let Some(enc) = Encoding::from_content_type(&ct) else {
+        count(&engine, Rejection::Malformed);
+        return Ok(reply(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            json!({"error": format!("content type \"{ct}\" is not application/json or application/cbor")}),
+        ));
+    };
+    let body = match Limited::new(req.into_body(), max_body).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            count(&engine, Rejection::Malformed);
+            let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+            return Ok(if too_big {
+                reply(StatusCode::PAYLOAD_TOO_LARGE, json!({"error": format!("body larger than {max_body} bytes")}))
+            } else {
+                reply(StatusCode::BAD_REQUEST, json!({"error": format!("reading the body failed: {e}")}))
+            });
+        }
+    };
+    let raws = match report::decode(&body, enc) {
+        Ok(r) => r,
+        Err(e) => {
+            count(&engine, Rejection::Malformed);
+            return Ok(reply(StatusCode::BAD_REQUEST, json!({"error": e.to_string()})));
+        }
+    };
+    let ids: Vec<String> = raws.iter().map(|r| r.csci_id.clone()).collect();
+    let results = engine.ingest(raws, None).await;
+    let accepted = results.iter().filter(|r| r.is_ok()).count();
+    let rejected: Vec<serde_json::Value> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            r.as_ref().err().map(|(reason, detail)| {
+                json!({"index": i, "csci-id": ids.get(i), "reason": reason.identity(), "detail": detail})
+            })
+        })
+        .collect();
+    let status = if accepted == 0 && !rejected.is_empty() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
+    Ok(reply(status, json!({"accepted": accepted, "rejected": rejected})))
+}
+
+fn count(engine: &Engine, reason: Rejection) {
+    engine.submit(move |core| {
+        core.stats.received += 1;
+        core.stats.rejected[reason.index()] += 1;
+        core.stats.last_rejection[reason.index()] = Some(core.clock.wall());
+    });
+}
+
+/// Serves until the settings change to disabled / another address (then rebinds) or the
+/// sender is dropped. `bound` reports the address actually bound (port 0 resolved).
+pub async fn serve(
+    engine: Engine,
+    mut settings: watch::Receiver<HttpSettings>,
+    bound: watch::Sender<Option<SocketAddr>>,
+) {
+    loop {
+        let current = settings.borrow_and_update().clone();
+        if !current.enabled {
+            let _ = bound.send(None);
+            if settings.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let listener = match TcpListener::bind(current.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!("SCI collection: cannot listen on {}: {e}", current.listen);
+                let _ = bound.send(None);
+                if settings.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let addr = listener.local_addr().ok();
+        info!("SCI collection over HTTP accepting reports at {}", addr.map(|a| a.to_string()).unwrap_or_default());
+        let _ = bound.send(addr);
+        loop {
+            tokio::select! {
+                changed = settings.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if *settings.borrow() != current {
+                        break;
+                    }
+                }
+                accepted = listener.accept() => {
+                    let Ok((stream, _peer)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let engine = engine.clone();
+                    let max = current.max_body;
+                    tokio::spawn(async move {
+                        let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max));
+                        let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The collection/http settings in a configuration tree.
+pub fn settings(t: &yang2::data::DataTree<'static>) -> HttpSettings {
+    use crate::engine::northbound::{leaf, leaf_u64, ROOT};
+    let enabled = leaf(t, &format!("{ROOT}/collection/http/enabled")).as_deref() != Some("false");
+    let ip = leaf(t, &format!("{ROOT}/collection/http/listen-address"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    let port = leaf_u64(t, &format!("{ROOT}/collection/http/port")).map(|p| p as u16).unwrap_or(8470);
+    let max_body = leaf_u64(t, &format!("{ROOT}/collection/http/max-body-size")).map(|m| m as usize).unwrap_or(65536);
+    HttpSettings { enabled, listen: SocketAddr::new(ip, port), max_body }
+}

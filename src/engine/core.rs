@@ -1,0 +1,387 @@
+//! The engine's state and its one path for a report: authorise against the registry,
+//! validate, store in the cache (state machine, aggregates), count every rejection by
+//! reason. Synchronous and owned by one task (`engine/mod.rs`), so the hot path takes no
+//! lock and touches no libyang.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use super::aggregate::ComputingTimeFunction;
+use super::cache::{CacheEvent, Flags, MetricCache};
+use super::clock::Clock;
+use super::model::SiteMetrics;
+use super::model::{CsId, CsciId, Report, SciState};
+use super::policy::{EmaState, Policy};
+use super::report::RawReport;
+use super::validate::{self, Anomaly, Rejection, ValidationConfig, Verdict};
+
+/// One registered SCI (the hard state of seed 004: CS-ID to CSCI-ID mappings).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SciConfig {
+    /// The CS-IDs it may report for.
+    pub cs_ids: Vec<CsId>,
+    pub credential_ref: Option<String>,
+    pub expected_interval: Duration,
+}
+
+/// Cache settings (YANG `cache`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheConfig {
+    pub max_entries: usize,
+    pub ttl_multiplier: u32,
+    /// Overrides multiplier × expected interval when set.
+    pub ttl: Option<Duration>,
+    pub grace_period: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { max_entries: 100_000, ttl_multiplier: 2, ttl: None, grace_period: Duration::from_millis(5000) }
+    }
+}
+
+impl CacheConfig {
+    pub fn ttl_for(&self, sci: &SciConfig) -> Duration {
+        self.ttl.unwrap_or(sci.expected_interval * self.ttl_multiplier.max(1))
+    }
+}
+
+/// Per-reason rejection counters (YANG statistics/rejection).
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub received: u64,
+    pub accepted: u64,
+    pub rejected: [u64; Rejection::ALL.len()],
+    pub last_rejection: [Option<DateTime<Utc>>; Rejection::ALL.len()],
+    pub discontinuity: Option<DateTime<Utc>>,
+}
+
+/// A report held for review (anomaly action quarantine).
+#[derive(Clone, Debug)]
+pub struct Quarantined {
+    pub id: u64,
+    pub report: Report,
+    pub anomaly: Anomaly,
+    pub received_at: DateTime<Utc>,
+}
+
+/// What the engine tells the rest of the agent.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    SciStateChange {
+        csci_id: CsciId,
+        from: SciState,
+        to: SciState,
+        reason: &'static str,
+    },
+    MetricAnomaly {
+        csci_id: CsciId,
+        anomaly: Anomaly,
+        action: &'static str,
+    },
+    /// The site metrics of a CS-ID may have changed.
+    SiteChanged {
+        cs_id: CsId,
+    },
+    PullNeeded {
+        csci_id: CsciId,
+    },
+    Withdrawn {
+        csci_id: CsciId,
+        cs_id: Option<CsId>,
+    },
+}
+
+/// How many quarantined reports are kept; the oldest go first (counted as rejected).
+pub const QUARANTINE_CAPACITY: usize = 10_000;
+
+pub struct Core {
+    pub clock: Clock,
+    pub registry: HashMap<CsciId, SciConfig>,
+    pub validation: ValidationConfig,
+    pub cache_config: CacheConfig,
+    pub cache: MetricCache,
+    pub stats: Stats,
+    pub quarantine: VecDeque<Quarantined>,
+    next_quarantine_id: u64,
+    pub events: Vec<EngineEvent>,
+    pub policy: Policy,
+    /// EMA state per CS-ID (advanced once per site change, never by a read).
+    ema: HashMap<CsId, EmaState>,
+    /// What is reported per CS-ID: site metrics after site-scope rules and transforms, and
+    /// whether a rule suppresses updates.
+    pub reported: HashMap<CsId, (SiteMetrics, bool)>,
+}
+
+impl Core {
+    pub fn new(clock: Clock) -> Core {
+        let cache_config = CacheConfig::default();
+        Core {
+            clock,
+            registry: HashMap::new(),
+            validation: ValidationConfig::default(),
+            cache: MetricCache::new(cache_config.max_entries),
+            cache_config,
+            stats: Stats { discontinuity: Some(clock.wall()), ..Default::default() },
+            quarantine: VecDeque::new(),
+            next_quarantine_id: 1,
+            events: Vec::new(),
+            policy: Policy::default(),
+            ema: HashMap::new(),
+            reported: HashMap::new(),
+        }
+    }
+
+    /// Installs a compiled policy: SCI-scope rules are re-applied to every cached SCI and
+    /// every site is re-evaluated (seed 004, policy change trigger).
+    pub fn set_policy(&mut self, policy: Policy) {
+        if policy.resets_ema(&self.policy) {
+            self.ema.clear();
+        }
+        self.policy = policy;
+        let wall = self.clock.wall();
+        let policy = &self.policy;
+        let ctx = policy.context(wall);
+        let ev = self.cache.reapply(|m| policy.apply_sci(m, &ctx).0);
+        self.absorb(ev);
+        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
+    }
+
+    /// Brings the reported site metrics up to date for every site that changed; called
+    /// once after each batch of work, so a site changed by many reports is evaluated once.
+    pub fn settle(&mut self) {
+        let mut seen = std::collections::HashSet::new();
+        let changed: Vec<CsId> = self
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                EngineEvent::SiteChanged { cs_id } if seen.insert(cs_id.clone()) => Some(cs_id.clone()),
+                _ => None,
+            })
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let ctx = self.policy.context(self.clock.wall());
+        for cs in changed {
+            match self.cache.site(&cs) {
+                Some(site) => {
+                    let ema = self.ema.entry(cs.clone()).or_default();
+                    let out = self.policy.apply_site(&site, ema, &ctx);
+                    self.reported.insert(cs, (out.metrics, out.suppress_updates));
+                }
+                None => {
+                    self.reported.remove(&cs);
+                    self.ema.remove(&cs);
+                }
+            }
+        }
+    }
+
+    fn reject(&mut self, reason: Rejection, csci_id: &str, detail: &str) -> Rejection {
+        let i = reason.index();
+        self.stats.rejected[i] += 1;
+        self.stats.last_rejection[i] = Some(self.clock.wall());
+        tracing::info!(csci_id, reason = reason.identity(), "SCI report rejected: {detail}");
+        reason
+    }
+
+    /// The one path of a report. `authenticated` is the CSCI-ID the transport proved, if it
+    /// proved one; a report for another CSCI-ID is refused.
+    pub fn ingest(&mut self, raw: &RawReport, authenticated: Option<&str>) -> Result<(), (Rejection, String)> {
+        self.stats.received += 1;
+        if authenticated.is_some_and(|a| a != raw.csci_id) {
+            let d = format!("authenticated as {} but reports for {}", authenticated.unwrap_or(""), raw.csci_id);
+            return Err((self.reject(Rejection::Unauthenticated, &raw.csci_id, &d), d));
+        }
+        let Some(sci) = self.registry.get(&raw.csci_id) else {
+            let d = format!("{} is not in the SCI registry", raw.csci_id);
+            return Err((self.reject(Rejection::UnknownSci, &raw.csci_id, &d), d));
+        };
+        if !sci.cs_ids.contains(&raw.cs_id) {
+            let d = format!("{} may not report for CS-ID {}", raw.csci_id, raw.cs_id);
+            return Err((self.reject(Rejection::UnauthorizedCsId, &raw.csci_id, &d), d));
+        }
+        let (ttl, grace) = (self.cache_config.ttl_for(sci), self.cache_config.grace_period);
+        let (now, wall) = (self.clock.now(), self.clock.wall());
+        if self.cache.get(&raw.csci_id).is_none() {
+            let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
+            self.absorb(ev);
+        }
+        let history = &self.cache.get(&raw.csci_id).map(|e| e.history.clone()).unwrap_or_default();
+        match validate::validate(raw, history, &self.validation, now, wall) {
+            Verdict::Reject { reason, detail, anomaly } => {
+                if let Some(a) = anomaly {
+                    self.events.push(EngineEvent::MetricAnomaly {
+                        csci_id: raw.csci_id.clone(),
+                        anomaly: a,
+                        action: "reject",
+                    });
+                }
+                Err((self.reject(reason, &raw.csci_id, &detail), detail))
+            }
+            Verdict::Quarantine { report, anomaly } => {
+                self.events.push(EngineEvent::MetricAnomaly {
+                    csci_id: raw.csci_id.clone(),
+                    anomaly,
+                    action: "quarantine",
+                });
+                if self.quarantine.len() == QUARANTINE_CAPACITY {
+                    self.quarantine.pop_front();
+                }
+                let id = self.next_quarantine_id;
+                self.next_quarantine_id += 1;
+                self.quarantine.push_back(Quarantined { id, report, anomaly, received_at: wall });
+                let d = format!("{anomaly:?}: held for review (quarantine id {id})");
+                Err((self.reject(Rejection::Quarantined, &raw.csci_id, &d), d))
+            }
+            Verdict::Accept { report, warning } => {
+                if let Some(a) = warning {
+                    self.events.push(EngineEvent::MetricAnomaly {
+                        csci_id: raw.csci_id.clone(),
+                        anomaly: a,
+                        action: "accept-with-warning",
+                    });
+                }
+                self.store(&report, warning.is_some(), now, wall);
+                Ok(())
+            }
+        }
+    }
+
+    fn store(&mut self, report: &Report, warning: bool, now: Instant, wall: DateTime<Utc>) {
+        if let Some(e) = self.cache.get_mut(&report.csci_id) {
+            validate::record(&mut e.history, report, &self.validation, now);
+        }
+        let flags = Flags { anomaly_warning: warning, ..Flags::default() };
+        let effective = if self.policy.has_sci_rules() {
+            self.policy.apply_sci(&report.metrics, &self.policy.context(wall)).0
+        } else {
+            report.metrics
+        };
+        let ev = self.cache.accept(report, effective, flags, now, wall);
+        self.absorb(ev);
+        self.stats.accepted += 1;
+    }
+
+    /// Releases quarantined reports (clear-quarantine RPC): all, or one SCI's. With
+    /// `accept`, a released report enters the cache if it is still newer than what the
+    /// cache holds. Returns how many were released.
+    pub fn clear_quarantine(&mut self, csci_id: Option<&str>, accept: bool) -> u32 {
+        let (released, kept): (Vec<_>, Vec<_>) =
+            self.quarantine.drain(..).partition(|q| csci_id.is_none_or(|c| q.report.csci_id == c));
+        self.quarantine = kept.into();
+        if accept {
+            let (now, wall) = (self.clock.now(), self.clock.wall());
+            for q in &released {
+                let newer =
+                    self.cache.get(&q.report.csci_id).is_some_and(|e| e.sequence.is_none_or(|s| q.report.sequence > s));
+                if newer {
+                    self.store(&q.report, true, now, wall);
+                }
+            }
+        }
+        released.len() as u32
+    }
+
+    /// Registers or updates an SCI.
+    pub fn set_sci(&mut self, csci_id: &str, sci: SciConfig) {
+        let (ttl, grace) = (self.cache_config.ttl_for(&sci), self.cache_config.grace_period);
+        let (now, wall) = (self.clock.now(), self.clock.wall());
+        // A CS-ID the SCI may no longer report for stops counting at once.
+        let moved = self.cache.get(csci_id).and_then(|e| e.cs_id.clone()).filter(|cs| !sci.cs_ids.contains(cs));
+        self.registry.insert(csci_id.to_owned(), sci);
+        if moved.is_some() {
+            let ev = self.cache.remove(csci_id);
+            self.absorb(ev);
+        }
+        let ev = self.cache.register(csci_id, ttl, grace, now, wall);
+        self.absorb(ev);
+    }
+
+    /// Deregisters an SCI: its metrics are withdrawn.
+    pub fn remove_sci(&mut self, csci_id: &str) {
+        self.registry.remove(csci_id);
+        let cs_id = self.cache.get(csci_id).and_then(|e| e.cs_id.clone());
+        let ev = self.cache.remove(csci_id);
+        self.absorb(ev);
+        self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id });
+    }
+
+    pub fn set_cache_config(&mut self, c: CacheConfig) {
+        self.cache.max_entries = c.max_entries.max(1);
+        self.cache_config = c;
+        let (now, wall) = (self.clock.now(), self.clock.wall());
+        let updates: Vec<(CsciId, Duration)> =
+            self.registry.iter().map(|(id, s)| (id.clone(), self.cache_config.ttl_for(s))).collect();
+        for (id, ttl) in updates {
+            let ev = self.cache.register(&id, ttl, self.cache_config.grace_period, now, wall);
+            self.absorb(ev);
+        }
+    }
+
+    pub fn set_function(&mut self, f: ComputingTimeFunction) {
+        self.cache.function = f;
+        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
+    }
+
+    /// Fires due timers (TTL, grace).
+    pub fn tick(&mut self) {
+        let ev = self.cache.expire(self.clock.now(), self.clock.wall());
+        self.absorb(ev);
+    }
+
+    fn absorb(&mut self, events: Vec<CacheEvent>) {
+        for e in events {
+            self.events.push(match e {
+                CacheEvent::StateChanged { csci_id, from, to, reason } => {
+                    tracing::info!(csci_id, from = from.yang(), to = to.yang(), "SCI state change");
+                    EngineEvent::SciStateChange { csci_id, from, to, reason: reason.yang() }
+                }
+                CacheEvent::SiteChanged { cs_id } => EngineEvent::SiteChanged { cs_id },
+                CacheEvent::PullNeeded { csci_id } => EngineEvent::PullNeeded { csci_id },
+                CacheEvent::Evicted { csci_id, cs_id } => {
+                    tracing::warn!(csci_id, "metric cache full: least recently used entry evicted");
+                    EngineEvent::Withdrawn { csci_id, cs_id }
+                }
+            });
+        }
+    }
+}
+
+/// The YANG notification body for an engine event, if it is one (cats-sma module).
+pub fn notification_xml(ev: &EngineEvent) -> Option<(&'static str, String)> {
+    const NS: &str = "urn:cats-sma:yang:cats-sma";
+    let esc = |s: &str| crate::netconf::xml::escape_text(s).into_owned();
+    match ev {
+        EngineEvent::SciStateChange { csci_id, from, to, reason } => Some((
+            "sci-state-change",
+            format!(
+                "<sci-state-change xmlns=\"{NS}\"><csci-id>{}</csci-id><old-state>{}</old-state><new-state>{}</new-state><reason>{reason}</reason></sci-state-change>",
+                esc(csci_id),
+                from.yang(),
+                to.yang()
+            ),
+        )),
+        EngineEvent::MetricAnomaly { csci_id, anomaly, action } => {
+            let (metric, old, new) = match anomaly {
+                Anomaly::GasJump { old, new } => ("gas", old.to_string(), new.to_string()),
+                Anomaly::ComputingTimeJump { old, new } => ("computing-time", old.to_string(), new.to_string()),
+                Anomaly::HealthFlapping { transitions } => ("health", String::new(), transitions.to_string()),
+            };
+            let mut s = format!("<metric-anomaly xmlns=\"{NS}\"><csci-id>{}</csci-id><metric>{metric}</metric>", esc(csci_id));
+            if metric != "health" {
+                let _ = write!(s, "<old-value>{old}</old-value><new-value>{new}</new-value>");
+            }
+            let _ = write!(s, "<action>{action}</action></metric-anomaly>");
+            Some(("metric-anomaly", s))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,308 @@
+//! Configuration in: a commit that adds an SCI, changes a threshold or the cache takes
+//! effect in the engine at once. SCI registry changes are applied per entry from the
+//! commit's typed changes (no rescan of 100 000 entries); the small containers
+//! (validation, cache, aggregation) are re-read whole when anything in them changed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use yang2::data::{Data, DataTree};
+
+use super::{leaf, leaf_u64, ROOT};
+use crate::datastore::{ConfigConsumer, Transaction};
+use crate::engine::aggregate::ComputingTimeFunction;
+use crate::engine::core::{CacheConfig, SciConfig};
+use crate::engine::policy::{
+    BoundsConfig, MaintenanceWindow, Metric, Policy, PolicyConfig, RuleConfig, Schedule, Suppress, TimeOfDay, Weekdays,
+};
+use crate::engine::validate::{AnomalyAction, ValidationConfig};
+use crate::engine::Engine;
+
+const SCI: &str = "/cats-sma:cats-sma/scis/sci";
+const POLICY: &str = "/cats-sma:cats-sma/cats-sma-policy:policy";
+
+/// Feeds commits to the engine.
+pub struct EngineConfig {
+    pub engine: Engine,
+    /// The HTTP collector's settings; None when the command line fixed the address.
+    pub http: tokio::sync::watch::Sender<crate::engine::collect::http::HttpSettings>,
+    pub http_override: Option<std::net::SocketAddr>,
+    /// The policy compiled in prepare, installed in apply.
+    pub pending_policy: std::sync::Mutex<Option<Policy>>,
+}
+
+/// The policy configuration (rules in list order, transforms, maintenance windows).
+pub fn policy_config(t: &DataTree<'static>) -> Result<PolicyConfig, String> {
+    let mut cfg = PolicyConfig::default();
+    if let Ok(rules) = t.find_xpath(&format!("{POLICY}/rule")) {
+        for r in rules {
+            let mut rule = RuleConfig::new("", 0, "", "");
+            for c in r.children() {
+                let v = c.value_canonical().unwrap_or_default();
+                match c.schema().name() {
+                    "name" => rule.name = v,
+                    "priority" => rule.priority = v.parse().unwrap_or(0),
+                    "condition" => rule.condition = v,
+                    "action" => rule.action = v,
+                    "enabled" => rule.enabled = v != "false",
+                    _ => {}
+                }
+            }
+            cfg.rules.push(rule);
+        }
+    }
+    let tr = format!("{POLICY}/transforms");
+    if let Some(f) = leaf(t, &format!("{tr}/gas-safety-factor")).and_then(|v| v.parse().ok()) {
+        cfg.transforms.gas_safety_factor = f;
+    }
+    cfg.transforms.ema.enabled = leaf(t, &format!("{tr}/ema/enabled")).as_deref() == Some("true");
+    if let Some(a) = leaf(t, &format!("{tr}/ema/alpha")).and_then(|v| v.parse().ok()) {
+        cfg.transforms.ema.alpha = a;
+    }
+    if let Ok(bounds) = t.find_xpath(&format!("{tr}/bounds")) {
+        for b in bounds {
+            let mut metric = None;
+            let (mut min, mut max) = (None, None);
+            for c in b.children() {
+                let v = c.value_canonical().unwrap_or_default();
+                match c.schema().name() {
+                    "metric" => metric = Metric::from_yang(&v),
+                    "min" => min = v.parse().ok(),
+                    "max" => max = v.parse().ok(),
+                    _ => {}
+                }
+            }
+            let metric = metric.ok_or("bounds: unknown metric")?;
+            cfg.transforms.bounds.push(BoundsConfig { metric, min, max });
+        }
+    }
+    if let Ok(windows) = t.find_xpath(&format!("{POLICY}/update-control/maintenance-window")) {
+        for w in windows {
+            let mut f = std::collections::HashMap::new();
+            for c in w.children() {
+                f.insert(c.schema().name().to_owned(), c.value_canonical().unwrap_or_default());
+            }
+            let name = f.get("name").cloned().unwrap_or_default();
+            let schedule = if let (Some(s), Some(e)) = (f.get("start"), f.get("end")) {
+                let p =
+                    |x: &str| x.parse::<chrono::DateTime<chrono::FixedOffset>>().map(|d| d.with_timezone(&chrono::Utc));
+                Schedule::Absolute {
+                    start: p(s).map_err(|e| format!("maintenance-window {name}: start: {e}"))?,
+                    end: p(e).map_err(|e| format!("maintenance-window {name}: end: {e}"))?,
+                }
+            } else {
+                let days =
+                    f.get("days").and_then(|d| Weekdays::parse(d)).ok_or(format!("maintenance-window {name}: days"))?;
+                let start = f
+                    .get("start-time")
+                    .and_then(|s| TimeOfDay::parse(s))
+                    .ok_or(format!("maintenance-window {name}: start-time"))?;
+                let duration_minutes = f
+                    .get("duration")
+                    .and_then(|d| d.parse().ok())
+                    .ok_or(format!("maintenance-window {name}: duration"))?;
+                Schedule::Recurring { days, start, duration_minutes }
+            };
+            let suppress = if f.get("suppress").map(String::as_str) == Some("all") {
+                Suppress::All
+            } else {
+                Suppress::NonCritical
+            };
+            cfg.maintenance_windows.push(MaintenanceWindow { name, schedule, suppress });
+        }
+    }
+    Ok(cfg)
+}
+
+/// The compiled policy of a configuration tree; the error names the rule, the field and
+/// the column (seed 004: rules are checked when configured).
+pub fn compile_policy(t: &DataTree<'static>) -> Result<Policy, String> {
+    Policy::compile(&policy_config(t)?).map_err(|e| e.to_string())
+}
+
+/// The validation settings in a configuration tree.
+pub fn validation(t: &DataTree<'static>) -> ValidationConfig {
+    let d = ValidationConfig::default();
+    let v = |p: &str| leaf_u64(t, &format!("{ROOT}/validation/{p}"));
+    let ms = |p: &str, def: Duration| v(p).map(Duration::from_millis).unwrap_or(def);
+    ValidationConfig {
+        gas_max: v("ranges/gas-max").map(|x| x as u32).unwrap_or(d.gas_max),
+        computing_time_max: v("ranges/computing-time-max").map(|x| x as u32).unwrap_or(d.computing_time_max),
+        cost_max: v("ranges/cost-max").map(|x| x as u32).unwrap_or(d.cost_max),
+        reputation_max: v("ranges/reputation-max").map(|x| x as u8).unwrap_or(d.reputation_max),
+        security_label_max: v("ranges/security-label-max").map(|x| x as u8).unwrap_or(d.security_label_max),
+        gas_change_percent: v("anomaly/gas-change-percent").map(|x| x as u32).unwrap_or(d.gas_change_percent),
+        gas_change_window: ms("anomaly/gas-change-window", d.gas_change_window),
+        computing_time_change_percent: v("anomaly/computing-time-change-percent")
+            .map(|x| x as u32)
+            .unwrap_or(d.computing_time_change_percent),
+        computing_time_change_window: ms("anomaly/computing-time-change-window", d.computing_time_change_window),
+        health_flap_transitions: v("anomaly/health-flap-transitions")
+            .map(|x| x as u32)
+            .unwrap_or(d.health_flap_transitions),
+        health_flap_window: ms("anomaly/health-flap-window", d.health_flap_window),
+        action: match leaf(t, &format!("{ROOT}/validation/anomaly/action")).as_deref() {
+            Some("reject") => AnomalyAction::Reject,
+            Some("accept-with-warning") => AnomalyAction::AcceptWithWarning,
+            Some("quarantine") => AnomalyAction::Quarantine,
+            _ => d.action,
+        },
+        timestamp_window: v("timestamp-window").map(Duration::from_secs).unwrap_or(d.timestamp_window),
+    }
+}
+
+/// The cache settings in a configuration tree.
+pub fn cache(t: &DataTree<'static>) -> CacheConfig {
+    let d = CacheConfig::default();
+    let v = |p: &str| leaf_u64(t, &format!("{ROOT}/cache/{p}"));
+    CacheConfig {
+        max_entries: v("max-entries").map(|x| x as usize).unwrap_or(d.max_entries),
+        ttl_multiplier: v("ttl-multiplier").map(|x| x as u32).unwrap_or(d.ttl_multiplier),
+        ttl: v("ttl").map(Duration::from_millis),
+        grace_period: v("grace-period").map(Duration::from_millis).unwrap_or(d.grace_period),
+    }
+}
+
+pub fn function(t: &DataTree<'static>) -> ComputingTimeFunction {
+    leaf(t, &format!("{ROOT}/aggregation/computing-time-function"))
+        .and_then(|f| ComputingTimeFunction::parse(&f))
+        .unwrap_or_default()
+}
+
+/// One registry entry, read at its data path.
+pub fn sci(t: &DataTree<'static>, entry_path: &str) -> Option<SciConfig> {
+    let node = t.find_path(entry_path).ok()?;
+    let mut s = SciConfig { cs_ids: Vec::new(), credential_ref: None, expected_interval: Duration::from_millis(5000) };
+    for c in node.children() {
+        let v = c.value_canonical();
+        match c.schema().name() {
+            "cs-id" => s.cs_ids.extend(v),
+            "credential-ref" => s.credential_ref = v,
+            "expected-interval" => {
+                if let Some(ms) = v.and_then(|x| x.parse().ok()) {
+                    s.expected_interval = Duration::from_millis(ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(s)
+}
+
+/// `/cats-sma:cats-sma/scis/sci[csci-id='x']/cs-id[.='y']` → the entry path and its key.
+fn sci_entry(path: &str) -> Option<(String, String)> {
+    let rest = path.strip_prefix(SCI)?;
+    let pred = rest.strip_prefix("[csci-id=")?;
+    let quote = pred.chars().next()?;
+    let end = pred[1..].find(quote)? + 1;
+    let key = pred[1..end].to_owned();
+    let entry = format!("{SCI}{}", &rest[.."[csci-id=".len() + end + 2]);
+    Some((entry, key))
+}
+
+/// Loads the whole engine configuration (start-up).
+pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
+    let validation = validation(t);
+    let cache = cache(t);
+    let function = function(t);
+    let mut scis = Vec::new();
+    if let Ok(set) = t.find_xpath(SCI) {
+        for n in set {
+            let path = n.path();
+            if let (Some((entry, key)), Some(s)) = (sci_entry(&path), sci(t, &path)) {
+                let _ = entry;
+                scis.push((key, s));
+            }
+        }
+    }
+    let policy = compile_policy(t);
+    engine.submit(move |core| {
+        match policy {
+            Ok(p) => core.set_policy(p),
+            Err(e) => tracing::error!("the policy in running does not compile, running without it: {e}"),
+        }
+        core.validation = validation;
+        core.set_cache_config(cache);
+        core.set_function(function);
+        for (k, s) in scis {
+            core.set_sci(&k, s);
+        }
+    });
+}
+
+impl ConfigConsumer for EngineConfig {
+    fn name(&self) -> &str {
+        "metric engine"
+    }
+
+    fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String> {
+        // Settings the schema allows but the engine cannot use are refused here.
+        if tx.changes_under(POLICY).next().is_some() {
+            let p = compile_policy(tx.config)?;
+            *self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+        }
+        if tx.changes_under(&format!("{ROOT}/cache")).next().is_some() {
+            let c = cache(tx.config);
+            if c.max_entries == 0 {
+                return Err("cache/max-entries must be at least 1".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&self, _tx: &Transaction<'_>) {
+        self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    fn apply(&self, tx: &Transaction<'_>) {
+        let touched = |p: &str| tx.changes_under(&format!("{ROOT}/{p}")).next().is_some();
+        if let Some(p) = self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.engine.submit(move |core| core.set_policy(p));
+        }
+        if touched("validation") {
+            let v = validation(tx.config);
+            self.engine.submit(move |core| core.validation = v);
+        }
+        if touched("cache") {
+            let c = cache(tx.config);
+            self.engine.submit(move |core| core.set_cache_config(c));
+        }
+        if touched("collection/http") {
+            let mut h = crate::engine::collect::http::settings(tx.config);
+            if let Some(a) = self.http_override {
+                h.listen = a;
+                h.enabled = true;
+            }
+            self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
+        }
+        if touched("aggregation") {
+            let f = function(tx.config);
+            self.engine.submit(move |core| core.set_function(f));
+        }
+        let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
+        for (entry, key) in entries {
+            match sci(tx.config, &entry) {
+                Some(s) => self.engine.submit(move |core| core.set_sci(&key, s)),
+                None => self.engine.submit(move |core| core.remove_sci(&key)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_paths_from_change_paths() {
+        assert_eq!(
+            sci_entry("/cats-sma:cats-sma/scis/sci[csci-id='188.3.67.3:67']/cs-id[.='AR1']"),
+            Some(("/cats-sma:cats-sma/scis/sci[csci-id='188.3.67.3:67']".into(), "188.3.67.3:67".into()))
+        );
+        assert_eq!(
+            sci_entry("/cats-sma:cats-sma/scis/sci[csci-id=\"it's\"]"),
+            Some(("/cats-sma:cats-sma/scis/sci[csci-id=\"it's\"]".into(), "it's".into()))
+        );
+        assert_eq!(sci_entry("/cats-sma:cats-sma/scis"), None);
+    }
+}

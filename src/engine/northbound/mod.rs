@@ -1,0 +1,19 @@
+//! The engine's northbound: configuration in (datastore commits become typed engine
+//! settings, `config.rs`), state out (the engine's typed state rendered into the
+//! operational datastore, `state.rs`).
+
+pub mod config;
+pub mod state;
+
+use yang2::data::{Data, DataTree};
+
+pub const ROOT: &str = "/cats-sma:cats-sma";
+
+/// A leaf's canonical value.
+pub(crate) fn leaf(tree: &DataTree<'static>, path: &str) -> Option<String> {
+    tree.find_path(path).ok().and_then(|n| n.value_canonical())
+}
+
+pub(crate) fn leaf_u64(tree: &DataTree<'static>, path: &str) -> Option<u64> {
+    leaf(tree, path).and_then(|v| v.parse().ok())
+}
