@@ -504,3 +504,18 @@ fn remaining_appendix_a_tags_the_datastore_raises() {
     assert_eq!(e.tag, ErrorTag::RollbackFailed);
     assert!(ds.has_rollback(), "the rollback point is kept for a later attempt");
 }
+
+#[test]
+fn a_refused_edit_leaves_default_leaves_implicit() {
+    // A must violation rolls back a change that also touched a leaf holding its default:
+    // afterwards the leaf is implicit again, not an explicit copy of the default.
+    let ds = open();
+    edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
+    let before = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    let bad = cfg("<scis><sci><csci-id>a</csci-id><expected-interval>7000</expected-interval></sci></scis>\
+         <pol:policy><pol:update-control><pol:min-interval>120</pol:min-interval></pol:update-control></pol:policy>");
+    assert!(edit(&ds, Datastore::Running, &bad).is_err());
+    let after = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    assert_eq!(before, after);
+    assert!(!after.contains("expected-interval") && !after.contains("min-interval"), "{after}");
+}

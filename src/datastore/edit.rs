@@ -49,8 +49,9 @@ pub enum ErrorOption {
 enum Undo {
     /// A node was created: remove it.
     Created(String),
-    /// A leaf's value changed: put the old value back.
-    Modified(String, String),
+    /// A leaf's value changed: put the old value back. When the old value was the schema
+    /// default (an implicit node), the explicit node is removed and the default re-added.
+    Modified(String, String, bool),
     /// A subtree was removed: merge this copy (with its parents) back.
     Removed(DataTree<'static>),
     /// A user-ordered instance moved: put it back after `after` (its previous
@@ -92,7 +93,11 @@ impl<'t> Editor<'t> {
                 Undo::Created(path) => {
                     let _ = super::tree::remove(self.target, &path);
                 }
-                Undo::Modified(path, old) => {
+                Undo::Modified(path, _, true) => {
+                    let _ = super::tree::remove(self.target, &path);
+                    restore_defaults(self.target, &path);
+                }
+                Undo::Modified(path, old, false) => {
                     let _ = self.target.new_path(&path, Some(&old), false);
                 }
                 Undo::Removed(copy) => {
@@ -193,14 +198,14 @@ impl<'t> Editor<'t> {
                 let old = self.target.find_path(path).ok().map(|n| (n.value_canonical(), n.is_default()));
                 match old {
                     Some((Some(old), false)) if Some(&old) == new.as_ref() => {}
-                    Some((Some(old), _)) => {
+                    Some((Some(old), was_default)) => {
                         if let Err(err) = self.target.new_path(path, new.as_deref(), false) {
                             return self.fail(RpcError::from_libyang(&err).with_path(path));
                         }
                         let mut c = self.change_at(ChangeOp::Modify, path);
                         c.old_value = Some(old.clone());
                         self.changes.push(c);
-                        self.undo.push(Undo::Modified(path.to_owned(), old));
+                        self.undo.push(Undo::Modified(path.to_owned(), old, was_default));
                     }
                     _ => self.create_one(path, new.as_deref()),
                 }
@@ -380,6 +385,18 @@ impl<'t> Editor<'t> {
             }
         }
         Ok(())
+    }
+}
+
+/// Re-adds the implicit default nodes under the parent of `path` (after an explicit copy of
+/// a default leaf was removed).
+fn restore_defaults(tree: &mut DataTree<'static>, path: &str) {
+    let Some(parent) = ancestor_paths(path).pop() else { return };
+    let Ok(node) = tree.find_path(&parent) else { return };
+    // SAFETY: `node` is a live inner node of `tree`; lyd_new_implicit_tree only adds
+    // children below it (no sibling or root changes), and a null diff pointer is allowed.
+    unsafe {
+        yang2::ffi::lyd_new_implicit_tree(node.as_raw(), 0, std::ptr::null_mut());
     }
 }
 

@@ -696,12 +696,16 @@ impl Datastores {
             }
             Source::Datastore(_) => inner.running.duplicate().map_err(ly)?,
         };
-        new.validate(DataValidationFlags::NO_STATE).map_err(ly)?;
+        // Running and startup are valid already; anything else is validated first.
+        if !matches!(source, Source::Datastore(Datastore::Running | Datastore::Intended | Datastore::Startup)) {
+            new.validate(DataValidationFlags::NO_STATE).map_err(ly)?;
+        }
         match target {
             Datastore::Startup => {
-                self.persist_startup(&new)?;
+                // The diff first: nothing can fail between writing the file and keeping it.
                 let changes = diff_changes(&inner.startup, &new)?;
                 self.check_guard(session, target, &changes)?;
+                self.persist_startup(&new)?;
                 inner.startup = new;
                 Ok(changes)
             }

@@ -67,8 +67,11 @@ impl FastPath {
             Some(DataValueType::LeafRef | DataValueType::InstanceId | DataValueType::Union) | None => return false,
             _ => {}
         }
-        node.inclusive_ancestors()
-            .all(|a| !matches!(a.kind(), SchemaNodeKind::Choice | SchemaNodeKind::Case) && a.whens().count() == 0)
+        // An ancestor's must may read this leaf (count(*), sum(*), a path to it).
+        node.ancestors().all(|a| a.musts().is_none_or(|m| m.count() == 0))
+            && node
+                .inclusive_ancestors()
+                .all(|a| !matches!(a.kind(), SchemaNodeKind::Choice | SchemaNodeKind::Case) && a.whens().count() == 0)
     }
 }
 
