@@ -12,6 +12,7 @@ pub mod northbound;
 pub mod policy;
 pub mod report;
 pub mod sci_state;
+pub mod update;
 pub mod validate;
 
 use std::sync::Arc;
