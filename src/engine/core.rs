@@ -72,6 +72,13 @@ pub struct Quarantined {
 /// What the engine tells the rest of the agent.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
+    /// The reported health of an SCI changed (a critical update trigger).
+    SciHealthChange {
+        csci_id: CsciId,
+        cs_id: CsId,
+        from: super::model::Health,
+        to: super::model::Health,
+    },
     SciStateChange {
         csci_id: CsciId,
         from: SciState,
@@ -257,6 +264,15 @@ impl Core {
     fn store(&mut self, report: &Report, warning: bool, now: Instant, wall: DateTime<Utc>) {
         if let Some(e) = self.cache.get_mut(&report.csci_id) {
             validate::record(&mut e.history, report, &self.validation, now);
+        }
+        let previous = self.cache.get(&report.csci_id).and_then(|e| e.reported.map(|m| m.health));
+        if let Some(from) = previous.filter(|h| *h != report.metrics.health) {
+            self.events.push(EngineEvent::SciHealthChange {
+                csci_id: report.csci_id.clone(),
+                cs_id: report.cs_id.clone(),
+                from,
+                to: report.metrics.health,
+            });
         }
         let flags = Flags { anomaly_warning: warning, ..Flags::default() };
         let effective = if self.policy.has_sci_rules() {

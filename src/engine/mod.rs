@@ -38,14 +38,21 @@ pub type IngestResult = Vec<Result<(), (Rejection, String)>>;
 #[derive(Clone)]
 pub struct Engine {
     jobs: mpsc::UnboundedSender<Job>,
+    /// The update controller the engine feeds; adapters and YANG-Push subscribe to its
+    /// advertisements.
+    pub updates: update::UpdateHandle,
 }
 
 impl Engine {
     /// Starts the engine task.
     pub fn start(clock: Clock, notify: NotificationSink) -> Engine {
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+        let (updates, _task) = update::spawn(update::UpdateConfig::default(), clock, 1024)
+            .expect("the default update-control configuration is valid");
+        let feed = updates.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
+            let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
             loop {
                 let deadline = core.cache.next_deadline();
                 let sleep = async {
@@ -62,12 +69,16 @@ impl Engine {
                     _ = sleep => core.tick(),
                 }
                 core.settle();
-                for ev in std::mem::take(&mut core.events) {
-                    dispatch(&ev, &notify);
+                let events = std::mem::take(&mut core.events);
+                for ev in &events {
+                    dispatch(ev, &notify);
+                }
+                for u in update_events(&core, &events, &mut suppressed) {
+                    let _ = feed.send(u);
                 }
             }
         });
-        Engine { jobs: tx }
+        Engine { jobs: tx, updates }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
@@ -100,6 +111,59 @@ impl Engine {
             .await
             .unwrap_or_default()
     }
+}
+
+/// Translates what the engine did into update-controller events: SCI changes first, each
+/// with its service's site metrics after the change, then the remaining site changes, and
+/// suppression when a SUPPRESS_UPDATES rule starts or stops matching.
+fn update_events(
+    core: &Core,
+    events: &[EngineEvent],
+    suppressed: &mut std::collections::HashSet<model::CsId>,
+) -> Vec<update::UpdateEvent> {
+    use update::{SciChange, SciEvent, SuppressLevel, SuppressScope, UpdateEvent};
+    let site = |cs: &str| core.reported.get(cs).map(|(m, _)| m.clone());
+    let mut out = Vec::new();
+    let mut covered = std::collections::HashSet::new();
+    for ev in events {
+        let (csci_id, cs_id, change) = match ev {
+            EngineEvent::SciStateChange { csci_id, from, to, .. } => {
+                let Some(cs) = core.cache.get(csci_id).and_then(|e| e.cs_id.clone()) else { continue };
+                let from = (*from != model::SciState::Active).then_some(*from);
+                (csci_id, cs, SciChange::State { from, to: *to })
+            }
+            EngineEvent::SciHealthChange { csci_id, cs_id, from, to } => {
+                (csci_id, cs_id.clone(), SciChange::Health { from: *from, to: *to })
+            }
+            EngineEvent::Withdrawn { csci_id, cs_id: Some(cs) } => (csci_id, cs.clone(), SciChange::Removed),
+            _ => continue,
+        };
+        covered.insert(cs_id.clone());
+        out.push(UpdateEvent::Sci(SciEvent { csci_id: csci_id.clone(), site: site(&cs_id), cs_id, change }));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for ev in events {
+        let EngineEvent::SiteChanged { cs_id } = ev else { continue };
+        if !seen.insert(cs_id.clone()) {
+            continue;
+        }
+        let suppress = core.reported.get(cs_id).is_some_and(|(_, s)| *s);
+        if suppress != suppressed.contains(cs_id) {
+            let level = suppress.then_some(SuppressLevel::NonCritical);
+            out.insert(0, UpdateEvent::Suppress { scope: SuppressScope::Service(cs_id.clone()), level });
+            if suppress {
+                suppressed.insert(cs_id.clone());
+            } else {
+                suppressed.remove(cs_id);
+            }
+        }
+        if !covered.contains(cs_id) {
+            if let Some(m) = site(cs_id) {
+                out.push(UpdateEvent::Site(m));
+            }
+        }
+    }
+    out
 }
 
 fn dispatch(ev: &EngineEvent, notify: &NotificationSink) {

@@ -114,6 +114,34 @@ pub fn policy_config(t: &DataTree<'static>) -> Result<PolicyConfig, String> {
     Ok(cfg)
 }
 
+/// The update-control settings (YANG policy/update-control) for the update controller.
+pub fn update_config(t: &DataTree<'static>) -> crate::engine::update::UpdateConfig {
+    use crate::engine::update::{TokenBucketConfig, UpdateConfig};
+    let d = UpdateConfig::default();
+    let uc = format!("{POLICY}/update-control");
+    let v = |p: &str| leaf_u64(t, &format!("{uc}/{p}"));
+    let rate_milli = leaf(t, &format!("{uc}/token-bucket/rate")).and_then(|r| {
+        let (i, f) = r.split_once('.').unwrap_or((&r, "0"));
+        let frac: String = f.chars().chain("000".chars()).take(3).collect();
+        Some(i.parse::<u32>().ok()? * 1000 + frac.parse::<u32>().ok()?)
+    });
+    let token_bucket = match (rate_milli, v("token-bucket/burst")) {
+        (Some(rate_milli), Some(burst)) => Some(TokenBucketConfig { rate_milli, burst: burst as u32 }),
+        _ => d.token_bucket,
+    };
+    UpdateConfig {
+        gas_delta_percent: v("gas-delta-percent").map(|x| x as u16).unwrap_or(d.gas_delta_percent),
+        gas_delta_absolute: v("gas-delta-absolute").map(|x| x as u32).unwrap_or(d.gas_delta_absolute),
+        computing_time_delta_percent: v("computing-time-delta-percent")
+            .map(|x| x as u16)
+            .unwrap_or(d.computing_time_delta_percent),
+        heartbeat_interval: v("heartbeat-interval").map(Duration::from_secs).unwrap_or(d.heartbeat_interval),
+        min_interval: v("min-interval").map(Duration::from_secs).unwrap_or(d.min_interval),
+        token_bucket,
+        ..d
+    }
+}
+
 /// The compiled policy of a configuration tree; the error names the rule, the field and
 /// the column (seed 004: rules are checked when configured).
 pub fn compile_policy(t: &DataTree<'static>) -> Result<Policy, String> {
@@ -216,6 +244,9 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    if let Err(e) = engine.updates.reconfigure(update_config(t)) {
+        tracing::error!("update-control in running is not usable, keeping the defaults: {e}");
+    }
     engine.submit(move |core| {
         match policy {
             Ok(p) => core.set_policy(p),
@@ -241,6 +272,9 @@ impl ConfigConsumer for EngineConfig {
             let p = compile_policy(tx.config)?;
             *self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
         }
+        if tx.changes_under(&format!("{POLICY}/update-control")).next().is_some() {
+            update_config(tx.config).validate().map_err(|e| e.to_string())?;
+        }
         if tx.changes_under(&format!("{ROOT}/cache")).next().is_some() {
             let c = cache(tx.config);
             if c.max_entries == 0 {
@@ -258,6 +292,10 @@ impl ConfigConsumer for EngineConfig {
         let touched = |p: &str| tx.changes_under(&format!("{ROOT}/{p}")).next().is_some();
         if let Some(p) = self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()).take() {
             self.engine.submit(move |core| core.set_policy(p));
+        }
+        if tx.changes_under(&format!("{POLICY}/update-control")).next().is_some() {
+            // Checked in prepare, so the controller accepts it.
+            let _ = self.engine.updates.reconfigure(update_config(tx.config));
         }
         if touched("validation") {
             let v = validation(tx.config);
