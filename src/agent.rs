@@ -110,6 +110,8 @@ async fn start_engine(
         pending_policy: Default::default(),
     }));
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
+    *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
+        Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone() }));
     tokio::spawn(http::serve(engine, http_rx, bound_tx));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;

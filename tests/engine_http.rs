@@ -126,3 +126,49 @@ async fn policy_rules_are_checked_at_commit_and_change_what_is_reported() {
     let reply = nc.rpc11(&rpc(4, get)).await;
     assert!(reply.contains("<site-gas>1000</site-gas>") && reply.contains(">800</reported-gas>"), "{reply}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anomalies_are_quarantined_and_released_by_rpc() {
+    // seed 004 Validator & Sanitizer: GAS > 50 % within 1 s without a health change is
+    // quarantined (the default action); clear-quarantine releases it; resync is accepted.
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0"]);
+    let sci = agent.sci_addr.unwrap();
+    let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    nc.hello(true).await;
+    let reg = format!(
+        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis><sci>\
+         <csci-id>188.3.67.3:68</csci-id><cs-id>AR2</cs-id></sci></scis></cats-sma></config></edit-config>"
+    );
+    assert!(nc.rpc11(&rpc(1, &reg)).await.contains("<ok/>"));
+    let json = "application/json";
+    let (s1, _) =
+        http_post(sci, "/reports", json, report("188.3.67.3:68", "AR2", 1, 100, 15, "HEALTHY").as_bytes()).await;
+    assert_eq!(s1, 200);
+    let (s2, body) =
+        http_post(sci, "/reports", json, report("188.3.67.3:68", "AR2", 2, 400, 15, "HEALTHY").as_bytes()).await;
+    assert_eq!(s2, 422, "{body}");
+    assert!(body.contains("quarantined"), "{body}");
+    let get =
+        format!("<get><filter type=\"subtree\"><cats-sma xmlns=\"{CATS}\"><quarantine/></cats-sma></filter></get>");
+    let reply = nc.rpc11(&rpc(2, &get)).await;
+    assert!(
+        reply.contains("<csci-id>188.3.67.3:68</csci-id>") && reply.contains("<sequence-number>2</sequence-number>"),
+        "{reply}"
+    );
+    let bad = format!("<clear-quarantine xmlns=\"{CATS}\"><accept>maybe</accept></clear-quarantine>");
+    assert!(nc.rpc11(&rpc(3, &bad)).await.contains("<error-tag>invalid-value</error-tag>"));
+    let clear = format!(
+        "<clear-quarantine xmlns=\"{CATS}\"><csci-id>188.3.67.3:68</csci-id><accept>true</accept></clear-quarantine>"
+    );
+    let reply = nc.rpc11(&rpc(4, &clear)).await;
+    assert!(reply.contains(">1</released>"), "{reply}");
+    let reply = nc.rpc11(&rpc(5, &get)).await;
+    assert!(!reply.contains("<sequence-number>2</sequence-number>"), "released: {reply}");
+    let services =
+        format!("<get><filter type=\"subtree\"><cats-sma xmlns=\"{CATS}\"><services/></cats-sma></filter></get>");
+    assert!(nc.rpc11(&rpc(6, &services)).await.contains("<site-gas>400</site-gas>"), "accepted on release");
+    assert!(nc.rpc11(&rpc(7, &format!("<resync xmlns=\"{CATS}\"/>"))).await.contains("<ok/>"));
+    let probe = format!("<probe-sci xmlns=\"{CATS}\"><csci-id>188.3.67.3:68</csci-id></probe-sci>");
+    assert!(nc.rpc11(&rpc(8, &probe)).await.contains("operation-not-supported"));
+}

@@ -65,6 +65,19 @@ pub fn server_capabilities() -> Vec<String> {
     caps
 }
 
+/// The agent's own RPCs (the YANG `rpc` statements of its modules), served by the parts
+/// of the agent that own them. `input` is the parsed and validated RPC (libyang checked
+/// the input against the schema); the result is the output's child elements as XML (empty
+/// for `<ok/>`).
+pub trait AppRpc: Send + Sync {
+    fn call(
+        &self,
+        module: &str,
+        name: &str,
+        input: &yang2::data::DataTree<'static>,
+    ) -> Result<String, crate::error::RpcError>;
+}
+
 /// What the server knows about one live session (monitoring, kill-session).
 pub struct SessionInfo {
     pub username: String,
@@ -107,6 +120,8 @@ pub struct Server {
     pub nacm: Arc<crate::nacm::Nacm>,
     /// The NETCONF event stream (RFC 5277) with its replay log.
     pub events: notifications::EventBus,
+    /// Handler of the agent's own RPCs, once the engine is up.
+    pub app_rpcs: std::sync::RwLock<Option<Arc<dyn AppRpc>>>,
 }
 
 impl Server {
@@ -128,6 +143,7 @@ impl Server {
             confirmed_commit: Default::default(),
             nacm,
             events: Default::default(),
+            app_rpcs: Default::default(),
         });
         server
             .datastores

@@ -3,6 +3,7 @@
 //! operational datastore, `state.rs`).
 
 pub mod config;
+pub mod rpc;
 pub mod state;
 
 use yang2::data::{Data, DataTree};

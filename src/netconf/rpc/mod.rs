@@ -219,8 +219,11 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         )
         .with_bad_element(name)]),
         (ns, name) => {
-            let known = crate::yang::context().get_module_latest_ns(ns).is_some();
-            if known {
+            let module = crate::yang::context().get_module_latest_ns(ns);
+            if let Some(m) = module.as_ref().filter(|m| m.rpcs().any(|r| r.name() == name)) {
+                return app_rpc(ctx, m.name(), op, src);
+            }
+            if module.is_some() {
                 Err(vec![RpcError::protocol(
                     ErrorTag::OperationNotSupported,
                     format!("the operation <{name}> of {ns} is not supported"),
@@ -235,6 +238,30 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
             }
         }
     }
+}
+
+/// An RPC of one of the agent's modules: the input is parsed and validated by libyang,
+/// then handed to the part of the agent that serves it.
+fn app_rpc(ctx: &SessionCtx, module: &str, op: &Element, src: &str) -> OpResult {
+    let handler = ctx.server.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let Some(handler) = handler else {
+        return Err(vec![RpcError::protocol(
+            ErrorTag::OperationNotSupported,
+            format!("{module}:{} is not available", op.name),
+        )
+        .with_bad_element(op.name.clone())]);
+    };
+    let mut text = op.standalone_text(src).into_bytes();
+    text.push(0);
+    let input = DataTree::parse_op_string(
+        crate::yang::context(),
+        &text,
+        yang2::data::DataFormat::XML,
+        yang2::data::DataOperation::RpcYang,
+    )
+    .map_err(|e| vec![RpcError::from_libyang(&e)])?;
+    let output = handler.call(module, &op.name, &input).map_err(|e| vec![e])?;
+    Ok(if output.is_empty() { Body::Ok } else { Body::Data(output) })
 }
 
 /// Every attribute of `<rpc>`, with the namespace declarations prefixed ones need, to be
