@@ -58,6 +58,27 @@ pub fn after_move(tree: &mut DataTree<'static>) {
     reseat(tree, None);
 }
 
+/// A list key or leaf-list value as an XPath predicate literal: single-quoted unless the
+/// value holds a single quote.
+pub fn quote(v: &str) -> String {
+    if v.contains('\'') {
+        format!("\"{v}\"")
+    } else {
+        format!("'{v}'")
+    }
+}
+
+/// Creates or updates the node at `path` (state rendering: every provider builds its part
+/// of the operational tree this way).
+pub fn set(tree: &mut DataTree<'static>, path: &str, value: Option<&str>) -> Result<(), RpcError> {
+    tree.new_path(path, value, false).map(|_| ()).map_err(|e| RpcError::from_libyang(&e).with_path(path))
+}
+
+/// A date-and-time as YANG wants it (RFC 3339, UTC).
+pub fn yang_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

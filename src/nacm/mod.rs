@@ -476,8 +476,7 @@ impl StateProvider for Nacm {
             ("denied-data-writes", &self.denied_data_writes),
             ("denied-notifications", &self.denied_notifications),
         ] {
-            tree.new_path(&format!("{ROOT}/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()), false)
-                .map_err(|e| RpcError::from_libyang(&e))?;
+            crate::datastore::tree::set(tree, &format!("{ROOT}/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()))?;
         }
         Ok(())
     }

@@ -17,21 +17,7 @@ pub struct Monitoring {
     pub server: Weak<Server>,
 }
 
-fn quote(v: &str) -> String {
-    if v.contains('\'') {
-        format!("\"{v}\"")
-    } else {
-        format!("'{v}'")
-    }
-}
-
-fn set(tree: &mut DataTree<'static>, path: &str, value: Option<&str>) -> Result<(), RpcError> {
-    tree.new_path(path, value, false).map(|_| ()).map_err(|e| RpcError::from_libyang(&e))
-}
-
-fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
+use crate::datastore::tree::{quote, set, yang_time as time};
 
 impl StateProvider for Monitoring {
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {

@@ -5,6 +5,7 @@
 use yang2::data::DataTree;
 
 use super::ROOT;
+use crate::datastore::tree::{quote, set as set_opt, yang_time as time};
 use crate::datastore::StateProvider;
 use crate::engine::core::Core;
 use crate::engine::validate::Rejection;
@@ -22,10 +23,6 @@ struct Snapshot {
     stats: Vec<(&'static str, String)>,
     rejections: Vec<(&'static str, u64, Option<String>)>,
     quarantine: Vec<(u64, Vec<(&'static str, String)>)>,
-}
-
-fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 fn snapshot(core: &mut Core) -> Snapshot {
@@ -135,16 +132,8 @@ fn snapshot(core: &mut Core) -> Snapshot {
     Snapshot { entries, services, stats, rejections, quarantine }
 }
 
-fn quote(v: &str) -> String {
-    if v.contains('\'') {
-        format!("\"{v}\"")
-    } else {
-        format!("'{v}'")
-    }
-}
-
 fn set(tree: &mut DataTree<'static>, path: &str, value: &str) -> Result<(), RpcError> {
-    tree.new_path(path, Some(value), false).map(|_| ()).map_err(|e| RpcError::from_libyang(&e).with_path(path))
+    set_opt(tree, path, Some(value))
 }
 
 impl StateProvider for EngineState {
@@ -155,7 +144,7 @@ impl StateProvider for EngineState {
         let Some(snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
         for (id, leaves) in snap.entries {
             let base = format!("{ROOT}/metric-cache/entry[csci-id={}]", quote(&id));
-            tree.new_path(&base, None, false).map_err(|e| RpcError::from_libyang(&e))?;
+            set_opt(tree, &base, None)?;
             for (name, v) in leaves {
                 set(tree, &format!("{base}/{name}"), &v)?;
             }
