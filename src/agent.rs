@@ -91,12 +91,14 @@ async fn start_engine(
         }
     });
     let engine = crate::engine::Engine::start(crate::engine::clock::Clock::new(), sink);
-    let mut settings = datastores
+    let (mut settings, mqtt_settings) = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| {
             config::load_all(&engine, t);
-            http::settings(t)
+            (http::settings(t), crate::engine::collect::mqtt::settings(t))
         })
         .map_err(|e| e.to_string())?;
+    let (mqtt_tx, mqtt_rx) = tokio::sync::watch::channel(mqtt_settings);
+    tokio::spawn(crate::engine::collect::mqtt::serve(engine.clone(), mqtt_rx));
     if let Some(a) = sci_listen {
         settings.listen = a;
         settings.enabled = true;
@@ -107,6 +109,7 @@ async fn start_engine(
         engine: engine.clone(),
         http: http_tx,
         http_override: sci_listen,
+        mqtt: mqtt_tx,
         pending_policy: Default::default(),
     }));
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));

@@ -190,6 +190,13 @@ impl Core {
         }
     }
 
+    /// Counts a message refused before it reached the report path (undecodable, wrong
+    /// content type, too big): it was received and rejected.
+    pub fn count_rejection(&mut self, reason: Rejection, source: &str) {
+        self.stats.received += 1;
+        self.reject(reason, source, "refused by the transport");
+    }
+
     fn reject(&mut self, reason: Rejection, csci_id: &str, detail: &str) -> Rejection {
         let i = reason.index();
         self.stats.rejected[i] += 1;

@@ -90,11 +90,7 @@ async fn handle(req: Request<Incoming>, engine: Engine, max_body: usize) -> Resu
 }
 
 fn count(engine: &Engine, reason: Rejection) {
-    engine.submit(move |core| {
-        core.stats.received += 1;
-        core.stats.rejected[reason.index()] += 1;
-        core.stats.last_rejection[reason.index()] = Some(core.clock.wall());
-    });
+    engine.submit(move |core| core.count_rejection(reason, "http"));
 }
 
 /// Serves until the settings change to disabled / another address (then rebinds) or the

@@ -1,4 +1,5 @@
 //! SCI Collection Interface (seed 004): how reports reach the engine. HTTP push
-//! (`http.rs`) now; MQTT through a broker and HTTP pull come next.
+//! (`http.rs`) and MQTT through a broker (`mqtt.rs`); HTTP pull comes next.
 
 pub mod http;
+pub mod mqtt;

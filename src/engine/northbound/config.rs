@@ -27,6 +27,8 @@ pub struct EngineConfig {
     /// The HTTP collector's settings; None when the command line fixed the address.
     pub http: tokio::sync::watch::Sender<crate::engine::collect::http::HttpSettings>,
     pub http_override: Option<std::net::SocketAddr>,
+    /// The MQTT collector's settings.
+    pub mqtt: tokio::sync::watch::Sender<crate::engine::collect::mqtt::MqttSettings>,
     /// The policy compiled in prepare, installed in apply.
     pub pending_policy: std::sync::Mutex<Option<Policy>>,
 }
@@ -312,6 +314,10 @@ impl ConfigConsumer for EngineConfig {
                 h.enabled = true;
             }
             self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
+        }
+        if touched("collection/mqtt") {
+            let m = crate::engine::collect::mqtt::settings(tx.config);
+            self.mqtt.send_if_modified(|cur| std::mem::replace(cur, m.clone()) != m);
         }
         if touched("aggregation") {
             let f = function(tx.config);
