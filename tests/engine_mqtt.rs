@@ -37,11 +37,13 @@ impl Drop for Broker {
 fn broker(dir: &std::path::Path, port: u16) -> Broker {
     let conf = dir.join("mosquitto.conf");
     std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).unwrap();
-    let child =
-        Command::new(mosquitto_bin()).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // The guard kills and reaps the broker on every path, including the panic below.
+    let guard = Broker(
+        Command::new(mosquitto_bin()).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
+    );
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Broker(child);
+            return guard;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
