@@ -91,12 +91,16 @@ async fn start_engine(
         }
     });
     let engine = crate::engine::Engine::start(crate::engine::clock::Clock::new(), sink);
-    let (mut settings, mqtt_settings) = datastores
+    let (mut settings, mqtt_settings, pull_settings) = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| {
             config::load_all(&engine, t);
-            (http::settings(t), crate::engine::collect::mqtt::settings(t))
+            (http::settings(t), crate::engine::collect::mqtt::settings(t), crate::engine::collect::pull::settings(t))
         })
         .map_err(|e| e.to_string())?;
+    let (pull_tx, pull_rx) = tokio::sync::watch::channel(pull_settings);
+    let (now_tx, now_rx) = tokio::sync::mpsc::unbounded_channel();
+    engine.submit(move |core| core.pull_requests = Some(now_tx));
+    tokio::spawn(crate::engine::collect::pull::serve(engine.clone(), pull_rx.clone(), now_rx));
     let (mqtt_tx, mqtt_rx) = tokio::sync::watch::channel(mqtt_settings);
     tokio::spawn(crate::engine::collect::mqtt::serve(engine.clone(), mqtt_rx));
     if let Some(a) = sci_listen {
@@ -110,11 +114,12 @@ async fn start_engine(
         http: http_tx,
         http_override: sci_listen,
         mqtt: mqtt_tx,
+        pull: pull_tx,
         pending_policy: Default::default(),
     }));
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
-        Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone() }));
+        Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
     tokio::spawn(http::serve(engine, http_rx, bound_tx));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;

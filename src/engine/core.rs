@@ -122,6 +122,8 @@ pub struct Core {
     /// What is reported per CS-ID: site metrics after site-scope rules and transforms, and
     /// whether a rule suppresses updates.
     pub reported: HashMap<CsId, (SiteMetrics, bool)>,
+    /// Where STALE SCIs are sent to be pulled at once (seed 004 hybrid mode).
+    pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<CsciId>>,
 }
 
 impl Core {
@@ -140,6 +142,7 @@ impl Core {
             policy: Policy::default(),
             ema: HashMap::new(),
             reported: HashMap::new(),
+            pull_requests: None,
         }
     }
 

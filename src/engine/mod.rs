@@ -72,6 +72,9 @@ impl Engine {
                 let events = std::mem::take(&mut core.events);
                 for ev in &events {
                     dispatch(ev, &notify);
+                    if let (EngineEvent::PullNeeded { csci_id }, Some(tx)) = (ev, &core.pull_requests) {
+                        let _ = tx.send(csci_id.clone());
+                    }
                 }
                 for u in update_events(&core, &events, &mut suppressed) {
                     let _ = feed.send(u);

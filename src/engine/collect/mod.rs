@@ -1,5 +1,6 @@
 //! SCI Collection Interface (seed 004): how reports reach the engine. HTTP push
-//! (`http.rs`) and MQTT through a broker (`mqtt.rs`); HTTP pull comes next.
+//! (`http.rs`), MQTT through a broker (`mqtt.rs`) and HTTP pull (`pull.rs`).
 
 pub mod http;
 pub mod mqtt;
+pub mod pull;

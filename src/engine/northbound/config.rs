@@ -27,6 +27,8 @@ pub struct EngineConfig {
     /// The HTTP collector's settings; None when the command line fixed the address.
     pub http: tokio::sync::watch::Sender<crate::engine::collect::http::HttpSettings>,
     pub http_override: Option<std::net::SocketAddr>,
+    /// The pull targets.
+    pub pull: tokio::sync::watch::Sender<crate::engine::collect::pull::PullSettings>,
     /// The MQTT collector's settings.
     pub mqtt: tokio::sync::watch::Sender<crate::engine::collect::mqtt::MqttSettings>,
     /// The policy compiled in prepare, installed in apply.
@@ -314,6 +316,10 @@ impl ConfigConsumer for EngineConfig {
                 h.enabled = true;
             }
             self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
+        }
+        if touched("collection/pull") {
+            let p = crate::engine::collect::pull::settings(tx.config);
+            self.pull.send_if_modified(|cur| std::mem::replace(cur, p.clone()) != p);
         }
         if touched("collection/mqtt") {
             let m = crate::engine::collect::mqtt::settings(tx.config);

@@ -1,6 +1,6 @@
 //! The engine's RPCs (cats-sma module): `resync` asks the update controller for a full
-//! snapshot (to one C-PS or all), `clear-quarantine` releases held reports. `probe-sci`
-//! needs the pull client and answers operation-not-supported until it exists.
+//! snapshot (to one C-PS or all), `clear-quarantine` releases held reports, `probe-sci`
+//! GETs the SCI's pull URL (seed 004: active probes to tell SCI failure from partition).
 
 use yang2::data::{Data, DataTree};
 
@@ -11,6 +11,7 @@ use crate::netconf::AppRpc;
 
 pub struct EngineRpcs {
     pub engine: Engine,
+    pub pull: tokio::sync::watch::Receiver<crate::engine::collect::pull::PullSettings>,
 }
 
 fn input(t: &DataTree<'static>, rpc: &str, leaf: &str) -> Option<String> {
@@ -39,11 +40,38 @@ impl AppRpc for EngineRpcs {
                         .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?;
                 Ok(format!("<released xmlns=\"urn:cats-sma:yang:cats-sma\">{released}</released>"))
             }
-            _ => Err(RpcError::protocol(
-                ErrorTag::OperationNotSupported,
-                format!("{module}:{name} is not implemented yet (probe-sci comes with SCI pull)"),
-            )
-            .with_bad_element(name)),
+            ("cats-sma", "probe-sci") => {
+                let csci = input(t, "probe-sci", "csci-id").unwrap_or_default();
+                let url = self.pull.borrow().get(&csci).map(|t| t.url.clone());
+                let id = csci.clone();
+                let state = self
+                    .engine
+                    .query_blocking(move |core| core.cache.get(&id).map(|e| e.state.yang()))
+                    .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?;
+                let ns = "urn:cats-sma:yang:cats-sma";
+                let mut out = String::new();
+                match url {
+                    Some(url) => {
+                        let started = std::time::Instant::now();
+                        let handle = tokio::runtime::Handle::current();
+                        let result =
+                            tokio::task::block_in_place(|| handle.block_on(crate::engine::collect::pull::fetch(&url)));
+                        let rtt = started.elapsed().as_micros().min(u32::MAX as u128);
+                        out.push_str(&format!("<reachable xmlns=\"{ns}\">{}</reachable>", result.is_ok()));
+                        if result.is_ok() {
+                            out.push_str(&format!("<rtt xmlns=\"{ns}\">{rtt}</rtt>"));
+                        }
+                    }
+                    // No pull URL: nothing to probe with.
+                    None => out.push_str(&format!("<reachable xmlns=\"{ns}\">false</reachable>")),
+                }
+                if let Some(s) = state {
+                    out.push_str(&format!("<state xmlns=\"{ns}\">{s}</state>"));
+                }
+                Ok(out)
+            }
+            _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
+                .with_bad_element(name)),
         }
     }
 }

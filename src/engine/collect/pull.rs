@@ -1,0 +1,147 @@
+//! HTTP pull (seed 004, pull and hybrid modes): the agent GETs each configured target
+//! (`collection/pull/target`: CSCI-ID, URL, interval) on its interval, and at once when the
+//! SCI goes STALE (the engine asks). The answer is a report or batch, JSON or CBOR by
+//! Content-Type, attributed to the target's CSCI-ID. Also the `probe-sci` probe.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::engine::report::{self, Encoding};
+use crate::engine::validate::Rejection;
+use crate::engine::Engine;
+
+/// One pull target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub url: String,
+    pub interval: Duration,
+}
+
+/// csci-id → target.
+pub type PullSettings = HashMap<String, Target>;
+
+/// The collection/pull targets in a configuration tree.
+pub fn settings(t: &yang2::data::DataTree<'static>) -> PullSettings {
+    use yang2::data::Data;
+    let mut out = HashMap::new();
+    if let Ok(set) = t.find_xpath("/cats-sma:cats-sma/collection/pull/target") {
+        for n in set {
+            let (mut id, mut url, mut interval) = (None, None, Duration::from_secs(10));
+            for c in n.children() {
+                let v = c.value_canonical();
+                match c.schema().name() {
+                    "csci-id" => id = v,
+                    "url" => url = v,
+                    "interval" => {
+                        if let Some(s) = v.and_then(|s| s.parse().ok()) {
+                            interval = Duration::from_secs(s);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let (Some(id), Some(url)) = (id, url) {
+                out.insert(id, Target { url, interval: interval.max(Duration::from_secs(1)) });
+            }
+        }
+    }
+    out
+}
+
+const MAX_BODY: usize = 1024 * 1024;
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// GETs a target; returns the body and its encoding.
+pub async fn fetch(url: &str) -> Result<(Bytes, Encoding), String> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL {url}: {e}"))?;
+    let resp = tokio::time::timeout(TIMEOUT, client.get(uri)).await.map_err(|_| "timed out".to_string())?;
+    let resp = resp.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("HTTP {}", resp.status()));
+    }
+    let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_owned();
+    let enc = Encoding::from_content_type(&ct).ok_or_else(|| format!("content type {ct} is not JSON or CBOR"))?;
+    let body = tokio::time::timeout(TIMEOUT, Limited::new(resp.into_body(), MAX_BODY).collect())
+        .await
+        .map_err(|_| "timed out reading the body".to_string())?
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((body, enc))
+}
+
+async fn pull_one(engine: Engine, csci_id: String, url: String) {
+    match fetch(&url).await {
+        Ok((body, enc)) => match report::decode(&body, enc) {
+            Ok(raws) => {
+                let results = engine.ingest(raws, Some(csci_id.clone())).await;
+                for (reason, detail) in results.iter().filter_map(|r| r.as_ref().err()) {
+                    debug!(csci_id, reason = reason.identity(), "pulled report refused: {detail}");
+                }
+            }
+            Err(e) => {
+                warn!(csci_id, url, "pulled report refused: {e}");
+                engine.submit(move |core| core.count_rejection(Rejection::Malformed, &csci_id));
+            }
+        },
+        Err(e) => debug!(csci_id, url, "pull failed: {e}"),
+    }
+}
+
+/// Pulls every target on its interval, and a target at once when `now` names it.
+pub async fn serve(
+    engine: Engine,
+    mut settings: watch::Receiver<PullSettings>,
+    mut now: mpsc::UnboundedReceiver<String>,
+) {
+    let mut due: HashMap<String, Instant> = HashMap::new();
+    loop {
+        let targets = settings.borrow_and_update().clone();
+        due.retain(|id, _| targets.contains_key(id));
+        for (id, t) in &targets {
+            due.entry(id.clone()).or_insert_with(|| Instant::now() + t.interval);
+        }
+        loop {
+            let next = due.values().min().copied();
+            let sleep = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = settings.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Some(id) = now.recv() => {
+                    if let Some(t) = targets.get(&id) {
+                        tokio::spawn(pull_one(engine.clone(), id.clone(), t.url.clone()));
+                        due.insert(id, Instant::now() + t.interval);
+                    }
+                }
+                _ = sleep => {
+                    let at = Instant::now();
+                    for (id, when) in due.iter_mut() {
+                        if *when <= at {
+                            if let Some(t) = targets.get(id) {
+                                tokio::spawn(pull_one(engine.clone(), id.clone(), t.url.clone()));
+                                *when = at + t.interval;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
