@@ -175,10 +175,17 @@ impl Server {
         Some((id, info))
     }
 
-    /// Forgets a session and releases what it held (locks, candidate changes).
+    /// Forgets a session and releases what it held: its locks, candidate changes behind
+    /// its lock, its NACM identity, and its pending confirmed commit (rolled back unless it
+    /// was made with persist, RFC 6241 8.4.1). Called once per session; later calls (the
+    /// session task ending after kill-session already closed it) do nothing.
     pub fn close_session(&self, id: SessionId) {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-        self.datastores.release_session(id);
+        let removed = self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        if removed.is_some() {
+            self.nacm.session_closed(id);
+            self.datastores.release_session(id);
+            self.confirmed_commit.session_ended(self, id);
+        }
     }
 
     pub fn session(&self, id: SessionId) -> Option<Arc<SessionInfo>> {
