@@ -438,6 +438,16 @@ def nc(agent):
     agent.close_clients()
 
 
+@pytest.fixture
+def m(nc):
+    """A session over a running datastore holding just the SCI SCI_ID; test modules that
+    need another starting configuration define their own `m`."""
+    m = nc()
+    reset(m, "<scis>" + sci(SCI_ID) + "</scis>")
+    yield m
+    m.discard_changes()
+
+
 def pytest_collection_modifyitems(items):
     """A hung agent or client fails its test instead of stalling the whole run."""
     for item in items:

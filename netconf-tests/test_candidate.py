@@ -1,7 +1,6 @@
 """The candidate datastore (RFC 6241 8.3: commit, discard-changes), <validate> (8.6),
 <copy-config> (7.3) and <delete-config> (7.4, 8.7)."""
 
-import pytest
 from lxml import etree
 
 from conftest import (
@@ -12,7 +11,6 @@ from conftest import (
     config,
     data,
     one_error,
-    reset,
     sci,
     scis,
     scis_config,
@@ -25,14 +23,6 @@ DANGLING = (
     "<collection><pull><target><csci-id>9.9.9.9:9</csci-id>"
     "<url>http://sci.example/metrics</url></target></pull></collection>"
 )
-
-
-@pytest.fixture
-def m(nc):
-    m = nc()
-    reset(m, "<scis>" + sci(SCI_ID) + "</scis>")
-    yield m
-    m.discard_changes()
 
 
 def test_candidate_changes_are_invisible_until_commit(m, nc):

@@ -10,7 +10,7 @@ import re
 import pytest
 from lxml import etree
 
-from conftest import CATS, NC, NS, SCI_ID, assert_ok, data, errors, reset, sci, scis
+from conftest import CATS, NC, NS, SCI_ID, assert_ok, data, errors, sci, scis
 
 OTHER = "10.0.2.1:80"
 
@@ -19,14 +19,6 @@ def outputs(result):
     """The XML documents netconf-console2 printed, in order."""
     text = re.sub(r"<\?xml[^>]*\?>", "", result.stdout)
     return list(etree.fromstring(f"<out>{text}</out>".encode()))
-
-
-@pytest.fixture
-def m(nc):
-    m = nc()
-    reset(m, "<scis>" + sci(SCI_ID) + "</scis>")
-    yield m
-    m.discard_changes()
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Retrieval: <get-config> of each datastore (RFC 6241 7.1, 8.3, 8.7), <get> with the YANG
 library (RFC 6241 7.7, RFC 8525), the monitoring data and <get-schema> (RFC 6022)."""
 
-import pytest
 
 from conftest import (
     CATS,
@@ -12,18 +11,9 @@ from conftest import (
     data,
     errors,
     one_error,
-    reset,
-    sci,
     scis,
     xml,
 )
-
-
-@pytest.fixture
-def m(nc):
-    m = nc()
-    reset(m, "<scis>" + sci(SCI_ID) + "</scis>")
-    return m
 
 
 def test_get_config_running(m):

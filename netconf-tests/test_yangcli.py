@@ -14,17 +14,9 @@ import re
 import pytest
 from lxml import etree
 
-from conftest import CATS, NS, REPO, SCI_ID, assert_ok, reset, sci, scis
+from conftest import CATS, NS, REPO, SCI_ID, assert_ok, sci, scis
 
 OTHER = "10.0.3.1:80"
-
-
-@pytest.fixture
-def m(nc):
-    m = nc()
-    reset(m, "<scis>" + sci(SCI_ID) + "</scis>")
-    yield m
-    m.discard_changes()
 
 
 @pytest.fixture
