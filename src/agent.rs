@@ -18,6 +18,8 @@ pub struct Agent {
     pub netconf_addrs: Vec<SocketAddr>,
     /// Where SCIs POST reports, when HTTP collection is enabled.
     pub sci_http: Option<SocketAddr>,
+    /// The metric engine (its update stream feeds the C-PS adapters and YANG-Push).
+    pub engine: crate::engine::Engine,
     pub state: StateDir,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -42,7 +44,7 @@ impl Agent {
         datastores.set_write_guard(nacm.clone());
         datastores.register_state_provider(nacm.clone());
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
-        let sci_http = start_engine(&datastores, &server, boot.sci_listen).await?;
+        let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
             let _ = tx.send(addrs.to_vec());
@@ -64,7 +66,7 @@ impl Agent {
             None => "; SCI HTTP collection disabled".into(),
         };
         info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}", list(&addrs));
-        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, state, task })
+        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, engine, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.
@@ -76,12 +78,12 @@ impl Agent {
 
 /// Starts the metric engine: configuration from running, a consumer for later commits, its
 /// state in the operational view, its notifications on the NETCONF stream, and the HTTP
-/// collector. Returns the collector's address.
+/// collector. Returns the engine and the collector's address.
 async fn start_engine(
     datastores: &Arc<Datastores>,
     server: &Arc<netconf::Server>,
     sci_listen: Option<SocketAddr>,
-) -> Result<Option<SocketAddr>, String> {
+) -> Result<(crate::engine::Engine, Option<SocketAddr>), String> {
     use crate::engine::collect::http;
     use crate::engine::northbound::{config, state};
     let weak = Arc::downgrade(server);
@@ -120,11 +122,11 @@ async fn start_engine(
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
         Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
-    tokio::spawn(http::serve(engine, http_rx, bound_tx));
+    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
     let bound = *bound_rx.borrow();
-    Ok(bound)
+    Ok((engine, bound))
 }
 
 fn list(addrs: &[SocketAddr]) -> String {
