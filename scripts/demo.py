@@ -276,7 +276,7 @@ def main():
         while time.time() < deadline:
             try:
                 cst = json.load(urllib.request.urlopen(f"http://127.0.0.1:{cps_port}/cats/cst", timeout=2))
-                if len(cst) == len(SITES):
+                if all(cst.get(site, {}).get("services") for site in SITES):
                     break
             except (urllib.error.URLError, OSError, ValueError):
                 pass
