@@ -70,7 +70,21 @@ async fn reports_reach_the_reference_cps_and_session_state_is_operational() {
     assert!(r.contains("<dropped-updates>0</dropped-updates>"), "{r}");
     assert_eq!(cps.state.refused("bad-signature"), 0);
 
-    // The C-PS goes away: backoff, c-ps-unreachable is logged, state says so.
+    // The resync RPC sends this peer a full snapshot (seed 004: reconciliation on demand).
+    let snaps = || cps.state.cst.lock().unwrap().sites.get(SITE).map_or(0, |e| e.full_snapshots);
+    let before = snaps();
+    let r = s.rpc11(&rpc(3, r#"<resync xmlns="urn:cats-sma:yang:cats-sma"><c-ps>ref</c-ps></resync>"#)).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    wait_for("a full snapshot", || snaps() == before + 1).await;
+    assert_eq!(cst_services(&cps.state), vec![("AR1".into(), 300)]);
+
+    // The C-PS goes away: backoff, c-ps-unreachable is notified and logged, state says so.
+    let mut events = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    events.hello(true).await;
+    let r = events
+        .rpc11(&rpc(9, r#"<create-subscription xmlns="urn:ietf:params:xml:ns:netconf:notification:1.0"/>"#))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
     cps.stop().await;
     let (status, _) = http_post(sci, "/reports", "application/json", report(3, 250).as_bytes()).await;
     assert_eq!(status, 200);
@@ -86,6 +100,8 @@ async fn reports_reach_the_reference_cps_and_session_state_is_operational() {
         assert!(tries < 200, "never in backoff: {r}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    let n = String::from_utf8_lossy(&events.read_until(b"</c-ps-unreachable>").await).into_owned();
+    assert!(n.contains("<c-ps>ref</c-ps>") && n.contains("<backoff>"), "{n}");
     wait_for("the log line", || agent.stderr_lines.lock().unwrap().iter().any(|l| l.contains("C-PS unreachable")))
         .await;
 }
