@@ -226,7 +226,8 @@ enum Phase {
     Standby,
     Connecting,
     Connected,
-    Backoff(Duration),
+    /// Waiting until then before the next attempt.
+    Backoff(Instant),
 }
 
 /// One session task.
@@ -371,9 +372,9 @@ impl Session {
                         Err(e) => phase = self.failed(e, &mut backoff, &mut outage_reported),
                     }
                 }
-                Phase::Backoff(d) => {
+                Phase::Backoff(until) => {
                     tokio::select! {
-                        _ = tokio::time::sleep(d) => phase = Phase::Connecting,
+                        _ = tokio::time::sleep_until(until) => phase = Phase::Connecting,
                         _ = stop.changed() => {}
                         // A fallback may have to go to standby meanwhile.
                         _ = changes.changed(), if s.role == Role::Fallback => {}
@@ -429,8 +430,9 @@ impl Session {
                 error: e.to_string(),
             });
         }
-        self.set_state(SessionState::Backoff, Some(Instant::now() + d));
-        Phase::Backoff(d)
+        let until = Instant::now() + d;
+        self.set_state(SessionState::Backoff, Some(until));
+        Phase::Backoff(until)
     }
 
     /// GET the C-PS's view of this site. `Ok(true)` when a full snapshot is needed.
