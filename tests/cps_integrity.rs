@@ -214,3 +214,65 @@ async fn tls_with_server_verification_and_a_client_certificate() {
     adapters.shutdown();
     cps.stop().await;
 }
+
+/// Any signed request, with extra headers.
+fn signed(method: &'static str, path: &str, csma: &str, body: &[u8], extra: &[(&'static str, &str)]) -> Request {
+    let ts = chrono::Utc::now().timestamp_millis();
+    static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
+    let nonce = NONCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let s = Signed { method, path, csma_id: csma, timestamp_ms: ts, nonce };
+    let mut headers = vec![
+        ("x-cats-csma-id", csma.to_owned()),
+        ("x-cats-key-id", KEY_ID.into()),
+        ("x-cats-timestamp", ts.to_string()),
+        ("x-cats-nonce", nonce.to_string()),
+        ("x-cats-signature", sign(SECRET, &s, body)),
+    ];
+    headers.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    Request { method, path: path.into(), headers, body: body.to_vec() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_a_4xx_with_the_reason() {
+    let cps = start_cps(free_addr(), None).await;
+    let t = transport(cps.addr);
+    let good = batch(1, 10);
+    let r = t.send(signed("POST", "/cats/metrics", CSMA, &good, &[])).await.unwrap();
+    assert_eq!(r.status, 200);
+    let cases: Vec<(Request, u16, &str)> = vec![
+        (signed("POST", "/cats/metrics", CSMA, b"\x1f\x8b garbage", &[("content-encoding", "gzip")]), 400, "gzip"),
+        (signed("POST", "/cats/metrics", CSMA, &good, &[("content-encoding", "br")]), 415, "unsupported-encoding"),
+        // Another C-SMA claiming the same site.
+        (
+            signed(
+                "POST",
+                "/cats/metrics",
+                "intruder",
+                &String::from_utf8(batch(2, 10)).unwrap().replace(CSMA, "intruder").into_bytes(),
+                &[],
+            ),
+            403,
+            "forbidden",
+        ),
+        (signed("GET", "/cats/metrics/site-a", "intruder", b"", &[]), 403, "forbidden"),
+        (signed("DELETE", "/cats/metrics/188.3.67.3:67", CSMA, b"", &[]), 400, "x-cats-site-id"),
+        (signed("PATCH", "/cats/metrics/site-a", CSMA, b"", &[]), 405, "method-not-allowed"),
+        (signed("GET", "/cats/metrics/nowhere", CSMA, b"", &[]), 404, "no state"),
+        (signed("GET", "/cats/other", CSMA, b"", &[]), 404, "not-found"),
+        (
+            Request { method: "GET", path: "/cats/select?cs-id=AR1".into(), headers: vec![], body: vec![] },
+            400,
+            "ingress",
+        ),
+    ];
+    for (req, status, reason) in cases {
+        let what = format!("{} {}", req.method, req.path);
+        let r = t.send(req).await.unwrap();
+        let body = String::from_utf8_lossy(&r.body).into_owned();
+        assert_eq!(r.status, status, "{what}: {body}");
+        assert!(body.contains(reason), "{what}: {body}");
+    }
+    // The site is unchanged and still served.
+    assert_eq!(cst_services(&cps.state), vec![("AR1".into(), 10)]);
+    cps.stop().await;
+}
