@@ -180,14 +180,19 @@ impl Registry {
         self.changed.send_modify(|g| *g += 1);
     }
 
-    /// Fallback peers are used while no primary can be: every primary has failed since it
-    /// was last connected (one still making first contact counts as usable; one retrying
-    /// after a failure does not, so a flapping primary does not flap the fallback), or none
-    /// is configured.
-    pub fn fallback_active(&self) -> bool {
+    /// Whether the fallback peer `name` is to be used (seed 004: fall back to an
+    /// alternative C-PS): every primary has failed since it was last connected (one still
+    /// making first contact counts as usable; one retrying after a failure does not, so a
+    /// flapping primary does not flap the fallback), and so has every fallback before it in
+    /// (`priority`, `name`) order. With no primary configured the first fallback is used.
+    pub fn fallback_active(&self, name: &str) -> bool {
         let peers = self.peers();
-        let mut primaries = peers.iter().filter(|p| p.settings.role == Role::Primary).peekable();
-        primaries.peek().is_none() || primaries.all(|p| lock(&p.status).down)
+        let down = |p: &Arc<Peer>| lock(&p.status).down;
+        let primaries_down = peers.iter().filter(|p| p.settings.role == Role::Primary).all(down);
+        let Some(me) = peers.iter().find(|p| p.settings.name == name) else { return false };
+        let key = |p: &Arc<Peer>| (p.settings.priority, p.settings.name.clone());
+        let earlier_down = peers.iter().filter(|p| p.settings.role == Role::Fallback && key(p) < key(me)).all(down);
+        primaries_down && earlier_down
     }
 }
 
@@ -258,7 +263,7 @@ impl Session {
                 break;
             }
             if s.role == Role::Fallback {
-                let active = self.registry.fallback_active();
+                let active = self.registry.fallback_active(&s.name);
                 match (&phase, active) {
                     (Phase::Standby, true) => {
                         tracing::warn!(c_ps = %s.name, "no primary C-PS reachable: using fallback C-PS");
@@ -274,6 +279,8 @@ impl Session {
                         awaiting_full = false;
                         outage_reported = false;
                         backoff.reset();
+                        // On standby it is not failing: the next fallback need not stand in.
+                        lock(&self.peer.status).down = false;
                         self.set_state(SessionState::Disconnected, None);
                         phase = Phase::Standby;
                     }
@@ -571,4 +578,57 @@ pub fn decode_segment(s: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(name: &str, role: Role, priority: u16, down: bool) -> Arc<Peer> {
+        let p = Peer::new(PeerSettings {
+            name: name.into(),
+            url: "http://127.0.0.1:1".into(),
+            role,
+            priority,
+            allowed: Default::default(),
+            psk: None,
+            gzip: false,
+            buffer_size: 1,
+            batch_size: 1,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        });
+        lock(&p.status).down = down;
+        Arc::new(p)
+    }
+
+    fn registry(peers: Vec<Arc<Peer>>) -> Arc<Registry> {
+        let r = Registry::new(Identity { csma_id: "c".into(), site_id: "s".into() });
+        for p in peers {
+            r.peers.write().unwrap().insert(p.settings.name.clone(), p);
+        }
+        r
+    }
+
+    #[test]
+    fn fallbacks_are_used_in_priority_order_once_every_primary_is_down() {
+        // seed 004, C-PS Failure Handling: fall back to an alternative C-PS.
+        let r = registry(vec![
+            peer("p1", Role::Primary, 100, false),
+            peer("p2", Role::Primary, 100, true),
+            peer("f1", Role::Fallback, 10, false),
+            peer("f2", Role::Fallback, 20, false),
+        ]);
+        assert!(!r.fallback_active("f1"), "a primary is usable");
+        let by = |n: &str| r.peers().into_iter().find(|p| p.settings.name == n).unwrap();
+        lock(&by("p1").status).down = true;
+        assert!(r.fallback_active("f1"));
+        assert!(!r.fallback_active("f2"), "f1 comes first and is usable");
+        lock(&by("f1").status).down = true;
+        assert!(r.fallback_active("f2"));
+        assert!(r.fallback_active("f1"), "a failed fallback keeps retrying");
+        let none = registry(vec![peer("f", Role::Fallback, 1, false)]);
+        assert!(none.fallback_active("f"), "no primary: the fallback is used");
+        assert!(!none.fallback_active("unknown"));
+    }
 }
