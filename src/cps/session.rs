@@ -258,7 +258,7 @@ impl Session {
         if matches!(phase, Phase::Standby) {
             self.set_state(SessionState::Disconnected, None);
         }
-        loop {
+        'run: loop {
             if *stop.borrow() {
                 break;
             }
@@ -273,7 +273,7 @@ impl Session {
                     }
                     (Phase::Standby, false) => {}
                     (_, false) => {
-                        tracing::info!(c_ps = %s.name, "a primary C-PS is reachable again: fallback C-PS on standby");
+                        tracing::info!(c_ps = %s.name, "a preferred C-PS is usable again: fallback C-PS on standby");
                         self.peer.accepting.store(false, Ordering::Release);
                         lock(&self.peer.queue).clear();
                         awaiting_full = false;
@@ -291,7 +291,7 @@ impl Session {
                 Phase::Standby => {
                     tokio::select! {
                         _ = changes.changed() => {}
-                        _ = stop.changed() => {}
+                        r = stop.changed() => { if r.is_err() { break 'run; } }
                     }
                 }
                 Phase::Connecting => {
@@ -340,7 +340,7 @@ impl Session {
                         tokio::select! {
                             _ = self.peer.notify.notified() => {}
                             _ = changes.changed() => {}
-                            _ = stop.changed() => {}
+                            r = stop.changed() => { if r.is_err() { break 'run; } }
                             _ = retry_full => {
                                 self.request_full(&mut awaiting_full);
                                 full_asked_at = Instant::now();
@@ -382,7 +382,7 @@ impl Session {
                 Phase::Backoff(until) => {
                     tokio::select! {
                         _ = tokio::time::sleep_until(until) => phase = Phase::Connecting,
-                        _ = stop.changed() => {}
+                        r = stop.changed() => { if r.is_err() { break 'run; } }
                         // A fallback may have to go to standby meanwhile.
                         _ = changes.changed(), if s.role == Role::Fallback => {}
                     }
