@@ -3,6 +3,7 @@
 //! Configured through the datastores (northbound), its state is the operational datastore.
 
 pub mod aggregate;
+pub mod auth;
 pub mod cache;
 pub mod clock;
 pub mod collect;
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use self::clock::Clock;
-use self::core::{Core, EngineEvent};
+use self::core::{Core, EngineEvent, Sender};
 use self::report::RawReport;
 use self::validate::Rejection;
 
@@ -41,6 +42,8 @@ pub struct Engine {
     /// The update controller the engine feeds; adapters and YANG-Push subscribe to its
     /// advertisements.
     pub updates: update::UpdateHandle,
+    /// Credentials the transports verify SCI messages against (updated on commit).
+    pub auth: auth::SharedAuth,
 }
 
 impl Engine {
@@ -81,7 +84,7 @@ impl Engine {
                 }
             }
         });
-        Engine { jobs: tx, updates }
+        Engine { jobs: tx, updates, auth: Default::default() }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
@@ -108,11 +111,45 @@ impl Engine {
         rx.recv_timeout(Duration::from_secs(30)).ok()
     }
 
-    /// Ingests reports (authenticated as `as_sci` when the transport proved an identity).
+    /// Ingests reports attributed to `as_sci` (in-process callers and tests).
     pub async fn ingest(&self, reports: Vec<RawReport>, as_sci: Option<String>) -> IngestResult {
-        self.query(move |core| reports.iter().map(|r| core.ingest(r, as_sci.as_deref())).collect())
-            .await
-            .unwrap_or_default()
+        self.ingest_from(reports, Sender { csci_id: as_sci, ..Sender::default() }).await
+    }
+
+    /// Ingests the reports of one message from `sender`.
+    pub async fn ingest_from(&self, reports: Vec<RawReport>, sender: Sender) -> IngestResult {
+        self.query(move |core| reports.iter().map(|r| core.ingest_from(r, &sender)).collect()).await.unwrap_or_default()
+    }
+
+    /// Verifies the proof a message carries (see [`auth`]) and ingests its reports; a
+    /// failed proof refuses the whole message, counted per report and notified. `claimed`
+    /// is who the transport says the message is from (topic, pull target); otherwise the
+    /// first report's CSCI-ID.
+    pub async fn ingest_message(
+        &self,
+        reports: Vec<RawReport>,
+        proof: Option<&str>,
+        body: &[u8],
+        mut sender: Sender,
+    ) -> Result<IngestResult, auth::AuthFailure> {
+        let claimed = sender.csci_id.clone().or_else(|| reports.first().map(|r| r.csci_id.clone()));
+        let verdict = {
+            let table = self.auth.read().unwrap_or_else(|e| e.into_inner());
+            table.verify(proof, claimed.as_deref(), body, chrono::Utc::now())
+        };
+        match verdict {
+            Ok(Some(proven)) => {
+                sender.csci_id = Some(proven);
+                sender.proven = true;
+            }
+            Ok(None) => {}
+            Err(f) => {
+                let (n, f2) = (reports.len(), f.clone());
+                self.submit(move |core| core.auth_failure(&sender, f2.claimed, f2.detail, n));
+                return Err(f);
+            }
+        }
+        Ok(self.ingest_from(reports, sender).await)
     }
 }
 

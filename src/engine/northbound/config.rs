@@ -248,6 +248,9 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    let auth = crate::engine::auth::table(t);
+    let required = auth.required;
+    *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
     if let Err(e) = engine.updates.reconfigure(update_config(t)) {
         tracing::error!("update-control in running is not usable, keeping the defaults: {e}");
     }
@@ -259,6 +262,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         core.validation = validation;
         core.set_cache_config(cache);
         core.set_function(function);
+        core.auth_required = required;
         for (k, s) in scis {
             core.set_sci(&k, s);
         }
@@ -328,6 +332,14 @@ impl ConfigConsumer for EngineConfig {
         if touched("aggregation") {
             let f = function(tx.config);
             self.engine.submit(move |core| core.set_function(f));
+        }
+        if touched("collection/authentication") || tx.changes_under(SCI).next().is_some() {
+            // Before the registry changes reach the engine, so a new credential-ref is
+            // never enforced without its key being known to the transports.
+            let table = crate::engine::auth::table(tx.config);
+            let required = table.required;
+            *self.engine.auth.write().unwrap_or_else(|e| e.into_inner()) = table;
+            self.engine.submit(move |core| core.auth_required = required);
         }
         let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
         for (entry, key) in entries {
