@@ -147,6 +147,8 @@ pub struct Core {
     pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<CsciId>>,
     /// collection/authentication/required: SCIs without a credential are refused.
     pub auth_required: bool,
+    /// validation/smoothing, when enabled.
+    pub smoother: Option<super::smooth::Smoother>,
 }
 
 impl Core {
@@ -167,6 +169,7 @@ impl Core {
             reported: HashMap::new(),
             pull_requests: None,
             auth_required: false,
+            smoother: None,
         }
     }
 
@@ -361,11 +364,15 @@ impl Core {
                 to: report.metrics.health,
             });
         }
-        let flags = Flags { anomaly_warning: warning, ..Flags::default() };
+        let flags = Flags { anomaly_warning: warning, smoothed: self.smoother.is_some(), ..Flags::default() };
+        let metrics = match &mut self.smoother {
+            Some(s) => s.feed(&report.csci_id, report.metrics),
+            None => report.metrics,
+        };
         let effective = if self.policy.has_sci_rules() {
-            self.policy.apply_sci(&report.metrics, &self.policy.context(wall)).0
+            self.policy.apply_sci(&metrics, &self.policy.context(wall)).0
         } else {
-            report.metrics
+            metrics
         };
         let ev = self.cache.accept(report, effective, flags, now, wall);
         self.absorb(ev);
@@ -410,6 +417,9 @@ impl Core {
     /// Deregisters an SCI: its metrics are withdrawn.
     pub fn remove_sci(&mut self, csci_id: &str) {
         self.registry.remove(csci_id);
+        if let Some(s) = &mut self.smoother {
+            s.forget(csci_id);
+        }
         let cs_id = self.cache.get(csci_id).and_then(|e| e.cs_id.clone());
         let ev = self.cache.remove(csci_id);
         self.absorb(ev);
@@ -428,6 +438,14 @@ impl Core {
         }
     }
 
+    /// Enables (with a window of that many reports), changes or disables smoothing; a new
+    /// window starts every average afresh.
+    pub fn set_smoothing(&mut self, window: Option<usize>) {
+        if self.smoother.as_ref().map(|s| s.window()) != window {
+            self.smoother = window.map(super::smooth::Smoother::new);
+        }
+    }
+
     pub fn set_function(&mut self, f: ComputingTimeFunction) {
         self.cache.function = f;
         let services: Vec<CsId> = self.cache.services().cloned().collect();
@@ -442,6 +460,13 @@ impl Core {
 
     fn absorb(&mut self, events: Vec<CacheEvent>) {
         for e in events {
+            if let (
+                Some(s),
+                CacheEvent::Evicted { csci_id, .. } | CacheEvent::StateChanged { csci_id, to: SciState::Failed, .. },
+            ) = (&mut self.smoother, &e)
+            {
+                s.forget(csci_id);
+            }
             self.events.push(match e {
                 CacheEvent::StateChanged { csci_id, from, to, reason } => {
                     tracing::info!(csci_id, from = from.yang(), to = to.yang(), "SCI state change");

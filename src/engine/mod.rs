@@ -13,6 +13,7 @@ pub mod northbound;
 pub mod policy;
 pub mod report;
 pub mod sci_state;
+pub mod smooth;
 pub mod update;
 pub mod validate;
 

@@ -235,6 +235,7 @@ fn sci_entry(path: &str) -> Option<(String, String)> {
 /// Loads the whole engine configuration (start-up).
 pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
     let validation = validation(t);
+    let smoothing = crate::engine::smooth::settings(t);
     let cache = cache(t);
     let function = function(t);
     let mut scis = Vec::new();
@@ -260,6 +261,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
             Err(e) => tracing::error!("the policy in running does not compile, running without it: {e}"),
         }
         core.validation = validation;
+        core.set_smoothing(smoothing);
         core.set_cache_config(cache);
         core.set_function(function);
         core.auth_required = required;
@@ -307,7 +309,11 @@ impl ConfigConsumer for EngineConfig {
         }
         if touched("validation") {
             let v = validation(tx.config);
-            self.engine.submit(move |core| core.validation = v);
+            let s = crate::engine::smooth::settings(tx.config);
+            self.engine.submit(move |core| {
+                core.validation = v;
+                core.set_smoothing(s);
+            });
         }
         if touched("cache") {
             let c = cache(tx.config);
