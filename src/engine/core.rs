@@ -452,6 +452,25 @@ impl Core {
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
     }
 
+    /// The strongest suppression of the maintenance windows open now.
+    pub fn maintenance_level(&self) -> Option<super::policy::Suppress> {
+        self.policy.context(self.clock.wall()).maintenance()
+    }
+
+    /// When the next maintenance window opens or closes.
+    pub fn next_maintenance_edge(&self) -> Option<Instant> {
+        let wall = self.clock.wall();
+        let edge = self.policy.next_window_edge(wall)?;
+        Some(self.clock.now() + (edge - wall).to_std().unwrap_or_default())
+    }
+
+    /// Re-evaluates every service (a maintenance window opened or closed, so rules on
+    /// `Time IN Maintenance_Window` may change their outcome).
+    pub fn reevaluate_all(&mut self) {
+        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
+    }
+
     /// Fires due timers (TTL, grace).
     pub fn tick(&mut self) {
         let ev = self.cache.expire(self.clock.now(), self.clock.wall());

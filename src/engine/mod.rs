@@ -57,8 +57,9 @@ impl Engine {
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
+            let mut maintenance = None;
             loop {
-                let deadline = core.cache.next_deadline();
+                let deadline = [core.cache.next_deadline(), core.next_maintenance_edge()].into_iter().flatten().min();
                 let sleep = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
@@ -71,6 +72,19 @@ impl Engine {
                         None => return,
                     },
                     _ = sleep => core.tick(),
+                }
+                // Global maintenance windows (seed 004, Policy Engine): an edge suppresses or
+                // releases non-critical (or all) updates, before this round's site changes.
+                let level = core.maintenance_level();
+                if level != maintenance {
+                    maintenance = level;
+                    let level = level.map(|l| match l {
+                        policy::Suppress::NonCritical => update::SuppressLevel::NonCritical,
+                        policy::Suppress::All => update::SuppressLevel::All,
+                    });
+                    tracing::info!(?level, "maintenance window edge");
+                    let _ = feed.send(update::UpdateEvent::Suppress { scope: update::SuppressScope::Global, level });
+                    core.reevaluate_all();
                 }
                 core.settle();
                 let events = std::mem::take(&mut core.events);
