@@ -152,6 +152,15 @@ impl Engine {
             let table = self.auth.read().unwrap_or_else(|e| e.into_inner());
             table.verify(proof, claimed.as_deref(), body, chrono::Utc::now())
         };
+        // A token proves its own subject: it must be the SCI the transport attributes the
+        // message to (topic level, pull target), when it attributes one.
+        let verdict = match (verdict, sender.csci_id.as_deref()) {
+            (Ok(Some(p)), Some(a)) if p != a => Err(auth::AuthFailure {
+                claimed: Some(p.clone()),
+                detail: format!("the proof is for {p} but the message came as {a}"),
+            }),
+            (v, _) => v,
+        };
         match verdict {
             Ok(Some(proven)) => {
                 sender.csci_id = Some(proven);
@@ -224,5 +233,61 @@ fn update_events(
 fn dispatch(ev: &EngineEvent, notify: &NotificationSink) {
     if let Some((name, body)) = core::notification_xml(ev) {
         notify("cats-sma", name, body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::auth::{sign_jwt, Credential, CredentialKind};
+    use crate::engine::core::SciConfig;
+
+    fn raw(csci: &str) -> RawReport {
+        RawReport {
+            csci_id: csci.into(),
+            cs_id: "AR1".into(),
+            sequence: 1,
+            timestamp: chrono::Utc::now(),
+            gas: 10,
+            computing_time: 1,
+            health: "HEALTHY".into(),
+            cost: None,
+            reputation: None,
+            security_label: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn seed_004_sci_authentication_proof_must_match_the_transport_identity() {
+        // seed 004, SCI Collection Interface: "Each connection is identified by the CSCI-ID
+        // and authenticated": a token for sci-2 published on sci-1's topic is refused.
+        let engine = Engine::start(Clock::new(), Arc::new(|_: &str, _: &str, _: String| {}));
+        let key = b"0123456789abcdef".to_vec();
+        {
+            let mut t = engine.auth.write().unwrap();
+            t.credentials
+                .insert("j".into(), Credential { kind: CredentialKind::JwtHs256, key: key.clone(), issuer: None });
+            t.scis.insert("sci-2".into(), "j".into());
+        }
+        let sci = |c: Option<&str>| SciConfig {
+            cs_ids: vec!["AR1".into()],
+            credential_ref: c.map(str::to_owned),
+            expected_interval: Duration::from_secs(5),
+        };
+        engine
+            .query(move |core| {
+                core.set_sci("sci-1", sci(None));
+                core.set_sci("sci-2", sci(Some("j")));
+            })
+            .await;
+        let token = sign_jwt(&key, "sci-2", None, chrono::Utc::now().timestamp() + 60);
+        let as_sci1 = Sender { csci_id: Some("sci-1".into()), transport: "mqtt", ..Sender::default() };
+        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), b"", as_sci1).await;
+        assert!(r.unwrap_err().detail.contains("came as sci-1"));
+        let as_sci2 = Sender { csci_id: Some("sci-2".into()), transport: "mqtt", ..Sender::default() };
+        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), b"", as_sci2).await.unwrap();
+        assert!(r[0].is_ok(), "{r:?}");
+        let stats = engine.query(|core| core.stats.rejected[validate::Rejection::Unauthenticated.index()]).await;
+        assert_eq!(stats, Some(1));
     }
 }
