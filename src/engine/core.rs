@@ -97,6 +97,11 @@ pub enum EngineEvent {
     PullNeeded {
         csci_id: CsciId,
     },
+    /// An accepted report changed an SCI's cache entry; raised only while the change tap
+    /// has listeners (`Core::tap`), for YANG-Push on-change.
+    SciUpdated {
+        csci_id: CsciId,
+    },
     Withdrawn {
         csci_id: CsciId,
         cs_id: Option<CsId>,
@@ -124,6 +129,9 @@ pub struct Core {
     pub reported: HashMap<CsId, (SiteMetrics, bool)>,
     /// Where STALE SCIs are sent to be pulled at once (seed 004 hybrid mode).
     pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<CsciId>>,
+    /// Someone listens to the typed change stream (`engine/changes.rs`): accepted reports
+    /// raise `SciUpdated`. Set by the engine loop before each job.
+    pub tap: bool,
 }
 
 impl Core {
@@ -143,6 +151,7 @@ impl Core {
             ema: HashMap::new(),
             reported: HashMap::new(),
             pull_requests: None,
+            tap: false,
         }
     }
 
@@ -292,6 +301,9 @@ impl Core {
         };
         let ev = self.cache.accept(report, effective, flags, now, wall);
         self.absorb(ev);
+        if self.tap {
+            self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.clone() });
+        }
         self.stats.accepted += 1;
     }
 

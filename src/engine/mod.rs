@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod cache;
+pub mod changes;
 pub mod clock;
 pub mod collect;
 pub mod core;
@@ -41,6 +42,8 @@ pub struct Engine {
     /// The update controller the engine feeds; adapters and YANG-Push subscribe to its
     /// advertisements.
     pub updates: update::UpdateHandle,
+    /// The typed change stream (YANG-Push on-change); subscribe to receive change sets.
+    pub changes: changes::ChangeTap,
 }
 
 impl Engine {
@@ -50,6 +53,8 @@ impl Engine {
         let (updates, _task) = update::spawn(update::UpdateConfig::default(), clock, 1024)
             .expect("the default update-control configuration is valid");
         let feed = updates.clone();
+        let tap = changes::tap();
+        let changes = tap.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
@@ -61,15 +66,29 @@ impl Engine {
                         None => std::future::pending().await,
                     }
                 };
+                core.tap = tap.receiver_count() > 0;
+                let started;
                 tokio::select! {
                     job = rx.recv() => match job {
-                        Some(job) => job(&mut core),
+                        Some(job) => {
+                            started = tokio::time::Instant::now();
+                            job(&mut core)
+                        }
                         None => return,
                     },
-                    _ = sleep => core.tick(),
+                    _ = sleep => {
+                        started = tokio::time::Instant::now();
+                        core.tick()
+                    }
                 }
                 core.settle();
                 let events = std::mem::take(&mut core.events);
+                if core.tap && !events.is_empty() {
+                    let set = changes::collect(&core, &events);
+                    if !set.is_empty() {
+                        let _ = tap.send(Arc::new(changes::ChangeSet { started, changes: set }));
+                    }
+                }
                 for ev in &events {
                     dispatch(ev, &notify);
                     if let (EngineEvent::PullNeeded { csci_id }, Some(tx)) = (ev, &core.pull_requests) {
@@ -81,7 +100,7 @@ impl Engine {
                 }
             }
         });
-        Engine { jobs: tx, updates }
+        Engine { jobs: tx, updates, changes }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
