@@ -213,6 +213,9 @@ impl Pending {
 }
 
 async fn snapshot(view: &Arc<dyn View>) -> Result<String, crate::error::RpcError> {
+    if !view.blocking() {
+        return view.snapshot();
+    }
     let v = view.clone();
     match tokio::task::spawn_blocking(move || v.snapshot()).await {
         Ok(r) => r,

@@ -41,6 +41,11 @@ pub trait View: Send + Sync + 'static {
     fn snapshot(&self) -> Result<String, RpcError>;
     /// The edits of a batch this subscriber may see.
     fn edits(&self, batch: &Batch) -> Vec<Edit>;
+    /// Whether `snapshot` blocks (reads the datastores, asks the engine) and must run on a
+    /// blocking thread.
+    fn blocking(&self) -> bool {
+        true
+    }
 }
 
 pub struct DatastoreView {
