@@ -105,6 +105,11 @@ pub enum EngineEvent {
         reason: Rejection,
         detail: String,
     },
+    /// An accepted report changed an SCI's cache entry; raised only while the change tap
+    /// has listeners (`Core::tap`), for YANG-Push on-change.
+    SciUpdated {
+        csci_id: CsciId,
+    },
     Withdrawn {
         csci_id: CsciId,
         cs_id: Option<CsId>,
@@ -149,6 +154,9 @@ pub struct Core {
     pub auth_required: bool,
     /// validation/smoothing, when enabled.
     pub smoother: Option<super::smooth::Smoother>,
+    /// Someone listens to the typed change stream (`engine/changes.rs`): accepted reports
+    /// raise `SciUpdated`. Set by the engine loop before each job.
+    pub tap: bool,
 }
 
 impl Core {
@@ -170,6 +178,7 @@ impl Core {
             pull_requests: None,
             auth_required: false,
             smoother: None,
+            tap: false,
         }
     }
 
@@ -376,6 +385,9 @@ impl Core {
         };
         let ev = self.cache.accept(report, effective, flags, now, wall);
         self.absorb(ev);
+        if self.tap {
+            self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.clone() });
+        }
         self.stats.accepted += 1;
     }
 

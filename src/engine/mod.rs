@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod auth;
 pub mod cache;
+pub mod changes;
 pub mod clock;
 pub mod collect;
 pub mod core;
@@ -45,6 +46,8 @@ pub struct Engine {
     pub updates: update::UpdateHandle,
     /// Credentials the transports verify SCI messages against (updated on commit).
     pub auth: auth::SharedAuth,
+    /// The typed change stream (YANG-Push on-change); subscribe to receive change sets.
+    pub changes: changes::ChangeTap,
 }
 
 impl Engine {
@@ -54,6 +57,8 @@ impl Engine {
         let (updates, _task) = update::spawn(update::UpdateConfig::default(), clock, 1024)
             .expect("the default update-control configuration is valid");
         let feed = updates.clone();
+        let tap = changes::tap();
+        let changes = tap.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
@@ -66,12 +71,20 @@ impl Engine {
                         None => std::future::pending().await,
                     }
                 };
+                core.tap = tap.receiver_count() > 0;
+                let started;
                 tokio::select! {
                     job = rx.recv() => match job {
-                        Some(job) => job(&mut core),
+                        Some(job) => {
+                            started = tokio::time::Instant::now();
+                            job(&mut core)
+                        }
                         None => return,
                     },
-                    _ = sleep => core.tick(),
+                    _ = sleep => {
+                        started = tokio::time::Instant::now();
+                        core.tick()
+                    }
                 }
                 // Global maintenance windows (seed 004, Policy Engine): an edge suppresses or
                 // releases non-critical (or all) updates, before this round's site changes.
@@ -88,6 +101,12 @@ impl Engine {
                 }
                 core.settle();
                 let events = std::mem::take(&mut core.events);
+                if core.tap && !events.is_empty() {
+                    let set = changes::collect(&core, &events);
+                    if !set.is_empty() {
+                        let _ = tap.send(Arc::new(changes::ChangeSet { started, changes: set }));
+                    }
+                }
                 for ev in &events {
                     dispatch(ev, &notify);
                     if let (EngineEvent::PullNeeded { csci_id }, Some(tx)) = (ev, &core.pull_requests) {
@@ -99,7 +118,7 @@ impl Engine {
                 }
             }
         });
-        Engine { jobs: tx, updates, auth: Default::default() }
+        Engine { jobs: tx, updates, auth: Default::default(), changes }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
