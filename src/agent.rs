@@ -97,6 +97,7 @@ async fn start_engine(
         }
     });
     let engine = crate::engine::Engine::start(crate::engine::clock::Clock::new(), sink);
+    server.push.set_engine(engine.changes.clone());
     let (mut settings, mqtt_settings, pull_settings) = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| {
             config::load_all(&engine, t);

@@ -15,5 +15,6 @@ pub mod engine;
 pub mod error;
 pub mod nacm;
 pub mod netconf;
+pub mod push;
 pub mod users;
 pub mod yang;

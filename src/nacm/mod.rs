@@ -24,7 +24,7 @@ const DENY_ALL_RPCS: &[(&str, &str)] = &[
     ("ietf-subscribed-notifications", "kill-subscription"),
 ];
 /// Data subtrees marked `nacm:default-deny-all` in the loaded modules.
-const DENY_ALL_DATA: &[&str] = &["/ietf-netconf-acm:nacm"];
+const DENY_ALL_DATA: &[&str] = &["/ietf-netconf-acm:nacm", "/cats-sma:cats-sma/collection/authentication"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {

@@ -122,6 +122,8 @@ pub struct Server {
     pub events: notifications::EventBus,
     /// Handler of the agent's own RPCs, once the engine is up.
     pub app_rpcs: std::sync::RwLock<Option<Arc<dyn AppRpc>>>,
+    /// YANG-Push dynamic subscriptions (RFC 8639/8641).
+    pub push: Arc<crate::push::Push>,
 }
 
 impl Server {
@@ -144,11 +146,16 @@ impl Server {
             nacm,
             events: Default::default(),
             app_rpcs: Default::default(),
+            push: Default::default(),
         });
         server
             .datastores
             .register_consumer(Arc::new(notifications::ConfigChangeNotifier { server: Arc::downgrade(&server) }));
         server.datastores.register_state_provider(Arc::new(monitoring::Monitoring { server: Arc::downgrade(&server) }));
+        server.datastores.register_consumer(server.push.running_feed());
+        server
+            .datastores
+            .register_state_provider(Arc::new(crate::push::state::PushState { server: Arc::downgrade(&server) }));
         server
     }
 

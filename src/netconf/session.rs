@@ -133,6 +133,7 @@ where
     let (tx, rx) = mpsc::channel::<String>(OUT_QUEUE);
     let writer = tokio::spawn(write_loop(wr, rx, framing));
     let ctx = SessionCtx::new(id, server.clone(), info.clone(), base11);
+    ctx.set_outbox(tx.clone());
     let idle = match server.settings.idle_timeout {
         0 => Duration::from_secs(u64::MAX / 4),
         s => Duration::from_secs(s),
@@ -148,6 +149,7 @@ where
                     if tx.send(reply).await.is_err() {
                         break 'session End::Dropped;
                     }
+                    ctx.replied();
                     if let Some(spec) = ctx.take_subscription() {
                         // The reply is queued first, so the client sees <ok/> before events.
                         subscription = Some(tokio::spawn(forward(server.clone(), info.clone(), spec, tx.clone())));
@@ -193,6 +195,7 @@ where
     if let Some(s) = subscription {
         s.abort();
     }
+    server.push.session_ended(id);
     // Let the writer flush what is queued (replies in flight), then close.
     drop(tx);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;

@@ -6,15 +6,19 @@ mod commit;
 mod copy_config;
 mod create_subscription;
 mod delete_config;
+mod delete_subscription;
 mod discard_changes;
 mod edit_config;
 mod edit_data;
+mod establish_subscription;
 mod get;
 mod get_config;
 mod get_data;
 mod get_schema;
 mod kill_session;
 mod lock;
+mod modify_subscription;
+mod resync_subscription;
 mod unlock;
 mod validate;
 
@@ -43,6 +47,11 @@ pub struct SessionCtx {
     new_subscription: std::sync::Mutex<Option<crate::netconf::notifications::SubscriptionSpec>>,
     /// RFC 5277 allows one subscription per session.
     subscribed: std::sync::atomic::AtomicBool,
+    /// The session's writer queue, for YANG-Push subscriptions (RFC 8639/8641).
+    outbox: std::sync::OnceLock<tokio::sync::mpsc::Sender<String>>,
+    /// What to do once the reply of the current request is queued (start a subscription,
+    /// send subscription-modified), so notifications follow the reply.
+    after_reply: std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 impl SessionCtx {
@@ -54,6 +63,29 @@ impl SessionCtx {
             base11,
             new_subscription: std::sync::Mutex::new(None),
             subscribed: std::sync::atomic::AtomicBool::new(false),
+            outbox: std::sync::OnceLock::new(),
+            after_reply: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Connects the session's writer queue (done once by the session).
+    pub fn set_outbox(&self, tx: tokio::sync::mpsc::Sender<String>) {
+        let _ = self.outbox.set(tx);
+    }
+
+    pub fn outbox(&self) -> Option<tokio::sync::mpsc::Sender<String>> {
+        self.outbox.get().cloned()
+    }
+
+    pub fn after_reply(&self, f: Box<dyn FnOnce() + Send>) {
+        self.after_reply.lock().unwrap_or_else(|e| e.into_inner()).push(f);
+    }
+
+    /// Runs what the last request left for after its reply.
+    pub fn replied(&self) {
+        let actions = std::mem::take(&mut *self.after_reply.lock().unwrap_or_else(|e| e.into_inner()));
+        for f in actions {
+            f();
         }
     }
 
@@ -211,6 +243,11 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         (crate::netconf::notifications::NS_NOTIFICATION, "create-subscription") => {
             create_subscription::run(ctx, op, src)
         }
+        (crate::push::NS_SN, "establish-subscription") => establish_subscription::run(ctx, op, src),
+        (crate::push::NS_SN, "modify-subscription") => modify_subscription::run(ctx, op, src),
+        (crate::push::NS_SN, "delete-subscription") => delete_subscription::run(ctx, op),
+        (crate::push::NS_SN, "kill-subscription") => delete_subscription::kill(ctx, op),
+        (crate::push::NS_YP, "resync-subscription") => resync_subscription::run(ctx, op),
         (NS_NMDA, "get-data") => get_data::run(ctx, op),
         (NS_NMDA, "edit-data") => edit_data::run(ctx, op, src),
         (NS_BASE, name) => Err(vec![RpcError::protocol(
