@@ -90,10 +90,19 @@ impl Queue {
     }
 
     /// After reconnecting: the C-PS already had everything up to `acked` (the reply to an
-    /// earlier send was lost); those are superseded, not sent twice.
-    pub fn already_acked(&mut self, acked: u64) {
-        let n = self.delivered(acked);
-        self.superseded += n as u64;
+    /// earlier send was lost); those are superseded, not sent twice. True when a full
+    /// snapshot was among them (it did arrive).
+    pub fn already_acked(&mut self, acked: u64) -> bool {
+        let mut full = false;
+        while let Some(a) = self.items.front().filter(|a| a.seq <= acked) {
+            full |= a.kind == AdvertisementKind::Full;
+            self.items.pop_front();
+            self.superseded += 1;
+        }
+        if full {
+            self.gap = false;
+        }
+        full
     }
 
     /// Empties the queue (a fallback peer going to standby); counted as superseded.
@@ -148,7 +157,7 @@ mod tests {
         assert_eq!(q.peek_batch(1).iter().map(|a| a.seq).collect::<Vec<_>>(), [6]);
         q.push(ad(7, AdvertisementKind::Delta));
         q.push(ad(8, AdvertisementKind::Delta));
-        q.already_acked(7);
+        assert!(q.already_acked(7), "the full one at 6 had arrived");
         assert_eq!(q.peek_batch(10).iter().map(|a| a.seq).collect::<Vec<_>>(), [8]);
         assert_eq!(q.superseded, 2 + 2 + 2);
     }

@@ -297,8 +297,11 @@ impl Session {
                 Phase::Connecting => {
                     self.set_state(SessionState::Connecting, None);
                     match self.reconcile().await {
-                        Ok(need_full) => {
+                        Ok((need_full, full_arrived)) => {
                             backoff.reset();
+                            if full_arrived {
+                                awaiting_full = false;
+                            }
                             if outage_reported {
                                 tracing::info!(c_ps = %s.name, "C-PS reachable again");
                             }
@@ -442,25 +445,26 @@ impl Session {
         Phase::Backoff(until)
     }
 
-    /// GET the C-PS's view of this site. `Ok(true)` when a full snapshot is needed.
-    async fn reconcile(&self) -> Result<bool, DeliveryError> {
+    /// GET the C-PS's view of this site: whether a full snapshot is needed, and whether one
+    /// already arrived (its reply was lost).
+    async fn reconcile(&self) -> Result<(bool, bool), DeliveryError> {
         let site = self.registry.identity().site_id;
         let path = format!("{METRICS_PATH}/{}", encode_segment(&site));
         let resp = self.request("GET", path.clone(), Vec::new(), None).await?;
         if resp.status == 404 {
             tracing::info!(c_ps = %self.peer.settings.name, "C-PS holds nothing for this site: full snapshot");
-            return Ok(true);
+            return Ok((true, false));
         }
         check_status("GET", &path, &resp)?;
         let state: SiteState =
             serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply("GET", e.to_string()))?;
-        let gap = {
+        let (gap, full_arrived) = {
             let mut q = lock(&self.peer.queue);
-            q.already_acked(state.acked_sequence);
-            q.gap
+            let full = q.already_acked(state.acked_sequence);
+            (q.gap, full)
         };
         lock(&self.peer.status).last_acked = Some(state.acked_sequence);
-        Ok(state.full_sync_requested || gap)
+        Ok((state.full_sync_requested || gap, full_arrived))
     }
 
     /// Sends one batch: the SCI withdrawals (DELETE), then the reports (PUT for a full
