@@ -14,5 +14,6 @@ pub mod engine;
 pub mod error;
 pub mod nacm;
 pub mod netconf;
+pub mod restconf;
 pub mod users;
 pub mod yang;
