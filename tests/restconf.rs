@@ -292,6 +292,46 @@ async fn nmda_datastores_and_yang_patch() {
     assert!(r.body.contains("<patch-id>p3</patch-id><ok/>"), "{}", r.body);
     assert_eq!(c.get("/data/cats-sma:cats-sma/scis/sci=10.2.0.1%3A80").status, 404);
     assert_eq!(c.get("/data/cats-sma:cats-sma/scis/sci=10.2.0.2%3A80").json()["cats-sma:sci"][0]["cs-id"][0], "AR9");
+    // insert / point (RFC 8040 4.8.5, 4.8.6) and YANG Patch move on the ordered-by user
+    // policy rules.
+    let pol = "/data/cats-sma:cats-sma/cats-sma-policy:policy";
+    let rule = |n: &str| {
+        format!(
+            r#"{{"cats-sma-policy:rule":[{{"name":"{n}","priority":1,"condition":"SCI_Health = DEGRADED","action":"REDUCE SCI_GAS BY 50%"}}]}}"#
+        )
+    };
+    for n in ["a", "c"] {
+        let r = c.send_json("POST", pol, &rule(n));
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    let point = "%2Fcats-sma%3Acats-sma%2Fcats-sma-policy%3Apolicy%2Frule%3Dc";
+    let r = c.send_json("POST", &format!("{pol}?insert=before&point={point}"), &rule("b"));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = c.send_json("POST", &format!("{pol}?insert=first"), &rule("z"));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let order = || -> Vec<String> {
+        let v = c.get(&format!("{pol}?fields=rule(name)")).json();
+        v["cats-sma-policy:policy"]["rule"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(order(), ["z", "a", "b", "c"]);
+    let mv = r#"{"ietf-yang-patch:yang-patch":{"patch-id":"mv","edit":[{"edit-id":"m","operation":"move","target":"/rule=z","where":"after","point":"/rule=b"}]}}"#;
+    let r = c.call("PATCH", pol, &["Content-Type: application/yang-patch+json"], Some(mv));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(order(), ["a", "b", "z", "c"]);
+    let r = c.send_json(
+        "POST",
+        &format!("{}?insert=first", "/data/cats-sma:cats-sma/scis"),
+        &sci_json("10.2.9.9:1", "AR1"),
+    );
+    assert_eq!((r.status, r.error_tag().as_str()), (400, "invalid-value"), "scis is not user-ordered: {}", r.body);
+    let r = c.send_json("POST", &format!("{pol}?insert=before"), &rule("y"));
+    assert_eq!(r.status, 400, "before needs point: {}", r.body);
+
     // A patch body with a data media type on POST is refused; a bad operation is a 400.
     let bad = r#"{"ietf-yang-patch:yang-patch":{"patch-id":"p4","edit":[{"edit-id":"a","operation":"explode","target":"/sci=1"}]}}"#;
     let r = c.call("PATCH", "/data/cats-sma:cats-sma/scis", &["Content-Type: application/yang-patch+json"], Some(bad));
