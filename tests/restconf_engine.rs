@@ -178,7 +178,8 @@ async fn netconf_stream_as_server_sent_events() {
     let first = data.split("\n\n").next().unwrap();
     let v: serde_json::Value = serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {seen}"));
     assert!(v["ietf-restconf:notification"]["eventTime"].is_string(), "{seen}");
-    assert!(v["ietf-restconf:notification"]["ietf-netconf-notifications:netconf-config-change"].is_object(), "{seen}");
+    let change = &v["ietf-restconf:notification"]["ietf-netconf-notifications:netconf-config-change"];
+    assert_eq!(change["changed-by"]["username"], "admin", "the RESTCONF user made the change: {seen}");
     drop(body);
 
     // Replay in XML from start-time, then replayComplete; a filter keeps only what matches.
