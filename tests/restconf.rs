@@ -36,6 +36,8 @@ async fn discovery_authentication_and_encodings() {
     assert_eq!(r.status, 401);
     let r = c.as_user("nobody", PASSWORD).get("/data");
     assert_eq!(r.status, 401);
+    let r = anon.get("//.well-known/host-meta.json");
+    assert_eq!(r.json()["links"][0]["href"], "/restconf");
 
     // The API resource and yang-library-version, JSON and XML.
     let r = c.get("");
@@ -149,6 +151,20 @@ async fn every_method_both_encodings_and_the_errors() {
     assert!(r.json()["cats-sma:cache"]["max-entries"].is_number(), "{}", r.body);
     let r = c.get("/data/cats-sma:cats-sma/cache");
     assert!(!r.body.contains("max-entries"), "explicit mode (the default) shows no defaults: {}", r.body);
+    let r = c.get("/data/cats-sma:cats-sma/cache?with-defaults=report-all-tagged");
+    assert!(r.body.contains("\"ietf-netconf-with-defaults:default\":true"), "{}", r.body);
+    let r = c.get_xml("/data/cats-sma:cats-sma/cache?with-defaults=report-all-tagged");
+    assert!(r.body.contains("urn:ietf:params:xml:ns:netconf:default:1.0"), "{}", r.body);
+    // trim hides a value set explicitly to its default; explicit shows it.
+    let r = c.send_json("PUT", "/data/cats-sma:cats-sma/cache/max-entries", r#"{"cats-sma:max-entries":100000}"#);
+    assert!(r.status == 201 || r.status == 204, "{}", r.body);
+    assert!(c.get("/data/cats-sma:cats-sma/cache").body.contains("\"max-entries\":100000"));
+    let r = c.get("/data/cats-sma:cats-sma/cache?with-defaults=trim");
+    assert!(!r.body.contains("max-entries"), "{}", r.body);
+    // A leaf-list instance is addressed by its value.
+    let r = c.get(&format!("{one}/cs-id=AR2"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["cats-sma:cs-id"], serde_json::json!(["AR2"]));
     let r = c.get("/data/cats-sma:cats-sma?content=nonconfig");
     assert!(r.json()["cats-sma:cats-sma"]["scis"].is_null(), "{}", r.body);
     let r = c.get(&format!("{one}?depth=0"));
@@ -209,6 +225,19 @@ async fn every_method_both_encodings_and_the_errors() {
     assert_ne!(new_etag, etag, "every change of running changes the ETag");
     let r = c.call("GET", &one, &[&format!("If-None-Match: {etag}")], None);
     assert_eq!(r.status, 200);
+    let r =
+        c.call("DELETE", &format!("{one}/description"), &["If-Unmodified-Since: Mon, 01 Jan 2001 00:00:00 GMT"], None);
+    assert_eq!(r.status, 412, "{}", r.body);
+
+    // RFC 8040 1.4: while a NETCONF session holds the candidate lock, edits wait (in-use).
+    let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    nc.hello(true).await;
+    assert!(nc.rpc11(&rpc(1, "<lock><target><candidate/></target></lock>")).await.contains("<ok/>"));
+    let r = c.call("DELETE", &format!("{one}/description"), &[], None);
+    assert_eq!((r.status, r.error_tag().as_str()), (409, "in-use"), "{}", r.body);
+    assert!(nc.rpc11(&rpc(2, "<unlock><target><candidate/></target></unlock>")).await.contains("<ok/>"));
+    let r = c.call("DELETE", &format!("{one}/description"), &[], None);
+    assert_eq!(r.status, 204, "{}", r.body);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -374,4 +403,18 @@ async fn nacm_denies_restconf_writes_reads_and_operations() {
     assert_eq!(admin.get("/data/cats-sma:cats-sma/agent").json()["cats-sma:agent"]["csma-id"], "c1");
     let r = admin.call("POST", "/operations/cats-sma:resync", &[], None);
     assert_eq!(r.status, 204, "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_body_is_413_too_big() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("boot.toml");
+    std::fs::write(&cfg, "[restconf]\nmax_body_size = 4096\n").unwrap();
+    let agent = start_agent(&dir.path().join("state"), &["--config", cfg.to_str().unwrap()]);
+    let c = Curl::new(&agent);
+    let big = format!(r#"{{"cats-sma:description":"{}"}}"#, "x".repeat(5000));
+    let r = c.send_json("PUT", "/data/cats-sma:cats-sma/scis/sci=a/description", &big);
+    assert_eq!((r.status, r.error_tag().as_str()), (413, "too-big"), "{}", r.body);
+    let r = c.send_json("POST", SCIS, &sci_json("10.7.0.1:80", "AR1"));
+    assert_eq!(r.status, 201, "a small body still goes through: {}", r.body);
 }

@@ -201,6 +201,16 @@ async fn netconf_stream_as_server_sent_events() {
     assert!(read_until(&mut body, &mut seen, "replayComplete").await, "{seen}");
     assert!(!seen.contains("netconf-config-change"), "filtered out: {seen}");
 
+    // stop-time in the past: the replay, replayComplete, notificationComplete, then the end.
+    let stop = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let q =
+        format!("/streams/NETCONF/xml?start-time={}&stop-time={}", start.replace('+', "%2B"), stop.replace('+', "%2B"));
+    let (_, _, mut body) = open_stream(&agent, &q).await;
+    let mut seen = String::new();
+    assert!(read_until(&mut body, &mut seen, "notificationComplete").await, "{seen}");
+    let ended = tokio::time::timeout(Duration::from_secs(10), body.frame()).await;
+    assert!(matches!(ended, Ok(None)), "the stream ends after notificationComplete");
+
     // Bad parameters are 400s before any stream opens.
     let (status, _, _) = open_stream(&agent, "/streams/NETCONF/json?start-time=yesterday").await;
     assert_eq!(status, 400);
