@@ -147,7 +147,8 @@ impl Restconf {
         settings: RestconfSettings,
         cert_names: HashMap<[u8; 32], String>,
     ) -> Arc<Restconf> {
-        let last_modified = Arc::new(LastModified::default());
+        // Running was loaded (from startup) when the agent started.
+        let last_modified = Arc::new(LastModified(Mutex::new(Some(chrono::Utc::now().with_nanosecond_zero()))));
         netconf.datastores.register_consumer(last_modified.clone());
         netconf.datastores.register_state_provider(Arc::new(streams::MonitoringState { settings: settings.clone() }));
         Arc::new(Restconf {
