@@ -211,9 +211,6 @@ impl<'t> Editor<'t> {
                 }
             }
             _ => {
-                if !self.exists(path) && plain_subtree(e) && self.create_subtree(e, path) {
-                    return;
-                }
                 if !self.exists(path) {
                     self.create_one(path, None);
                     if let Err(err) = self.position(e, path) {
@@ -222,8 +219,12 @@ impl<'t> Editor<'t> {
                 } else if let Err(err) = self.position(e, path) {
                     return self.fail(err);
                 }
+                let parent = self.target.find_path(path).ok().map(|n| n.as_raw());
                 for child in e.children() {
                     if child.schema().is_list_key() {
+                        continue;
+                    }
+                    if inherited == EditOp::Merge && parent.is_some_and(|p| self.create_child_subtree(&child, p)) {
                         continue;
                     }
                     let before = self.errors.len();
@@ -265,53 +266,58 @@ impl<'t> Editor<'t> {
         self.undo.push(Undo::Created(outermost));
     }
 
-    /// Creates a whole new subtree in one step (a copy of the edit node without its
-    /// metadata, linked under its parent), recording a create for every node, as the
-    /// node-by-node walk would. Bulk creates (100 000 list entries in one edit) cost a copy
-    /// instead of several path lookups per node. False when it does not apply (a top-level
-    /// node), and the caller walks node by node.
-    fn create_subtree(&mut self, e: &DataNodeRef<'_, 'static>, path: &str) -> bool {
-        let Some(parent) = ancestor_paths(path).pop() else {
+    /// Creates a new child subtree in one step when it can: the child does not exist under
+    /// `parent` (a hash lookup, no path), asks for no other operation than merge / create /
+    /// replace, and carries no metadata below it. libyang links a copy without metadata
+    /// under the parent; the same Create changes are recorded as the node-by-node walk
+    /// would, and one undo step removes the copy. A bulk create (100 000 list entries in
+    /// one edit) then costs a copy instead of several path lookups per node. False when it
+    /// does not apply; the caller walks node by node.
+    fn create_child_subtree(&mut self, e: &DataNodeRef<'_, 'static>, parent: *mut yang2::ffi::lyd_node) -> bool {
+        let schema = e.schema();
+        if !schema.is_config() || is_leaf(&schema.kind()) {
             return false;
-        };
-        let missing: Vec<String> =
-            ancestor_paths(path).into_iter().filter(|p| self.target.find_path(p).is_err()).collect();
-        if !missing.is_empty() {
-            let before = self.errors.len();
-            self.create_one(&parent, None);
-            if self.errors.len() > before {
-                return true;
+        }
+        if !matches!(operation_of(e), Ok(None | Some(EditOp::Merge | EditOp::Create | EditOp::Replace))) {
+            return false;
+        }
+        if !plain_subtree(e) {
+            return false;
+        }
+        // SAFETY: `parent` is a live inner node of the target tree, which this editor holds
+        // mutably; its first child is read fresh each time (inserts may change it).
+        let first = unsafe { (*(parent as *mut yang2::ffi::lyd_node_inner)).child };
+        if !first.is_null() {
+            let mut found = std::ptr::null_mut();
+            // SAFETY: `first` is a live sibling list of the target and `e` a live node of
+            // the edit tree; both use the process-wide context. Only a lookup.
+            let ret = unsafe { yang2::ffi::lyd_find_sibling_first(first, e.as_raw(), &mut found) };
+            if ret == yang2::ffi::LY_ERR::LY_SUCCESS {
+                return false;
             }
         }
-        let Ok(parent_raw) = self.target.find_path(&parent).map(|n| n.as_raw()) else {
-            return false;
-        };
         let mut dup = std::ptr::null_mut();
-        // SAFETY: `e` is a live node of the edit tree (borrowed for this call) and
-        // `parent_raw` a live node of the target tree, which we hold mutably; both trees
-        // use the process-wide context. libyang copies `e` recursively without metadata and
-        // links the copy under `parent_raw`, after which the target tree owns it.
+        // SAFETY: `e` is live (borrowed for this call) and `parent` a live inner node of the
+        // target; libyang copies `e` recursively without metadata and links the copy under
+        // `parent`, after which the target tree owns it.
         let ret = unsafe {
             yang2::ffi::lyd_dup_single(
                 e.as_raw(),
-                parent_raw as *mut yang2::ffi::lyd_node_inner,
+                parent as *mut yang2::ffi::lyd_node_inner,
                 yang2::ffi::LYD_DUP_RECURSIVE | yang2::ffi::LYD_DUP_NO_META,
                 &mut dup,
             )
         };
-        if ret != yang2::ffi::LY_ERR::LY_SUCCESS {
-            let err = yang2::Error::new(self.target.context());
-            self.fail(RpcError::from_libyang(&err).with_path(path));
-            return true;
+        if ret != yang2::ffi::LY_ERR::LY_SUCCESS || dup.is_null() {
+            return false;
         }
-        if let Ok(node) = self.target.find_path(path) {
-            let recs: Vec<Change> = node.traverse().map(|n| Change::of_node(ChangeOp::Create, &n)).collect();
-            self.changes.extend(recs);
+        // SAFETY: `dup` was just linked into the target tree and is live.
+        let node = unsafe { DataNodeRef::from_raw(&*self.target, dup) };
+        let recs: Vec<Change> = node.traverse().map(|n| Change::of_node(ChangeOp::Create, &n)).collect();
+        if let Some(first) = recs.first() {
+            self.undo.push(Undo::Created(first.path.clone()));
         }
-        // A parent created above is undone by the create_one record; this removes the copy.
-        if missing.is_empty() {
-            self.undo.push(Undo::Created(path.to_owned()));
-        }
+        self.changes.extend(recs);
         true
     }
 
