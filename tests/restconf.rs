@@ -361,6 +361,21 @@ async fn nmda_datastores_and_yang_patch() {
     let r = c.send_json("POST", &format!("{pol}?insert=before"), &rule("y"));
     assert_eq!(r.status, 400, "before needs point: {}", r.body);
 
+    // The datastore resource itself (RFC 8040 3.4): PATCH merges, PUT replaces everything.
+    let r = c.send_json("PATCH", "/data", r#"{"ietf-restconf:data":{"cats-sma:cats-sma":{"agent":{"csma-id":"c9"}}}}"#);
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(c.get("/data/cats-sma:cats-sma/agent/csma-id").json()["cats-sma:csma-id"], "c9");
+    let r = c.send_json(
+        "PUT",
+        "/data",
+        r#"{"ietf-restconf:data":{"cats-sma:cats-sma":{"scis":{"sci":[{"csci-id":"10.6.0.1:80","cs-id":["AR1"]}]}}}}"#,
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    let v = c.get("/data/cats-sma:cats-sma/scis?content=config").json();
+    assert_eq!(v["cats-sma:scis"]["sci"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(c.get("/data/cats-sma:cats-sma/agent/csma-id").status, 404, "replaced away");
+    assert_eq!(c.call("DELETE", "/data", &[], None).status, 405);
+
     // A patch body with a data media type on POST is refused; a bad operation is a 400.
     let bad = r#"{"ietf-yang-patch:yang-patch":{"patch-id":"p4","edit":[{"edit-id":"a","operation":"explode","target":"/sci=1"}]}}"#;
     let r = c.call("PATCH", "/data/cats-sma:cats-sma/scis", &["Content-Type: application/yang-patch+json"], Some(bad));
