@@ -75,6 +75,8 @@ class Agent:
                 str(self.state_dir),
                 "--netconf-listen",
                 "127.0.0.1:0",
+                "--restconf-listen",
+                "127.0.0.1:0",
                 *self.extra_args,
             ],
             env=env,

@@ -258,7 +258,7 @@ def main():
             sci_port = free_port()
             _, line = procs.start(
                 [args.bin, "run", "--state-dir", str(work / site), "--netconf-listen", "127.0.0.1:0",
-                 "--sci-listen", f"127.0.0.1:{sci_port}"],
+                 "--sci-listen", f"127.0.0.1:{sci_port}", "--restconf-listen", "127.0.0.1:0"],
                 env={"CATS_SMA_ADMIN_PASSWORD": PASSWORD, "RUST_LOG": "info", "NO_COLOR": "1"},
                 ready="cats-sma ready", log=log,
             )

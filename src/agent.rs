@@ -22,6 +22,8 @@ pub struct Agent {
     pub engine: crate::engine::Engine,
     /// The C-PS REST adapters (one session per configured peer).
     pub cps: Arc<crate::cps::Adapters>,
+    /// The RESTCONF server and where it listens, when enabled.
+    pub restconf: Option<(Arc<crate::restconf::Restconf>, crate::restconf::Listening)>,
     pub state: StateDir,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -48,6 +50,11 @@ impl Agent {
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
         let cps = start_cps(&datastores, &server, &engine)?;
+        let restconf = if boot.restconf.enabled {
+            Some(crate::restconf::start(server.clone(), boot.restconf.clone(), &state.path).await?)
+        } else {
+            None
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
             let _ = tx.send(addrs.to_vec());
@@ -68,8 +75,15 @@ impl Agent {
             Some(a) => format!("; SCI reports: http://{a}/reports"),
             None => "; SCI HTTP collection disabled".into(),
         };
-        info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}", list(&addrs));
-        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, engine, cps, state, task })
+        let rc = match &restconf {
+            Some((_, l)) => format!(
+                "; RESTCONF: {}",
+                l.addrs.iter().map(|a| format!("{}://{a}/restconf", l.scheme)).collect::<Vec<_>>().join(", ")
+            ),
+            None => "; RESTCONF disabled".into(),
+        };
+        info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}{rc}", list(&addrs));
+        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, engine, cps, restconf, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.

@@ -16,5 +16,6 @@ pub mod error;
 pub mod nacm;
 pub mod netconf;
 pub mod push;
+pub mod restconf;
 pub mod users;
 pub mod yang;

@@ -34,6 +34,12 @@ enum Command {
         /// SCI collection HTTP listen address, overriding the datastore's collection/http.
         #[arg(long = "sci-listen", value_name = "ADDR:PORT")]
         sci_listen: Option<SocketAddr>,
+        /// RESTCONF listen address; repeat for several. Port 0 picks a free port.
+        #[arg(long = "restconf-listen", value_name = "ADDR:PORT")]
+        restconf_listen: Vec<SocketAddr>,
+        /// Serve RESTCONF over plain HTTP (tests only; loopback addresses only).
+        #[arg(long = "restconf-plain-http-for-tests")]
+        restconf_plain_http: bool,
     },
     /// Check a bootstrap file and exit (0 when it is usable).
     CheckConfig { file: PathBuf },
@@ -73,7 +79,7 @@ pub fn main() -> i32 {
                 }
             }
         }
-        Command::Run { config, state_dir, netconf_listen, sci_listen } => {
+        Command::Run { config, state_dir, netconf_listen, sci_listen, restconf_listen, restconf_plain_http } => {
             init_tracing();
             let mut boot = match config {
                 Some(f) => match Bootstrap::load(&f) {
@@ -93,6 +99,16 @@ pub fn main() -> i32 {
             }
             if sci_listen.is_some() {
                 boot.sci_listen = sci_listen;
+            }
+            if !restconf_listen.is_empty() {
+                boot.restconf.listen = restconf_listen;
+            }
+            if restconf_plain_http {
+                boot.restconf.plain_http_for_tests = true;
+            }
+            if let Err(e) = boot.check() {
+                eprintln!("cats-sma: {e}");
+                return 1;
             }
             run(boot)
         }

@@ -28,6 +28,74 @@ pub struct Bootstrap {
     /// The NACM recovery user (RFC 8341 section 3.2): not subject to access control, so a
     /// broken NACM configuration can always be repaired. Defaults to the generated admin.
     pub recovery_user: Option<String>,
+    /// RESTCONF (RFC 8040) over HTTPS.
+    pub restconf: RestconfSettings,
+}
+
+/// Default RESTCONF port (IANA's 443 needs root).
+pub const DEFAULT_RESTCONF_PORT: u16 = 8443;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RestconfSettings {
+    pub enabled: bool,
+    /// Listen addresses; loopback only unless the operator says otherwise.
+    pub listen: Vec<SocketAddr>,
+    /// PEM certificate chain and private key of the server. When neither is given, a
+    /// self-signed certificate for localhost is generated into the state directory on the
+    /// first start and reused afterwards.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// PEM file of the CAs whose client certificates are accepted (RFC 7589 style client
+    /// authentication); without it only HTTP Basic authentication is possible.
+    pub client_ca: Option<PathBuf>,
+    /// Maps a verified client certificate to a user (RFC 7589 cert-to-name, map-type
+    /// "specified": by certificate fingerprint).
+    pub cert_to_name: Vec<CertToName>,
+    /// Serve plain HTTP instead of HTTPS. For tests only: Basic credentials then travel in
+    /// clear, so the agent refuses it on anything but a loopback address.
+    pub plain_http_for_tests: bool,
+    /// Largest accepted request body in bytes.
+    pub max_body_size: usize,
+}
+
+impl Default for RestconfSettings {
+    fn default() -> Self {
+        RestconfSettings {
+            enabled: true,
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], DEFAULT_RESTCONF_PORT))],
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
+            cert_to_name: Vec::new(),
+            plain_http_for_tests: false,
+            max_body_size: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// One cert-to-name entry: the SHA-256 fingerprint of a client certificate (hex, colons
+/// optional) and the user it authenticates as.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CertToName {
+    pub fingerprint: String,
+    pub name: String,
+}
+
+impl CertToName {
+    /// The fingerprint as 32 bytes, or why it is not one.
+    pub fn digest(&self) -> Result<[u8; 32], String> {
+        let hex: String = self.fingerprint.chars().filter(|c| *c != ':').collect();
+        if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(format!("{:?} is not a SHA-256 fingerprint (64 hex digits)", self.fingerprint));
+        }
+        let mut out = [0u8; 32];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -96,6 +164,27 @@ impl Bootstrap {
         if self.netconf.max_message_size < 4096 {
             return Err("netconf.max_message_size must be at least 4096 bytes".into());
         }
+        let r = &self.restconf;
+        if r.enabled {
+            if r.listen.is_empty() {
+                return Err("restconf.listen: at least one address is needed (or enabled = false)".into());
+            }
+            if r.plain_http_for_tests && r.listen.iter().any(|a| !a.ip().is_loopback()) {
+                return Err("restconf.plain_http_for_tests is only allowed on loopback addresses".into());
+            }
+            if r.tls_cert.is_some() != r.tls_key.is_some() {
+                return Err("restconf.tls_cert and restconf.tls_key go together".into());
+            }
+            if r.max_body_size < 4096 {
+                return Err("restconf.max_body_size must be at least 4096 bytes".into());
+            }
+            if !r.cert_to_name.is_empty() && r.client_ca.is_none() {
+                return Err("restconf.cert_to_name needs restconf.client_ca".into());
+            }
+            for m in &r.cert_to_name {
+                m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -154,6 +243,8 @@ mod tests {
         let b: Bootstrap = toml::from_str("").unwrap();
         assert_eq!(b, Bootstrap::default());
         assert!(b.netconf.listen.iter().all(|a| a.ip().is_loopback()));
+        assert!(b.restconf.listen.iter().all(|a| a.ip().is_loopback()));
+        assert!(!b.restconf.plain_http_for_tests);
     }
 
     #[test]
@@ -165,5 +256,13 @@ mod tests {
         assert!(b.check().unwrap_err().contains("neither"));
         let b: Bootstrap = toml::from_str("[[users]]\nname = \"bob\"\npassword_hash = \"secret\"").unwrap();
         assert!(b.check().unwrap_err().contains("password_hash"));
+        let b: Bootstrap =
+            toml::from_str("[restconf]\nlisten = [\"0.0.0.0:8443\"]\nplain_http_for_tests = true").unwrap();
+        assert!(b.check().unwrap_err().contains("loopback"));
+        let b: Bootstrap = toml::from_str(
+            "[restconf]\nclient_ca = \"ca.pem\"\n[[restconf.cert_to_name]]\nfingerprint = \"ab\"\nname = \"x\"",
+        )
+        .unwrap();
+        assert!(b.check().unwrap_err().contains("fingerprint"));
     }
 }

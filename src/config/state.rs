@@ -117,7 +117,7 @@ impl StateDir {
     }
 }
 
-fn write_private(path: &Path, content: &[u8]) -> io::Result<()> {
+pub(crate) fn write_private(path: &Path, content: &[u8]) -> io::Result<()> {
     write_atomic(path, content)?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))
 }

@@ -441,17 +441,32 @@ impl Datastores {
         edit: &DataTree<'static>,
         opts: EditOptions,
     ) -> Result<Vec<Change>, Vec<RpcError>> {
+        self.edit_all(session, target, &[edit], opts).map_err(|(_, e)| e)
+    }
+
+    /// Several edits applied in order as one transaction (RFC 8072 YANG Patch): one
+    /// validation, one NACM check and one commit to the consumers for all of them, and
+    /// nothing kept unless all succeed. On error, the index of the edit that failed when
+    /// the failure belongs to one (an edit error), else None (validation, NACM, consumers).
+    pub fn edit_all(
+        &self,
+        session: SessionId,
+        target: Datastore,
+        edits: &[&DataTree<'static>],
+        opts: EditOptions,
+    ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
+        let whole = |e: Vec<RpcError>| (None, e);
         if !target.is_configuration() {
-            return Err(vec![RpcError::protocol(
+            return Err(whole(vec![RpcError::protocol(
                 ErrorTag::InvalidValue,
                 format!("{} is not a configuration datastore that can be edited", target.name()),
-            )]);
+            )]));
         }
         let mut guard = self.lock_inner();
         let inner = &mut *guard;
-        Self::check_writable(inner, session, target).map_err(|e| vec![e])?;
+        Self::check_writable(inner, session, target).map_err(|e| whole(vec![e]))?;
         if target == Datastore::Candidate {
-            self.ensure_candidate(inner).map_err(|e| vec![e])?;
+            self.ensure_candidate(inner).map_err(|e| whole(vec![e]))?;
         }
         let tree = match target {
             Datastore::Candidate => &mut inner.candidate.as_mut().expect("candidate just ensured").tree,
@@ -459,26 +474,36 @@ impl Datastores {
             _ => &mut inner.startup,
         };
         let mut ed = edit::Editor::new(tree);
-        ed.apply(edit, opts.default_operation, opts.error_option);
+        let mut failed_edit = None;
+        for (i, edit) in edits.iter().enumerate() {
+            ed.apply(edit, opts.default_operation, opts.error_option);
+            if !ed.errors.is_empty() && failed_edit.is_none() {
+                failed_edit = Some(i);
+                if opts.error_option != ErrorOption::ContinueOnError {
+                    break;
+                }
+            }
+        }
         let errors = std::mem::take(&mut ed.errors);
         if !errors.is_empty() && opts.error_option != ErrorOption::ContinueOnError {
             ed.rollback();
-            return Err(errors);
+            return Err((failed_edit, errors));
         }
         if let Err(e) = self.check_guard(session, target, &ed.changes) {
             ed.rollback();
-            return Err(vec![e]);
+            return Err(whole(vec![e]));
         }
         let changes = std::mem::take(&mut ed.changes);
         let test_only = opts.test_option == TestOption::TestOnly;
-        let outcome = |changes: Vec<Change>| if errors.is_empty() { Ok(changes) } else { Err(errors.clone()) };
+        let outcome =
+            |changes: Vec<Change>| if errors.is_empty() { Ok(changes) } else { Err((failed_edit, errors.clone())) };
         if target == Datastore::Candidate {
             // The candidate is validated at commit; test-only validates a scratch copy.
             if test_only {
                 ed.rollback();
                 drop(ed);
                 let cand = inner.candidate.as_mut().expect("candidate just ensured");
-                return self.test_only(&mut cand.tree, edit, opts).map(|_| Vec::new());
+                return self.test_only(&mut cand.tree, edits, opts).map(|_| Vec::new()).map_err(whole);
             }
             drop(ed);
             inner.candidate.as_mut().expect("candidate just ensured").changes.extend(changes.iter().cloned());
@@ -487,7 +512,7 @@ impl Datastores {
         if !changes.is_empty() {
             if let Err(e) = self.validate_changed(ed.target, &changes) {
                 ed.rollback();
-                return Err(vec![e]);
+                return Err(whole(vec![e]));
             }
         }
         if test_only {
@@ -501,7 +526,7 @@ impl Datastores {
         };
         if let Err(e) = result {
             ed.rollback();
-            return Err(vec![e]);
+            return Err(whole(vec![e]));
         }
         drop(ed);
         if target == Datastore::Running && !changes.is_empty() {
@@ -514,12 +539,14 @@ impl Datastores {
     fn test_only(
         &self,
         tree: &mut DataTree<'static>,
-        edit: &DataTree<'static>,
+        edits: &[&DataTree<'static>],
         opts: EditOptions,
     ) -> Result<(), Vec<RpcError>> {
         let mut scratch = tree.duplicate().map_err(|e| vec![ly(e)])?;
         let mut ed = edit::Editor::new(&mut scratch);
-        ed.apply(edit, opts.default_operation, opts.error_option);
+        for edit in edits {
+            ed.apply(edit, opts.default_operation, opts.error_option);
+        }
         if !ed.errors.is_empty() {
             return Err(std::mem::take(&mut ed.errors));
         }

@@ -346,7 +346,8 @@ impl Nacm {
         self.users.write().unwrap_or_else(|e| e.into_inner()).remove(&session);
     }
 
-    fn user_of(&self, session: SessionId) -> Option<String> {
+    /// The user a session (NETCONF or a RESTCONF request) acts as.
+    pub fn user_of(&self, session: SessionId) -> Option<String> {
         self.users.read().unwrap_or_else(|e| e.into_inner()).get(&session).cloned()
     }
 

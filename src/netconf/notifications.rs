@@ -176,7 +176,9 @@ fn changed_by(server: &Server, session: SessionId) -> String {
             let _ = write!(s, "<source-host>{}</source-host>", src.ip());
         }
     } else {
-        let _ = write!(s, "<username>unknown</username><session-id>{session}</session-id>");
+        // Not a NETCONF session: a RESTCONF request still has its user's NACM identity.
+        let user = server.nacm.user_of(session).unwrap_or_else(|| "unknown".into());
+        let _ = write!(s, "<username>{}</username><session-id>{session}</session-id>", escape_text(&user));
     }
     s.push_str("</changed-by>");
     s

@@ -51,6 +51,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("ietf-subscribed-notifications", &["encode-xml", "replay", "subtree", "xpath"]),
     ("ietf-yang-push", &["on-change"]),
     ("ietf-yang-patch", &[]),
+    ("ietf-restconf-monitoring", &[]),
     ("cats-sma-types", &[]),
     ("cats-sma", &[]),
     ("cats-sma-policy", &[]),
@@ -148,7 +149,7 @@ pub fn yang10_capabilities(ctx: &'static Context) -> Vec<String> {
     caps
 }
 
-fn raw_ctx(ctx: &Context) -> *const yang2::ffi::ly_ctx {
+pub(crate) fn raw_ctx(ctx: &Context) -> *const yang2::ffi::ly_ctx {
     // The context's raw pointer is not public in yang2; `into_raw` consumes, so go through
     // a module, whose `ctx` field points back at the context.
     let m = ctx.modules(true).next().expect("context has modules");

@@ -21,6 +21,8 @@ pub struct AgentProcess {
     pub addr: SocketAddr,
     /// Where SCIs POST reports (when HTTP collection is on).
     pub sci_addr: Option<SocketAddr>,
+    /// The RESTCONF API root (`https://127.0.0.1:PORT/restconf`), when enabled.
+    pub restconf: Option<String>,
     pub state_dir: PathBuf,
     pub stderr_lines: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -39,6 +41,8 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
         .args(["run", "--state-dir"])
         .arg(state_dir)
         .args(["--netconf-listen", "127.0.0.1:0"])
+        // Never the fixed default port: tests run side by side.
+        .args(["--restconf-listen", "127.0.0.1:0"])
         .args(extra)
         .env("CATS_SMA_ADMIN_PASSWORD", PASSWORD)
         .env("RUST_LOG", "info")
@@ -58,12 +62,14 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
                 let addr = rest.split([',', ' ', ';']).next().unwrap_or("").to_owned();
                 let sci =
                     line.split("SCI reports: http://").nth(1).and_then(|r| r.split('/').next()).map(str::to_owned);
-                let _ = tx.send((addr, sci));
+                let rc =
+                    line.split("RESTCONF: ").nth(1).and_then(|r| r.split([',', ' ', ';']).next()).map(str::to_owned);
+                let _ = tx.send((addr, sci, rc));
             }
             keep.lock().unwrap().push(line);
         }
     });
-    let (addr, sci) = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
+    let (addr, sci, restconf) = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
         let _ = child.kill();
         panic!("agent did not report ready: {:?}", lines.lock().unwrap())
     });
@@ -71,6 +77,7 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
         child,
         addr: addr.parse().expect("ready line address"),
         sci_addr: sci.and_then(|s| s.parse().ok()),
+        restconf,
         state_dir: state_dir.to_owned(),
         stderr_lines: lines,
     }
@@ -233,4 +240,123 @@ pub async fn http_post_with(
     let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     (status, body)
+}
+
+// ----- RESTCONF through curl ------------------------------------------------------------
+
+/// One curl answer: status, headers (lower-case names), body.
+#[derive(Debug)]
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+    /// The first error-tag of an RFC 8040 errors body (JSON or XML).
+    pub fn error_tag(&self) -> String {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&self.body) {
+            if let Some(t) = v["ietf-restconf:errors"]["error"][0]["error-tag"].as_str() {
+                return t.to_owned();
+            }
+        }
+        self.body.split("<error-tag>").nth(1).and_then(|r| r.split('<').next()).unwrap_or("").to_owned()
+    }
+}
+
+/// A RESTCONF client: curl over HTTPS, verifying the agent's certificate.
+pub struct Curl {
+    /// `https://127.0.0.1:PORT/restconf`
+    pub root: String,
+    pub cacert: PathBuf,
+    pub user: Option<(String, String)>,
+    pub extra: Vec<String>,
+}
+
+impl Curl {
+    pub fn new(agent: &AgentProcess) -> Curl {
+        Curl {
+            root: agent.restconf.clone().expect("the ready line names the RESTCONF URL"),
+            cacert: agent.state_dir.join("restconf-cert.pem"),
+            user: Some(("admin".into(), PASSWORD.into())),
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn as_user(&self, user: &str, password: &str) -> Curl {
+        Curl {
+            root: self.root.clone(),
+            cacert: self.cacert.clone(),
+            user: Some((user.into(), password.into())),
+            extra: self.extra.clone(),
+        }
+    }
+
+    /// `path` is relative to the API root (`/data/...`), or absolute from the host when it
+    /// starts with `//` (`//.well-known/host-meta`).
+    pub fn call(&self, method: &str, path: &str, headers: &[&str], body: Option<&str>) -> HttpReply {
+        let url = match path.strip_prefix("//") {
+            Some(p) => format!("{}/{p}", self.root.trim_end_matches("/restconf")),
+            None => format!("{}{path}", self.root),
+        };
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-i", "--max-time", "30", "--cacert"]).arg(&self.cacert).args(["-X", method]);
+        if method == "HEAD" {
+            cmd.arg("-I");
+        }
+        if let Some((u, p)) = &self.user {
+            cmd.args(["-u", &format!("{u}:{p}")]);
+        }
+        for h in headers {
+            cmd.args(["-H", h]);
+        }
+        cmd.args(&self.extra);
+        if body.is_some() {
+            cmd.args(["--data-binary", "@-"]);
+        }
+        cmd.arg(&url).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("curl is installed (scripts/setup.sh)");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            if let Some(b) = body {
+                stdin.write_all(b.as_bytes()).unwrap();
+            }
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "curl {method} {url}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let mut lines = head.lines();
+        let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        HttpReply { status, headers, body: body.to_owned() }
+    }
+
+    pub fn get(&self, path: &str) -> HttpReply {
+        self.call("GET", path, &[], None)
+    }
+    pub fn get_xml(&self, path: &str) -> HttpReply {
+        self.call("GET", path, &["Accept: application/yang-data+xml"], None)
+    }
+    pub fn send_json(&self, method: &str, path: &str, body: &str) -> HttpReply {
+        self.call(method, path, &["Content-Type: application/yang-data+json"], Some(body))
+    }
+    pub fn send_xml(&self, method: &str, path: &str, body: &str) -> HttpReply {
+        self.call(
+            method,
+            path,
+            &["Content-Type: application/yang-data+xml", "Accept: application/yang-data+xml"],
+            Some(body),
+        )
+    }
 }

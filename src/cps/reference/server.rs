@@ -102,7 +102,7 @@ fn tls_acceptor(c: &CpsConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, Stri
     let key_der = rustls_pemfile::private_key(&mut read(key)?.as_slice())
         .map_err(|e| format!("{key}: {e}"))?
         .ok_or_else(|| format!("{key}: no private key"))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;

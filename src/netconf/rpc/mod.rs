@@ -361,6 +361,27 @@ pub enum WithDefaults {
     Explicit,
 }
 
+impl WithDefaults {
+    /// The libyang printer flags of the mode (shared by NETCONF and RESTCONF).
+    pub fn printer_flags(self) -> DataPrinterFlags {
+        match self {
+            WithDefaults::ReportAll => DataPrinterFlags::WD_ALL,
+            WithDefaults::ReportAllTagged => DataPrinterFlags::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG),
+            WithDefaults::Trim => DataPrinterFlags::WD_TRIM,
+            WithDefaults::Explicit => DataPrinterFlags::WD_EXPLICIT,
+        }
+    }
+}
+
+/// libyang prints the RFC 6243 `default` attribute in the YANG module's namespace; the RFC
+/// (section 6) puts it in urn:ietf:params:xml:ns:netconf:default:1.0.
+pub fn fix_default_attribute_ns(xml: String) -> String {
+    xml.replace(
+        "xmlns:ncwd=\"urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults\"",
+        "xmlns:ncwd=\"urn:ietf:params:xml:ns:netconf:default:1.0\"",
+    )
+}
+
 pub(crate) fn with_defaults(op: &Element) -> Result<WithDefaults, Vec<RpcError>> {
     let Some(wd) = op.child(NS_WITH_DEFAULTS, "with-defaults") else {
         return Ok(WithDefaults::Explicit);
@@ -395,12 +416,7 @@ pub(crate) fn print_data(
     if keep_empty {
         flags |= DataPrinterFlags::KEEP_EMPTY_CONT;
     }
-    flags |= match wd {
-        WithDefaults::ReportAll => DataPrinterFlags::WD_ALL,
-        WithDefaults::ReportAllTagged => DataPrinterFlags::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG),
-        WithDefaults::Trim => DataPrinterFlags::WD_TRIM,
-        WithDefaults::Explicit => DataPrinterFlags::WD_EXPLICIT,
-    };
+    flags |= wd.printer_flags();
     if tree.reference().is_none() {
         return Ok("<data/>".into());
     }
@@ -408,16 +424,7 @@ pub(crate) fn print_data(
         .print_string(yang2::data::DataFormat::XML, flags)
         .map_err(|e| vec![RpcError::from_libyang(&e)])?
         .unwrap_or_default();
-    // libyang prints the RFC 6243 `default` attribute in the YANG module's namespace; the
-    // RFC (section 6) puts it in urn:ietf:params:xml:ns:netconf:default:1.0.
-    let body = if wd == WithDefaults::ReportAllTagged {
-        body.replace(
-            "xmlns:ncwd=\"urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults\"",
-            "xmlns:ncwd=\"urn:ietf:params:xml:ns:netconf:default:1.0\"",
-        )
-    } else {
-        body
-    };
+    let body = if wd == WithDefaults::ReportAllTagged { fix_default_attribute_ns(body) } else { body };
     Ok(format!("<data>{body}</data>"))
 }
 

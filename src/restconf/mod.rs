@@ -1,0 +1,472 @@
+//! RESTCONF (RFC 8040) over HTTPS on the same datastores, NACM, users and engine as
+//! NETCONF: `tls.rs` (certificates, cert-to-name), `auth.rs` (Basic / certificate),
+//! `path.rs` (URI → instance path), `data.rs` (datastore and data resources, RFC 8527
+//! NMDA datastores), `query.rs` (query parameters), `yang_patch.rs` (RFC 8072),
+//! `operations.rs` (RPCs), `streams.rs` (stream list and SSE), `error.rs` (section 7
+//! errors from the shared typed errors), `media.rs` (encodings), `yangdata.rs` (libyang).
+
+pub mod auth;
+pub mod body;
+pub mod data;
+pub mod error;
+pub mod media;
+pub mod operations;
+pub mod path;
+pub mod query;
+pub mod streams;
+pub mod tls;
+pub mod yang_patch;
+pub mod yangdata;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
+
+use body::RcBody;
+use error::Failure;
+use media::Encoding;
+
+use crate::config::RestconfSettings;
+use crate::datastore::{ConfigConsumer, SessionId, Transaction};
+use crate::error::ErrorTag;
+use crate::netconf;
+
+/// RFC 8525 revision announced as yang-library-version (RFC 8040 section 3.3.3).
+pub const YANG_LIBRARY_VERSION: &str = "2019-01-04";
+/// RESTCONF sessions get NACM identities from this range, far from NETCONF session ids.
+const FIRST_SESSION: SessionId = 0x8000_0000;
+
+/// When running last changed, for Last-Modified (RFC 8040 section 3.4.1.1); kept by a
+/// configuration consumer so NETCONF commits count as much as RESTCONF edits.
+#[derive(Default)]
+pub struct LastModified(Mutex<Option<chrono::DateTime<chrono::Utc>>>);
+
+impl LastModified {
+    pub fn get(&self) -> chrono::DateTime<chrono::Utc> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // HTTP dates have one-second resolution.
+        *g.get_or_insert_with(|| chrono::Utc::now().with_nanosecond_zero())
+    }
+}
+
+trait SecondsOnly {
+    fn with_nanosecond_zero(self) -> Self;
+}
+
+impl SecondsOnly for chrono::DateTime<chrono::Utc> {
+    fn with_nanosecond_zero(self) -> Self {
+        use chrono::Timelike;
+        self.with_nanosecond(0).unwrap_or(self)
+    }
+}
+
+impl ConfigConsumer for LastModified {
+    fn name(&self) -> &str {
+        "restconf-last-modified"
+    }
+    fn prepare(&self, _tx: &Transaction<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    fn apply(&self, _tx: &Transaction<'_>) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = chrono::Utc::now().with_nanosecond_zero();
+        // Two changes within one second still need distinct validators: the ETag (the
+        // running version) tells them apart; Last-Modified just never goes backwards.
+        *g = Some(g.map_or(now, |old| old.max(now)));
+    }
+}
+
+/// The RESTCONF server: shared state of every connection.
+pub struct Restconf {
+    pub netconf: Arc<netconf::Server>,
+    pub settings: RestconfSettings,
+    pub auth: auth::Authenticator,
+    pub cert_names: HashMap<[u8; 32], String>,
+    pub last_modified: Arc<LastModified>,
+    next_session: AtomicU32,
+}
+
+/// Who is asking, and how to answer.
+pub struct Caller {
+    pub user: String,
+    pub session: SessionId,
+}
+
+/// A request as the resource handlers see it.
+pub struct Req {
+    pub method: Method,
+    /// The path, still percent-encoded, without the query.
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The encoding of the reply.
+    pub accept: Encoding,
+}
+
+impl Req {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub type Reply = Response<RcBody>;
+
+/// A reply with a body in `enc`.
+pub fn reply(status: u16, enc: Encoding, body: String) -> Reply {
+    let mut r = Response::new(RcBody::text(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert("content-type", HeaderValue::from_static(enc.data_type()));
+    r
+}
+
+pub fn no_content(status: u16) -> Reply {
+    let mut r = Response::new(RcBody::empty());
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::NO_CONTENT);
+    r
+}
+
+pub fn error_reply(f: &Failure, enc: Encoding) -> Reply {
+    reply(f.status, enc, error::render(&f.errors, enc))
+}
+
+impl Restconf {
+    pub fn new(
+        netconf: Arc<netconf::Server>,
+        settings: RestconfSettings,
+        cert_names: HashMap<[u8; 32], String>,
+    ) -> Arc<Restconf> {
+        // Running was loaded (from startup) when the agent started.
+        let last_modified = Arc::new(LastModified(Mutex::new(Some(chrono::Utc::now().with_nanosecond_zero()))));
+        netconf.datastores.register_consumer(last_modified.clone());
+        netconf.datastores.register_state_provider(Arc::new(streams::MonitoringState { settings: settings.clone() }));
+        Arc::new(Restconf {
+            auth: auth::Authenticator::new(netconf.users.clone()),
+            netconf,
+            settings,
+            cert_names,
+            last_modified,
+            next_session: AtomicU32::new(FIRST_SESSION),
+        })
+    }
+
+    fn open(&self, user: String) -> Caller {
+        let session = self.next_session.fetch_add(1, Ordering::Relaxed).max(FIRST_SESSION);
+        self.netconf.nacm.session_opened(session, &user);
+        Caller { user, session }
+    }
+
+    fn close(&self, c: &Caller) {
+        self.netconf.nacm.session_closed(c.session);
+    }
+
+    /// One HTTP request, end to end. Never fails: every problem is an RFC 8040 error reply.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, cert_user: Option<String>) -> Reply {
+        let (parts, incoming) = req.into_parts();
+        let path = parts.uri.path().to_owned();
+        let query_raw = parts.uri.query().unwrap_or("").to_owned();
+        let content_enc = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| media::content_type(Some(v)).ok())
+            .map(|k| match k {
+                media::BodyKind::Data(e) | media::BodyKind::Patch(e) => e,
+            });
+        let accept_hdr = parts.headers.get("accept").and_then(|v| v.to_str().ok());
+        let Some(accept) = media::accept(accept_hdr, content_enc) else {
+            let f = Failure::status(406, ErrorTag::InvalidValue, "none of the Accept media types can be produced");
+            return error_reply(&f, Encoding::Json);
+        };
+        // Root discovery needs no credentials (RFC 8040 section 3.1 / RFC 6415).
+        if path == "/.well-known/host-meta" || path == "/.well-known/host-meta.json" {
+            return host_meta(&parts.method, path.ends_with(".json"));
+        }
+        let user = match cert_user {
+            Some(u) => Some(u),
+            None => match parts.headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some(h) => self.auth.basic(h).await,
+                None => None,
+            },
+        };
+        let Some(user) = user else {
+            let mut r = error_reply(
+                &Failure::status(
+                    401,
+                    ErrorTag::AccessDenied,
+                    "authentication required (HTTP Basic or a client certificate)",
+                ),
+                accept,
+            );
+            r.headers_mut().insert("www-authenticate", HeaderValue::from_static("Basic realm=\"restconf\""));
+            return r;
+        };
+        let limit = self.settings.max_body_size;
+        let body = match http_body_util::Limited::new(incoming, limit).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                let f = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                    Failure::status(413, ErrorTag::TooBig, format!("the request body exceeds {limit} bytes"))
+                } else {
+                    Failure::bad(ErrorTag::MalformedMessage, format!("reading the request body: {e}"))
+                };
+                return error_reply(&f, accept);
+            }
+        };
+        let query = match query::split(&query_raw) {
+            Ok(q) => q,
+            Err(f) => return error_reply(&f, accept),
+        };
+        let req = Req { method: parts.method, path, query, headers: parts.headers, body, accept };
+        let caller = self.open(user);
+        debug!(user = %caller.user, method = %req.method, path = %req.path, "RESTCONF request");
+        let this = self.clone();
+        let result = route(&this, &caller, req).await;
+        self.close(&caller);
+        match result {
+            Ok(r) => r,
+            Err((f, enc)) => error_reply(&f, enc),
+        }
+    }
+}
+
+fn host_meta(method: &Method, json: bool) -> Reply {
+    if method != Method::GET && method != Method::HEAD {
+        let mut r = no_content(405);
+        r.headers_mut().insert("allow", HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let (ty, body) = if json {
+        ("application/json", "{\"links\":[{\"rel\":\"restconf\",\"href\":\"/restconf\"}]}".to_owned())
+    } else {
+        (
+            "application/xrd+xml",
+            "<XRD xmlns=\"http://docs.oasis-open.org/ns/xri/xrd-1.0\"><Link rel=\"restconf\" href=\"/restconf\"/></XRD>"
+                .to_owned(),
+        )
+    };
+    let mut r = Response::new(if method == Method::HEAD { RcBody::empty() } else { RcBody::text(body) });
+    r.headers_mut().insert("content-type", HeaderValue::from_static(ty));
+    r
+}
+
+/// Dispatches on the resource (RFC 8040 section 3).
+async fn route(rc: &Arc<Restconf>, caller: &Caller, req: Req) -> Result<Reply, (Failure, Encoding)> {
+    let enc = req.accept;
+    let err = |f: Failure| (f, enc);
+    let path = req.path.clone();
+    let Some(rest) = path.strip_prefix("/restconf") else {
+        return Err(err(Failure::not_found(format!("{path} is not a RESTCONF resource (the API root is /restconf)"))));
+    };
+    if rest.is_empty() || rest == "/" {
+        return api_root(&req);
+    }
+    let rest = &rest[1..];
+    let (first, tail) = match rest.split_once('/') {
+        Some((a, b)) => (a, Some(b)),
+        None => (rest, None),
+    };
+    match first {
+        "data" => data::handle(rc, caller, &req, data::Store::Unified, tail.unwrap_or("")).await.map_err(err),
+        "ds" => {
+            let Some(tail) = tail else {
+                return Err(err(Failure::not_found("/restconf/ds needs a datastore identity (RFC 8527)")));
+            };
+            let (ident, rest) = match tail.split_once('/') {
+                Some((a, b)) => (a, b),
+                None => (tail, ""),
+            };
+            let ident = path::percent_decode(ident).map_err(err)?;
+            let ds = match ident.split_once(':') {
+                Some(("ietf-datastores", _)) => crate::datastore::Datastore::from_identity(&ident),
+                _ => None,
+            };
+            let Some(ds) = ds else {
+                return Err(err(Failure::not_found(format!(
+                    "\"{ident}\" is not a datastore of this server (RFC 8527)"
+                ))));
+            };
+            data::handle(rc, caller, &req, data::Store::Nmda(ds), rest).await.map_err(err)
+        }
+        "operations" => operations::handle(rc, caller, &req, tail.unwrap_or("")).await.map_err(err),
+        "yang-library-version" if tail.is_none_or(str::is_empty) => {
+            only_get(&req)?;
+            let body = match enc {
+                Encoding::Json => format!("{{\"ietf-restconf:yang-library-version\":\"{YANG_LIBRARY_VERSION}\"}}"),
+                Encoding::Xml => format!(
+                    "<yang-library-version xmlns=\"{}\">{YANG_LIBRARY_VERSION}</yang-library-version>",
+                    error::NS_RESTCONF
+                ),
+            };
+            Ok(get_reply(&req, enc, body))
+        }
+        "streams" => streams::handle(rc, caller, &req, tail.unwrap_or("")).await.map_err(err),
+        _ => Err(err(Failure::not_found(format!("{path} is not a RESTCONF resource")))),
+    }
+}
+
+/// GET, HEAD and OPTIONS only (read-only resources); 405 otherwise.
+fn only_get(req: &Req) -> Result<(), (Failure, Encoding)> {
+    if req.method == Method::GET || req.method == Method::HEAD || req.method == Method::OPTIONS {
+        if let Some((k, _)) = req.query.first() {
+            return Err((
+                Failure::bad(ErrorTag::InvalidValue, format!("query parameter \"{k}\" does not apply here")),
+                req.accept,
+            ));
+        }
+        return Ok(());
+    }
+    Err((Failure::method(format!("{} is read-only: allowed are GET, HEAD, OPTIONS", req.path)), req.accept))
+}
+
+/// A 200 for GET (or the same headers without body for HEAD; Allow for OPTIONS).
+pub fn get_reply(req: &Req, enc: Encoding, body: String) -> Reply {
+    if req.method == Method::OPTIONS {
+        let mut r = no_content(200);
+        r.headers_mut().insert("allow", HeaderValue::from_static("GET, HEAD, OPTIONS"));
+        return r;
+    }
+    let mut r = reply(200, enc, body);
+    if req.method == Method::HEAD {
+        *r.body_mut() = RcBody::empty();
+    }
+    r
+}
+
+fn api_root(req: &Req) -> Result<Reply, (Failure, Encoding)> {
+    only_get(req)?;
+    let enc = req.accept;
+    let body = match enc {
+        Encoding::Json => format!(
+            "{{\"ietf-restconf:restconf\":{{\"data\":{{}},\"operations\":{{}},\"yang-library-version\":\"{YANG_LIBRARY_VERSION}\"}}}}"
+        ),
+        Encoding::Xml => format!(
+            "<restconf xmlns=\"{}\"><data/><operations/><yang-library-version>{YANG_LIBRARY_VERSION}</yang-library-version></restconf>",
+            error::NS_RESTCONF
+        ),
+    };
+    Ok(get_reply(req, enc, body))
+}
+
+/// Where the server listens and what it serves.
+pub struct Listening {
+    pub addrs: Vec<SocketAddr>,
+    /// "https" or "http" (the test switch).
+    pub scheme: &'static str,
+    pub cert_file: Option<std::path::PathBuf>,
+}
+
+/// Binds the listeners and serves until `shutdown` flips to true.
+pub async fn start(
+    netconf: Arc<netconf::Server>,
+    settings: RestconfSettings,
+    state_dir: &std::path::Path,
+) -> Result<(Arc<Restconf>, Listening), String> {
+    let tls = if settings.plain_http_for_tests {
+        warn!("RESTCONF over plain HTTP (plain_http_for_tests): for tests only");
+        None
+    } else {
+        Some(tls::load(&settings, state_dir)?)
+    };
+    let cert_names = tls.as_ref().map(|t| t.cert_names.clone()).unwrap_or_default();
+    let rc = Restconf::new(netconf.clone(), settings.clone(), cert_names);
+    let mut addrs = Vec::new();
+    let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
+    for a in &settings.listen {
+        let listener = TcpListener::bind(a).await.map_err(|e| format!("RESTCONF listen {a}: {e}"))?;
+        addrs.push(listener.local_addr().map_err(|e| e.to_string())?);
+        tokio::spawn(accept_loop(rc.clone(), listener, acceptor.clone(), netconf.shutdown.subscribe()));
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    if let Some(a) = addrs.first() {
+        let _ = streams::BASE_URL.set(format!("{scheme}://{a}/restconf"));
+    }
+    info!(
+        "RESTCONF listening on {}",
+        addrs.iter().map(|a| format!("{scheme}://{a}/restconf")).collect::<Vec<_>>().join(", ")
+    );
+    Ok((rc, Listening { addrs, scheme, cert_file: tls.map(|t| t.cert_file) }))
+}
+
+/// Resolves once the server shuts down (the watch guard is not kept across awaits).
+pub async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await.map(|_| ());
+}
+
+async fn accept_loop(
+    rc: Arc<Restconf>,
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!("RESTCONF accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut shutdown) => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let rc = rc.clone();
+        let acceptor = acceptor.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            match acceptor {
+                Some(acc) => match acc.accept(stream).await {
+                    Ok(tls) => {
+                        let cert_user = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(|c| rc.cert_names.get(&tls::fingerprint(c)).cloned());
+                        serve_connection(rc, TokioIo::new(tls), cert_user, shutdown).await
+                    }
+                    Err(e) => debug!(%peer, "RESTCONF TLS handshake failed: {e}"),
+                },
+                None => serve_connection(rc, TokioIo::new(stream), None, shutdown).await,
+            }
+        });
+    }
+}
+
+async fn serve_connection<I>(
+    rc: Arc<Restconf>,
+    io: I,
+    cert_user: Option<String>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let rc = rc.clone();
+        let cert_user = cert_user.clone();
+        async move { Ok::<_, Infallible>(rc.handle(req, cert_user).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r { debug!("RESTCONF connection: {e}") },
+        _ = stopped(&mut shutdown) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn).await;
+        }
+    }
+}
