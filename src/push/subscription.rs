@@ -350,24 +350,8 @@ pub async fn run_datastore(
                     break End::ReceiverGone;
                 }
             }
-            _ = sleep_until(flush_at) => {
-                flush_at = None;
-                let (edits, oldest) = pending.take();
-                if edits.is_empty() || flow.suspended_at.is_some() {
-                    continue;
-                }
-                last_push = Some(Instant::now());
-                match out.data(encode::push_change_update(out.id, patch_id, &edits, false)) {
-                    Sent::Ok => {
-                        patch_id += 1;
-                        if let Some(t) = oldest {
-                            super::probe::record(t);
-                        }
-                    }
-                    Sent::Full => flow.suspend(&out),
-                    Sent::Gone => break End::ReceiverGone,
-                }
-            }
+            // Due edits are sent below, after every arm.
+            _ = sleep_until(flush_at) => {}
             r = recv_opt(&mut feeds.engine) => {
                 if !on_batch(r.map(Batch::Engine), &view, &trigger, &out, &mut flow, &mut pending, &mut flush_at, last_push).await {
                     break End::ReceiverGone;
@@ -377,6 +361,26 @@ pub async fn run_datastore(
                 if !on_batch(r.map(Batch::Running), &view, &trigger, &out, &mut flow, &mut pending, &mut flush_at, last_push).await {
                     break End::ReceiverGone;
                 }
+            }
+        }
+        // Edits due now go out at once (not through a timer, which would round up to the
+        // next millisecond tick).
+        if flush_at.is_some_and(|t| t <= Instant::now()) {
+            flush_at = None;
+            let (edits, oldest) = pending.take();
+            if edits.is_empty() || flow.suspended_at.is_some() {
+                continue;
+            }
+            last_push = Some(Instant::now());
+            match out.data(encode::push_change_update(out.id, patch_id, &edits, false)) {
+                Sent::Ok => {
+                    patch_id += 1;
+                    if let Some(t) = oldest {
+                        super::probe::record(t);
+                    }
+                }
+                Sent::Full => flow.suspend(&out),
+                Sent::Gone => break End::ReceiverGone,
             }
         }
     };
