@@ -15,6 +15,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use yang2::data::{Data, DataFormat, DataPrinterFlags, DataTree};
 
 const ENTRIES: usize = 100_000;
+const CREDENTIALS: usize = 100;
 const SESSION: u32 = 1;
 const NS: &str = "urn:cats-sma:yang:cats-sma";
 const POL: &str = "urn:cats-sma:yang:cats-sma-policy";
@@ -29,19 +30,28 @@ fn target_id() -> String {
     csci_id(ENTRIES / 2)
 }
 
-/// Running with `ENTRIES` SCIs (one cs-id and a credential-ref each) and an explicit
+/// Running with `ENTRIES` SCIs (one cs-id and a credential-ref each, to one of
+/// `CREDENTIALS` credentials: every commit that fully validates checks each leafref) and an explicit
 /// heartbeat-interval, so that modifying it is a modification, not a creation.
 /// The startup file is `startup` (absent until the copy benchmark writes it).
 fn populated(startup: PathBuf) -> Datastores {
     let t0 = Instant::now();
     let ds = Datastores::open(cats_sma::yang::context(), Some(startup)).unwrap();
     let mut xml = String::with_capacity(ENTRIES * 140);
-    xml.push_str(&format!(r#"<cats-sma xmlns="{NS}"><agent><csma-id>bench</csma-id></agent><scis>"#));
+    xml.push_str(&format!(r#"<cats-sma xmlns="{NS}"><agent><csma-id>bench</csma-id></agent>"#));
+    xml.push_str("<collection><authentication>");
+    for c in 0..CREDENTIALS {
+        xml.push_str(&format!(
+            "<credential><name>cred-{c}</name><type>hmac-sha256</type><key>c2VjcmV0LWtleS1udW1iZXItMDA=</key></credential>"
+        ));
+    }
+    xml.push_str("</authentication></collection><scis>");
     for i in 0..ENTRIES {
         xml.push_str(&format!(
-            "<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id><credential-ref>cred-{i}</credential-ref></sci>",
+            "<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id><credential-ref>cred-{}</credential-ref></sci>",
             csci_id(i),
-            i % 100
+            i % 100,
+            i % CREDENTIALS
         ));
     }
     xml.push_str(&format!(

@@ -112,3 +112,35 @@ def test_exec_rule_denies_an_operation(agent):
         assert oper.get().ok
     finally:
         clear_nacm(admin)
+
+
+def test_sci_credentials_are_default_deny_all(agent):
+    """RFC 8341 3.2.6 with the cats-sma module's nacm:default-deny-all on
+    /cats-sma/collection/authentication: the SCI secrets are neither readable nor writable
+    without an explicit rule, even though reads are permitted by default."""
+    admin, oper = agent.connect(), agent.connect(user=OPER, password=OPER_PW)
+    clear_nacm(admin)
+    cred = (
+        "<collection><authentication><credential><name>k1</name><type>hmac-sha256</type>"
+        "<key>c2VjcmV0LWtleS1mb3ItdGVzdHMh</key></credential></authentication></collection>"
+    )
+    reset(admin, cred + "<scis>" + sci("10.7.7.7:80", "<credential-ref>k1</credential-ref>") + "</scis>")
+    assert "c2VjcmV0LWtleS1mb3ItdGVzdHMh" in admin.get_config(source="running").data_xml
+    seen = oper.get_config(source="running").data_xml
+    assert "10.7.7.7:80" in seen, "the rest stays readable"
+    assert "c2VjcmV0LWtleS1mb3ItdGVzdHMh" not in seen and "<credential>" not in seen
+    # An explicit permit rule (read only) makes the key readable; writes stay denied.
+    assert_ok(
+        admin.edit_config(
+            target="running",
+            config=nacm_rules(
+                ("read-creds", "cats-sma", f'<path xmlns:c="{CATS}">/c:cats-sma/c:collection/c:authentication</path>', "read", "permit")
+            ),
+        )
+    )
+    assert "c2VjcmV0LWtleS1mb3ItdGVzdHMh" in oper.get_config(source="running").data_xml
+    # Writes stay denied: the default write rule is deny, and the rule above is read-only.
+    err = one_error(oper.edit_config(target="running", config=config("<collection><authentication><required>true</required></authentication></collection>")))
+    assert err["tag"] == "access-denied"
+    clear_nacm(admin)
+    reset(admin)

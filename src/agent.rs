@@ -20,6 +20,8 @@ pub struct Agent {
     pub sci_http: Option<SocketAddr>,
     /// The metric engine (its update stream feeds the C-PS adapters and YANG-Push).
     pub engine: crate::engine::Engine,
+    /// The C-PS REST adapters (one session per configured peer).
+    pub cps: Arc<crate::cps::Adapters>,
     pub state: StateDir,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -45,6 +47,7 @@ impl Agent {
         datastores.register_state_provider(nacm.clone());
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
+        let cps = start_cps(&datastores, &server, &engine)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
             let _ = tx.send(addrs.to_vec());
@@ -66,11 +69,12 @@ impl Agent {
             None => "; SCI HTTP collection disabled".into(),
         };
         info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}", list(&addrs));
-        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, engine, state, task })
+        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, engine, cps, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.
     pub async fn shutdown(self) {
+        self.cps.shutdown();
         let _ = self.netconf.shutdown.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
     }
@@ -128,6 +132,47 @@ async fn start_engine(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
     let bound = *bound_rx.borrow();
     Ok((engine, bound))
+}
+
+/// Starts the C-PS adapters: subscribed to the update controller before any peer starts (a
+/// new session asks for its full snapshot), peers from running, a consumer for later
+/// commits, the session state in the operational view, `c-ps-unreachable` on the stream.
+fn start_cps(
+    datastores: &Arc<Datastores>,
+    server: &Arc<netconf::Server>,
+    engine: &crate::engine::Engine,
+) -> Result<Arc<crate::cps::Adapters>, String> {
+    use crate::cps::session::{Hooks, Identity};
+    use crate::engine::update::UpdateEvent;
+    let updates = engine.updates.clone();
+    let weak = Arc::downgrade(server);
+    let hooks = Hooks {
+        resync: Arc::new(move |peer: &str| {
+            let _ = updates.send(UpdateEvent::Resync { peer: Some(peer.to_owned()) });
+        }),
+        unreachable: Arc::new(move |u: &crate::cps::session::Unreachable| {
+            let esc = |s: &str| crate::netconf::xml::escape_text(s).into_owned();
+            let body = format!(
+                "<c-ps-unreachable xmlns=\"urn:cats-sma:yang:cats-sma\"><c-ps>{}</c-ps><url>{}</url>\
+                 <backoff>{}</backoff><buffered-updates>{}</buffered-updates></c-ps-unreachable>",
+                esc(&u.c_ps),
+                esc(&u.url),
+                u.backoff.as_secs_f64().ceil() as u32,
+                u.buffered.min(u32::MAX as usize)
+            );
+            if let Some(s) = weak.upgrade() {
+                s.events.publish("cats-sma", "c-ps-unreachable", body);
+            }
+        }),
+    };
+    let placeholder = Identity { csma_id: String::new(), site_id: String::new() };
+    let adapters = crate::cps::Adapters::start(placeholder, engine.updates.subscribe(), hooks);
+    let consumer = datastores
+        .with_tree(crate::datastore::Datastore::Running, |t| crate::cps::config::CpsConfig::load(adapters.clone(), t))
+        .map_err(|e| e.to_string())?;
+    datastores.register_consumer(Arc::new(consumer));
+    datastores.register_state_provider(Arc::new(crate::cps::state::CpsState { adapters: adapters.clone() }));
+    Ok(adapters)
 }
 
 fn list(addrs: &[SocketAddr]) -> String {

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod cps;
 pub mod datastore;
 pub mod engine;
 pub mod error;

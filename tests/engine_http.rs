@@ -136,6 +136,11 @@ async fn anomalies_are_quarantined_and_released_by_rpc() {
     let sci = agent.sci_addr.unwrap();
     let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     nc.hello(true).await;
+    // seed 004 V&S and SCI state machine: anomalies and state transitions are notified.
+    let mut events = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    events.hello(true).await;
+    let sub = "<create-subscription xmlns=\"urn:ietf:params:xml:ns:netconf:notification:1.0\"/>";
+    assert!(events.rpc11(&rpc(1, sub)).await.contains("<ok/>"));
     let reg = format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis><sci>\
          <csci-id>188.3.67.3:68</csci-id><cs-id>AR2</cs-id></sci></scis></cats-sma></config></edit-config>"
@@ -155,6 +160,19 @@ async fn anomalies_are_quarantined_and_released_by_rpc() {
     assert!(
         reply.contains("<csci-id>188.3.67.3:68</csci-id>") && reply.contains("<sequence-number>2</sequence-number>"),
         "{reply}"
+    );
+    let got = String::from_utf8_lossy(&events.read_until(b"</metric-anomaly>").await).to_string();
+    assert!(
+        got.contains("<sci-state-change")
+            && got.contains("<old-state>active</old-state>")
+            && got.contains("<new-state>healthy</new-state>"),
+        "ACTIVE -> HEALTHY on the first good report: {got}"
+    );
+    assert!(
+        got.contains(
+            "<metric>gas</metric><old-value>100</old-value><new-value>400</new-value><action>quarantine</action>"
+        ),
+        "{got}"
     );
     let bad = format!("<clear-quarantine xmlns=\"{CATS}\"><accept>maybe</accept></clear-quarantine>");
     assert!(nc.rpc11(&rpc(3, &bad)).await.contains("<error-tag>invalid-value</error-tag>"));

@@ -72,3 +72,75 @@ async fn reports_become_advertisements() {
     .expect("a withdrawal after the SCI failed");
     assert!(withdrawn.seq > first_seq);
 }
+
+#[tokio::test(start_paused = true)]
+async fn seed_004_policy_engine_maintenance_window_suppresses_on_its_own_timer() {
+    // seed 004, Policy Engine / update control: "Maintenance window: suppress all
+    // non-critical updates during scheduled maintenance". The engine opens and closes the
+    // suppression at the window's edges by itself: updates handed straight to the
+    // controller (not through the engine) are suppressed inside the window only.
+    use cats_sma::engine::policy::{MaintenanceWindow, Policy, PolicyConfig, Schedule, Suppress};
+    use cats_sma::engine::update::UpdateEvent;
+    let clock = Clock::starting_at("2026-03-01T00:00:00Z".parse().unwrap());
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    let window = MaintenanceWindow {
+        name: "upgrade".into(),
+        schedule: Schedule::Absolute {
+            start: "2026-03-01T00:01:00Z".parse().unwrap(),
+            end: "2026-03-01T00:02:00Z".parse().unwrap(),
+        },
+        suppress: Suppress::NonCritical,
+    };
+    let policy = Policy::compile(&PolicyConfig { maintenance_windows: vec![window], ..Default::default() }).unwrap();
+    engine
+        .query(move |core| {
+            core.set_policy(policy);
+            core.set_sci(
+                "188.3.67.3:67",
+                SciConfig {
+                    cs_ids: vec!["AR1".into()],
+                    credential_ref: None,
+                    expected_interval: Duration::from_secs(600),
+                },
+            )
+        })
+        .await
+        .unwrap();
+    assert!(engine.ingest(vec![raw(1, 400, "HEALTHY", &clock)], None).await[0].is_ok());
+    let ad = tokio::time::timeout(Duration::from_secs(10), ads.recv()).await.unwrap().unwrap();
+    assert_eq!(ad.sites[0].gas, 400);
+    let site = engine.query(|core| core.reported.get("AR1").unwrap().0.clone()).await.unwrap();
+
+    let settle = || async {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    };
+    // Into the window, with no engine work at all: only its timer can notice.
+    tokio::time::advance(Duration::from_secs(70)).await;
+    settle().await;
+    while ads.try_recv().is_ok() {}
+    let before = engine.updates.stats().suppressed;
+    engine.updates.send(UpdateEvent::Site(cats_sma::engine::model::SiteMetrics { gas: 4000, ..site.clone() })).unwrap();
+    settle().await;
+    assert_eq!(engine.updates.stats().suppressed, before + 1, "a metric change inside the window is suppressed");
+    assert!(ads.try_recv().is_err());
+
+    // Past the end: the next change goes out.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    settle().await;
+    while ads.try_recv().is_ok() {}
+    engine.updates.send(UpdateEvent::Site(cats_sma::engine::model::SiteMetrics { gas: 9000, ..site })).unwrap();
+    let ad = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let ad = ads.recv().await.unwrap();
+            if ad.sites.iter().any(|s| s.gas == 9000) {
+                return ad;
+            }
+        }
+    })
+    .await
+    .expect("advertised after the window closed");
+    assert_eq!(ad.sites[0].cs_id, "AR1");
+}

@@ -33,6 +33,8 @@ const CSMA_ID: &str = "/cats-sma:cats-sma/agent/csma-id";
 const SCI_DESCRIPTIONS: &str = "/cats-sma:cats-sma/scis/sci/description";
 /// SCI entries per generation, and the padding of each description: about 2 MB of XML.
 const SCIS: usize = 300;
+/// SCI credentials the entries refer to (credential-ref is a leafref).
+const CREDENTIALS: usize = 16;
 const PADDING: usize = 7000;
 
 const STARTUP: &str = "startup.xml";
@@ -53,17 +55,25 @@ fn sigkill_at_any_point_leaves_a_loadable_startup_of_the_last_or_next_generation
 /// descriptions all carry the generation, so that a mix of two generations is visible.
 fn generation_xml(gen: u64) -> String {
     let mut s = String::with_capacity(SCIS * (PADDING + 200) + 200);
-    s.push_str(&format!(r#"<cats-sma xmlns="{NS}"><agent><csma-id>gen-{gen}</csma-id></agent><scis>"#));
+    s.push_str(&format!(r#"<cats-sma xmlns="{NS}"><agent><csma-id>gen-{gen}</csma-id></agent>"#));
+    s.push_str("<collection><authentication>");
+    for c in 0..CREDENTIALS {
+        s.push_str(&format!(
+            "<credential><name>cred-{c}</name><type>hmac-sha256</type><key>c2VjcmV0LWtleS1udW1iZXItMDA=</key></credential>"
+        ));
+    }
+    s.push_str("</authentication></collection><scis>");
     for i in 0..SCIS {
         let fill = char::from(b'a' + ((gen as usize + i) % 26) as u8);
         let padding: String = std::iter::repeat_n(fill, PADDING).collect();
         s.push_str(&format!(
             "<sci><csci-id>10.0.{}.{}:8080</csci-id><cs-id>AR1</cs-id>\
-             <credential-ref>cred-{i}</credential-ref>\
+             <credential-ref>cred-{}</credential-ref>\
              <expected-interval>{}</expected-interval>\
              <description>gen-{gen} sci-{i} {padding}</description></sci>",
             i / 256,
             i % 256,
+            i % CREDENTIALS,
             1000 + gen % 1000,
         ));
     }

@@ -57,6 +57,8 @@ pub fn collect(core: &Core, events: &[EngineEvent]) -> Vec<StateChange> {
             | EngineEvent::MetricAnomaly { csci_id, .. }
             | EngineEvent::PullNeeded { csci_id }
             | EngineEvent::Withdrawn { csci_id, .. } => csci_id,
+            // Counted in statistics, which are not on-change objects; no cache entry changed.
+            EngineEvent::AuthFailure { .. } => continue,
             EngineEvent::SiteChanged { cs_id } => {
                 if services.insert(cs_id.as_str()) {
                     out.push(StateChange::Service { cs_id: cs_id.clone(), leaves: service_leaves(core, cs_id) });

@@ -97,6 +97,14 @@ pub enum EngineEvent {
     PullNeeded {
         csci_id: CsciId,
     },
+    /// A message or report failed authentication or authorization (auth-failure).
+    AuthFailure {
+        source: Option<std::net::IpAddr>,
+        claimed: Option<CsciId>,
+        transport: &'static str,
+        reason: Rejection,
+        detail: String,
+    },
     /// An accepted report changed an SCI's cache entry; raised only while the change tap
     /// has listeners (`Core::tap`), for YANG-Push on-change.
     SciUpdated {
@@ -106,6 +114,19 @@ pub enum EngineEvent {
         csci_id: CsciId,
         cs_id: Option<CsId>,
     },
+}
+
+/// Where a message came from and who sent it, as far as its transport knows.
+#[derive(Clone, Debug, Default)]
+pub struct Sender {
+    /// The CSCI-ID the message is from: proven by a credential when `proven`, otherwise
+    /// attributed by the transport (MQTT topic level, pull target). A report for another
+    /// CSCI-ID is refused.
+    pub csci_id: Option<CsciId>,
+    pub proven: bool,
+    /// `http`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
+    pub transport: &'static str,
+    pub address: Option<std::net::IpAddr>,
 }
 
 /// How many quarantined reports are kept; the oldest go first (counted as rejected).
@@ -129,6 +150,10 @@ pub struct Core {
     pub reported: HashMap<CsId, (SiteMetrics, bool)>,
     /// Where STALE SCIs are sent to be pulled at once (seed 004 hybrid mode).
     pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<CsciId>>,
+    /// collection/authentication/required: SCIs without a credential are refused.
+    pub auth_required: bool,
+    /// validation/smoothing, when enabled.
+    pub smoother: Option<super::smooth::Smoother>,
     /// Someone listens to the typed change stream (`engine/changes.rs`): accepted reports
     /// raise `SciUpdated`. Set by the engine loop before each job.
     pub tap: bool,
@@ -151,6 +176,8 @@ impl Core {
             ema: HashMap::new(),
             reported: HashMap::new(),
             pull_requests: None,
+            auth_required: false,
+            smoother: None,
             tap: false,
         }
     }
@@ -217,21 +244,74 @@ impl Core {
         reason
     }
 
-    /// The one path of a report. `authenticated` is the CSCI-ID the transport proved, if it
-    /// proved one; a report for another CSCI-ID is refused.
+    /// A message refused by its transport's authentication (seed 004: every failure is
+    /// counted, logged and notified). Counts the message's reports as rejected.
+    pub fn auth_failure(&mut self, sender: &Sender, claimed: Option<CsciId>, detail: String, reports: usize) {
+        for _ in 0..reports.max(1) {
+            self.stats.received += 1;
+            self.reject(Rejection::Unauthenticated, claimed.as_deref().unwrap_or(sender.transport), &detail);
+        }
+        tracing::warn!(
+            transport = sender.transport,
+            source = ?sender.address,
+            claimed = claimed.as_deref().unwrap_or(""),
+            "SCI authentication failed: {detail}"
+        );
+        self.events.push(EngineEvent::AuthFailure {
+            source: sender.address,
+            claimed,
+            transport: sender.transport,
+            reason: Rejection::Unauthenticated,
+            detail,
+        });
+    }
+
+    /// A refusal for who sent a report (unauthenticated, unauthorized CS-ID): counted,
+    /// logged and notified as an auth-failure.
+    fn refuse_sender(&mut self, reason: Rejection, raw: &RawReport, sender: &Sender, detail: String) -> Rejection {
+        self.reject(reason, &raw.csci_id, &detail);
+        self.events.push(EngineEvent::AuthFailure {
+            source: sender.address,
+            claimed: Some(raw.csci_id.clone()),
+            transport: sender.transport,
+            reason,
+            detail,
+        });
+        reason
+    }
+
+    /// The one path of a report, from an in-process caller: `authenticated` is the CSCI-ID
+    /// the message is attributed to, if any; a report for another CSCI-ID is refused.
     pub fn ingest(&mut self, raw: &RawReport, authenticated: Option<&str>) -> Result<(), (Rejection, String)> {
+        let sender = Sender { csci_id: authenticated.map(str::to_owned), ..Sender::default() };
+        self.ingest_from(raw, &sender)
+    }
+
+    /// The one path of a report. An SCI with a credential (or any SCI when authentication
+    /// is required) must have proven the message; the sender may only report for itself and
+    /// for the CS-IDs it is registered for (seed 004, SCI Authentication).
+    pub fn ingest_from(&mut self, raw: &RawReport, sender: &Sender) -> Result<(), (Rejection, String)> {
         self.stats.received += 1;
-        if authenticated.is_some_and(|a| a != raw.csci_id) {
-            let d = format!("authenticated as {} but reports for {}", authenticated.unwrap_or(""), raw.csci_id);
-            return Err((self.reject(Rejection::Unauthenticated, &raw.csci_id, &d), d));
+        if let Some(a) = sender.csci_id.as_deref().filter(|a| *a != raw.csci_id) {
+            let d = format!("message is from {a} but reports for {}", raw.csci_id);
+            return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
         }
         let Some(sci) = self.registry.get(&raw.csci_id) else {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
             return Err((self.reject(Rejection::UnknownSci, &raw.csci_id, &d), d));
         };
+        if !sender.proven && (sci.credential_ref.is_some() || self.auth_required) {
+            let d = match &sci.credential_ref {
+                Some(c) => {
+                    format!("{} must prove its messages with credential {c}; this one carried no proof", raw.csci_id)
+                }
+                None => format!("{} has no credential and authentication is required", raw.csci_id),
+            };
+            return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
+        }
         if !sci.cs_ids.contains(&raw.cs_id) {
             let d = format!("{} may not report for CS-ID {}", raw.csci_id, raw.cs_id);
-            return Err((self.reject(Rejection::UnauthorizedCsId, &raw.csci_id, &d), d));
+            return Err((self.refuse_sender(Rejection::UnauthorizedCsId, raw, sender, d.clone()), d));
         }
         let (ttl, grace) = (self.cache_config.ttl_for(sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
@@ -293,11 +373,15 @@ impl Core {
                 to: report.metrics.health,
             });
         }
-        let flags = Flags { anomaly_warning: warning, ..Flags::default() };
+        let flags = Flags { anomaly_warning: warning, smoothed: self.smoother.is_some(), ..Flags::default() };
+        let metrics = match &mut self.smoother {
+            Some(s) => s.feed(&report.csci_id, report.metrics),
+            None => report.metrics,
+        };
         let effective = if self.policy.has_sci_rules() {
-            self.policy.apply_sci(&report.metrics, &self.policy.context(wall)).0
+            self.policy.apply_sci(&metrics, &self.policy.context(wall)).0
         } else {
-            report.metrics
+            metrics
         };
         let ev = self.cache.accept(report, effective, flags, now, wall);
         self.absorb(ev);
@@ -345,6 +429,9 @@ impl Core {
     /// Deregisters an SCI: its metrics are withdrawn.
     pub fn remove_sci(&mut self, csci_id: &str) {
         self.registry.remove(csci_id);
+        if let Some(s) = &mut self.smoother {
+            s.forget(csci_id);
+        }
         let cs_id = self.cache.get(csci_id).and_then(|e| e.cs_id.clone());
         let ev = self.cache.remove(csci_id);
         self.absorb(ev);
@@ -363,8 +450,35 @@ impl Core {
         }
     }
 
+    /// Enables (with a window of that many reports), changes or disables smoothing; a new
+    /// window starts every average afresh.
+    pub fn set_smoothing(&mut self, window: Option<usize>) {
+        if self.smoother.as_ref().map(|s| s.window()) != window {
+            self.smoother = window.map(super::smooth::Smoother::new);
+        }
+    }
+
     pub fn set_function(&mut self, f: ComputingTimeFunction) {
         self.cache.function = f;
+        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
+    }
+
+    /// The strongest suppression of the maintenance windows open now.
+    pub fn maintenance_level(&self) -> Option<super::policy::Suppress> {
+        self.policy.context(self.clock.wall()).maintenance()
+    }
+
+    /// When the next maintenance window opens or closes.
+    pub fn next_maintenance_edge(&self) -> Option<Instant> {
+        let wall = self.clock.wall();
+        let edge = self.policy.next_window_edge(wall)?;
+        Some(self.clock.now() + (edge - wall).to_std().unwrap_or_default())
+    }
+
+    /// Re-evaluates every service (a maintenance window opened or closed, so rules on
+    /// `Time IN Maintenance_Window` may change their outcome).
+    pub fn reevaluate_all(&mut self) {
         let services: Vec<CsId> = self.cache.services().cloned().collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
     }
@@ -377,6 +491,13 @@ impl Core {
 
     fn absorb(&mut self, events: Vec<CacheEvent>) {
         for e in events {
+            if let (
+                Some(s),
+                CacheEvent::Evicted { csci_id, .. } | CacheEvent::StateChanged { csci_id, to: SciState::Failed, .. },
+            ) = (&mut self.smoother, &e)
+            {
+                s.forget(csci_id);
+            }
             self.events.push(match e {
                 CacheEvent::StateChanged { csci_id, from, to, reason } => {
                     tracing::info!(csci_id, from = from.yang(), to = to.yang(), "SCI state change");
@@ -419,6 +540,21 @@ pub fn notification_xml(ev: &EngineEvent) -> Option<(&'static str, String)> {
             }
             let _ = write!(s, "<action>{action}</action></metric-anomaly>");
             Some(("metric-anomaly", s))
+        }
+        EngineEvent::AuthFailure { source, claimed, transport, reason, detail } => {
+            // source-address is mandatory: in-process callers have none, so report nothing.
+            let source = (*source)?;
+            let mut s = format!("<auth-failure xmlns=\"{NS}\"><source-address>{source}</source-address>");
+            if let Some(c) = claimed {
+                let _ = write!(s, "<claimed-csci-id>{}</claimed-csci-id>", esc(c));
+            }
+            let _ = write!(
+                s,
+                "<transport>{transport}</transport><reason xmlns:csmat=\"urn:cats-sma:yang:cats-sma-types\">csmat:{}</reason><detail>{}</detail></auth-failure>",
+                reason.identity(),
+                esc(detail)
+            );
+            Some(("auth-failure", s))
         }
         _ => None,
     }

@@ -3,6 +3,7 @@
 //! Configured through the datastores (northbound), its state is the operational datastore.
 
 pub mod aggregate;
+pub mod auth;
 pub mod cache;
 pub mod changes;
 pub mod clock;
@@ -13,6 +14,7 @@ pub mod northbound;
 pub mod policy;
 pub mod report;
 pub mod sci_state;
+pub mod smooth;
 pub mod update;
 pub mod validate;
 
@@ -22,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use self::clock::Clock;
-use self::core::{Core, EngineEvent};
+use self::core::{Core, EngineEvent, Sender};
 use self::report::RawReport;
 use self::validate::Rejection;
 
@@ -42,6 +44,8 @@ pub struct Engine {
     /// The update controller the engine feeds; adapters and YANG-Push subscribe to its
     /// advertisements.
     pub updates: update::UpdateHandle,
+    /// Credentials the transports verify SCI messages against (updated on commit).
+    pub auth: auth::SharedAuth,
     /// The typed change stream (YANG-Push on-change); subscribe to receive change sets.
     pub changes: changes::ChangeTap,
 }
@@ -58,8 +62,9 @@ impl Engine {
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
+            let mut maintenance = None;
             loop {
-                let deadline = core.cache.next_deadline();
+                let deadline = [core.cache.next_deadline(), core.next_maintenance_edge()].into_iter().flatten().min();
                 let sleep = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
@@ -81,6 +86,19 @@ impl Engine {
                         core.tick()
                     }
                 }
+                // Global maintenance windows (seed 004, Policy Engine): an edge suppresses or
+                // releases non-critical (or all) updates, before this round's site changes.
+                let level = core.maintenance_level();
+                if level != maintenance {
+                    maintenance = level;
+                    let level = level.map(|l| match l {
+                        policy::Suppress::NonCritical => update::SuppressLevel::NonCritical,
+                        policy::Suppress::All => update::SuppressLevel::All,
+                    });
+                    tracing::info!(?level, "maintenance window edge");
+                    let _ = feed.send(update::UpdateEvent::Suppress { scope: update::SuppressScope::Global, level });
+                    core.reevaluate_all();
+                }
                 core.settle();
                 let events = std::mem::take(&mut core.events);
                 if core.tap && !events.is_empty() {
@@ -100,7 +118,7 @@ impl Engine {
                 }
             }
         });
-        Engine { jobs: tx, updates, changes }
+        Engine { jobs: tx, updates, auth: Default::default(), changes }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
@@ -127,11 +145,54 @@ impl Engine {
         rx.recv_timeout(Duration::from_secs(30)).ok()
     }
 
-    /// Ingests reports (authenticated as `as_sci` when the transport proved an identity).
+    /// Ingests reports attributed to `as_sci` (in-process callers and tests).
     pub async fn ingest(&self, reports: Vec<RawReport>, as_sci: Option<String>) -> IngestResult {
-        self.query(move |core| reports.iter().map(|r| core.ingest(r, as_sci.as_deref())).collect())
-            .await
-            .unwrap_or_default()
+        self.ingest_from(reports, Sender { csci_id: as_sci, ..Sender::default() }).await
+    }
+
+    /// Ingests the reports of one message from `sender`.
+    pub async fn ingest_from(&self, reports: Vec<RawReport>, sender: Sender) -> IngestResult {
+        self.query(move |core| reports.iter().map(|r| core.ingest_from(r, &sender)).collect()).await.unwrap_or_default()
+    }
+
+    /// Verifies the proof a message carries (see [`auth`]) and ingests its reports; a
+    /// failed proof refuses the whole message, counted per report and notified. `claimed`
+    /// is who the transport says the message is from (topic, pull target); otherwise the
+    /// first report's CSCI-ID.
+    pub async fn ingest_message(
+        &self,
+        reports: Vec<RawReport>,
+        proof: Option<&str>,
+        body: &[u8],
+        mut sender: Sender,
+    ) -> Result<IngestResult, auth::AuthFailure> {
+        let claimed = sender.csci_id.clone().or_else(|| reports.first().map(|r| r.csci_id.clone()));
+        let verdict = {
+            let table = self.auth.read().unwrap_or_else(|e| e.into_inner());
+            table.verify(proof, claimed.as_deref(), body, chrono::Utc::now())
+        };
+        // A token proves its own subject: it must be the SCI the transport attributes the
+        // message to (topic level, pull target), when it attributes one.
+        let verdict = match (verdict, sender.csci_id.as_deref()) {
+            (Ok(Some(p)), Some(a)) if p != a => Err(auth::AuthFailure {
+                claimed: Some(p.clone()),
+                detail: format!("the proof is for {p} but the message came as {a}"),
+            }),
+            (v, _) => v,
+        };
+        match verdict {
+            Ok(Some(proven)) => {
+                sender.csci_id = Some(proven);
+                sender.proven = true;
+            }
+            Ok(None) => {}
+            Err(f) => {
+                let (n, f2) = (reports.len(), f.clone());
+                self.submit(move |core| core.auth_failure(&sender, f2.claimed, f2.detail, n));
+                return Err(f);
+            }
+        }
+        Ok(self.ingest_from(reports, sender).await)
     }
 }
 
@@ -191,5 +252,61 @@ fn update_events(
 fn dispatch(ev: &EngineEvent, notify: &NotificationSink) {
     if let Some((name, body)) = core::notification_xml(ev) {
         notify("cats-sma", name, body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::auth::{sign_jwt, Credential, CredentialKind};
+    use crate::engine::core::SciConfig;
+
+    fn raw(csci: &str) -> RawReport {
+        RawReport {
+            csci_id: csci.into(),
+            cs_id: "AR1".into(),
+            sequence: 1,
+            timestamp: chrono::Utc::now(),
+            gas: 10,
+            computing_time: 1,
+            health: "HEALTHY".into(),
+            cost: None,
+            reputation: None,
+            security_label: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn seed_004_sci_authentication_proof_must_match_the_transport_identity() {
+        // seed 004, SCI Collection Interface: "Each connection is identified by the CSCI-ID
+        // and authenticated": a token for sci-2 published on sci-1's topic is refused.
+        let engine = Engine::start(Clock::new(), Arc::new(|_: &str, _: &str, _: String| {}));
+        let key = b"0123456789abcdef".to_vec();
+        {
+            let mut t = engine.auth.write().unwrap();
+            t.credentials
+                .insert("j".into(), Credential { kind: CredentialKind::JwtHs256, key: key.clone(), issuer: None });
+            t.scis.insert("sci-2".into(), "j".into());
+        }
+        let sci = |c: Option<&str>| SciConfig {
+            cs_ids: vec!["AR1".into()],
+            credential_ref: c.map(str::to_owned),
+            expected_interval: Duration::from_secs(5),
+        };
+        engine
+            .query(move |core| {
+                core.set_sci("sci-1", sci(None));
+                core.set_sci("sci-2", sci(Some("j")));
+            })
+            .await;
+        let token = sign_jwt(&key, "sci-2", None, chrono::Utc::now().timestamp() + 60);
+        let as_sci1 = Sender { csci_id: Some("sci-1".into()), transport: "mqtt", ..Sender::default() };
+        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), b"", as_sci1).await;
+        assert!(r.unwrap_err().detail.contains("came as sci-1"));
+        let as_sci2 = Sender { csci_id: Some("sci-2".into()), transport: "mqtt", ..Sender::default() };
+        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), b"", as_sci2).await.unwrap();
+        assert!(r[0].is_ok(), "{r:?}");
+        let stats = engine.query(|core| core.stats.rejected[validate::Rejection::Unauthenticated.index()]).await;
+        assert_eq!(stats, Some(1));
     }
 }

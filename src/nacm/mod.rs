@@ -23,8 +23,44 @@ const DENY_ALL_RPCS: &[(&str, &str)] = &[
     ("ietf-netconf", "delete-config"),
     ("ietf-subscribed-notifications", "kill-subscription"),
 ];
-/// Data subtrees marked `nacm:default-deny-all` in the loaded modules.
-const DENY_ALL_DATA: &[&str] = &["/ietf-netconf-acm:nacm"];
+/// Data subtrees marked `nacm:default-deny-all` in the loaded modules, found once in the
+/// schema (so a module that marks a secret is protected without a list to keep in step).
+fn deny_all_data() -> &'static [String] {
+    static PATHS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    PATHS.get_or_init(|| {
+        // Top-level data nodes and their subtrees only: the whole-context traversal also
+        // meets extension-defined nodes (yang-data) that the bindings cannot represent.
+        crate::yang::context()
+            .modules(true)
+            .flat_map(|m| m.data().collect::<Vec<_>>())
+            .flat_map(|top| top.traverse().collect::<Vec<_>>())
+            .filter(|n| has_nacm_extension(n, "default-deny-all"))
+            .map(|n| n.path(yang2::schema::SchemaPathFormat::DATA))
+            .collect()
+    })
+}
+
+/// Whether a schema node carries the extension `ietf-netconf-acm:<name>`.
+fn has_nacm_extension(n: &yang2::schema::SchemaNode<'_>, name: &str) -> bool {
+    // SAFETY: the node belongs to the process-global context, so its compiled extension
+    // instances (a libyang sized array: the count is stored just before the first element),
+    // their definitions and modules live as long as the program.
+    unsafe {
+        let exts = (*n.as_raw()).exts;
+        if exts.is_null() {
+            return false;
+        }
+        let count = *(exts as *const u64).offset(-1) as usize;
+        (0..count).any(|i| {
+            let def = (*exts.add(i)).def;
+            if def.is_null() || (*def).name.is_null() || (*def).module.is_null() || (*(*def).module).name.is_null() {
+                return false;
+            }
+            std::ffi::CStr::from_ptr((*def).name).to_bytes() == name.as_bytes()
+                && std::ffi::CStr::from_ptr((*(*def).module).name).to_bytes() == b"ietf-netconf-acm"
+        })
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -376,7 +412,7 @@ impl Nacm {
         });
         match decision {
             Some(a) => a == Action::Permit,
-            None if DENY_ALL_DATA.iter().any(|d| covers(d, path)) => false,
+            None if deny_all_data().iter().any(|d| covers(d, path)) => false,
             None => {
                 let default = if access == Access::Read { policy.read_default } else { policy.write_default };
                 default == Action::Permit
@@ -393,8 +429,9 @@ impl Nacm {
         }
         let has_data_rules =
             policy.rule_lists.iter().any(|l| l.rules.iter().any(|r| matches!(r.target, Target::Data(_) | Target::Any)));
-        let deny_all_present =
-            DENY_ALL_DATA.iter().any(|d| tree.find_path(d).is_ok_and(|n| n.traverse().any(|x| !x.is_default())));
+        let deny_all_present = deny_all_data()
+            .iter()
+            .any(|d| tree.find_xpath(d).is_ok_and(|mut set| set.any(|n| n.traverse().any(|x| !x.is_default()))));
         policy.read_default == Action::Permit && !has_data_rules && !deny_all_present
     }
 
@@ -485,6 +522,18 @@ impl StateProvider for Nacm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_deny_all_subtrees_come_from_the_schema() {
+        let paths = deny_all_data();
+        for p in [
+            "/ietf-netconf-acm:nacm",
+            "/cats-sma:cats-sma/collection/authentication",
+            "/cats-sma:cats-sma/cats-sma-cps:c-ps/peer/psk/key",
+        ] {
+            assert!(paths.iter().any(|x| x == p), "{p} not in {paths:?}");
+        }
+    }
 
     #[test]
     fn paths_normalise_and_cover() {

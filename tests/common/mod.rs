@@ -208,9 +208,21 @@ pub fn rpc(id: u32, op: &str) -> String {
 
 /// POSTs a body over plain HTTP/1.1 and returns (status, body).
 pub async fn http_post(addr: SocketAddr, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    http_post_with(addr, path, content_type, &[], body).await
+}
+
+/// Like [`http_post`], with extra header lines (`name`, `value`).
+pub async fn http_post_with(
+    addr: SocketAddr,
+    path: &str,
+    content_type: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect to the collector");
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{extra}connection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();

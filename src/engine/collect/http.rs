@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::engine::core::Sender;
 use crate::engine::report::{self, Encoding};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
@@ -37,7 +38,12 @@ fn reply(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
-async fn handle(req: Request<Incoming>, engine: Engine, max_body: usize) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    engine: Engine,
+    max_body: usize,
+    peer: SocketAddr,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.uri().path() != "/reports" {
         return Ok(reply(StatusCode::NOT_FOUND, json!({"error": "unknown resource; SCIs POST to /reports"})));
     }
@@ -54,6 +60,8 @@ async fn handle(req: Request<Incoming>, engine: Engine, max_body: usize) -> Resu
             json!({"error": format!("content type \"{ct}\" is not application/json or application/cbor")}),
         ));
     };
+    let proof =
+        req.headers().get(hyper::header::AUTHORIZATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let body = match Limited::new(req.into_body(), max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
@@ -74,7 +82,18 @@ async fn handle(req: Request<Incoming>, engine: Engine, max_body: usize) -> Resu
         }
     };
     let ids: Vec<String> = raws.iter().map(|r| r.csci_id.clone()).collect();
-    let results = engine.ingest(raws, None).await;
+    let sender = Sender { transport: "http", address: Some(peer.ip()), ..Sender::default() };
+    let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
+        Ok(r) => r,
+        Err(f) => {
+            let mut r = reply(StatusCode::UNAUTHORIZED, json!({"error": f.detail, "csci-id": f.claimed}));
+            r.headers_mut().insert(
+                "www-authenticate",
+                hyper::header::HeaderValue::from_static("CATS-HMAC-SHA256, Bearer realm=\"cats-sma\""),
+            );
+            return Ok(r);
+        }
+    };
     let accepted = results.iter().filter(|r| r.is_ok()).count();
     let rejected: Vec<serde_json::Value> = results
         .iter()
@@ -134,12 +153,12 @@ pub async fn serve(
                     }
                 }
                 accepted = listener.accept() => {
-                    let Ok((stream, _peer)) = accepted else { continue };
+                    let Ok((stream, peer)) = accepted else { continue };
                     let _ = stream.set_nodelay(true);
                     let engine = engine.clone();
                     let max = current.max_body;
                     tokio::spawn(async move {
-                        let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max));
+                        let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max, peer));
                         let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                     });
                 }

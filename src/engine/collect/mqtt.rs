@@ -14,6 +14,7 @@ use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::engine::core::Sender;
 use crate::engine::report::{self, Encoding};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
@@ -101,8 +102,13 @@ pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) 
                     }
                     Ok(Event::Incoming(Packet::Publish(p))) => {
                         let topic = String::from_utf8_lossy(&p.topic).to_string();
-                        let cbor = p.properties.as_ref().and_then(|pr| pr.content_type.as_deref()) == Some("application/cbor");
-                        ingest(&engine, &current.topic, &topic, &p.payload, cbor).await;
+                        let props = p.properties.as_ref();
+                        let cbor = props.and_then(|pr| pr.content_type.as_deref()) == Some("application/cbor");
+                        let proof = props.and_then(|pr| {
+                            pr.user_properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).map(|(_, v)| v.as_str())
+                        });
+                        let broker = broker_ip(&current.host).await;
+                        ingest(&engine, &current.topic, &topic, &p.payload, cbor, proof, broker).await;
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -117,7 +123,24 @@ pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) 
     }
 }
 
-async fn ingest(engine: &Engine, pattern: &str, topic: &str, payload: &[u8], cbor: bool) {
+/// The broker's address: MQTT messages have no SCI address, so auth-failure
+/// notifications name the broker they came through.
+async fn broker_ip(host: &str) -> Option<std::net::IpAddr> {
+    if let Ok(ip) = host.parse() {
+        return Some(ip);
+    }
+    tokio::net::lookup_host((host, 0)).await.ok()?.next().map(|a| a.ip())
+}
+
+async fn ingest(
+    engine: &Engine,
+    pattern: &str,
+    topic: &str,
+    payload: &[u8],
+    cbor: bool,
+    proof: Option<&str>,
+    broker: Option<std::net::IpAddr>,
+) {
     let enc = if cbor { Encoding::Cbor } else { Encoding::Json };
     let raws = match report::decode(payload, enc) {
         Ok(r) => r,
@@ -127,8 +150,15 @@ async fn ingest(engine: &Engine, pattern: &str, topic: &str, payload: &[u8], cbo
             return;
         }
     };
-    let claimed = claimed_csci(pattern, topic);
-    let results = engine.ingest(raws, claimed).await;
+    let sender =
+        Sender { csci_id: claimed_csci(pattern, topic), transport: "mqtt", address: broker, ..Sender::default() };
+    let results = match engine.ingest_message(raws, proof, payload, sender).await {
+        Ok(r) => r,
+        Err(f) => {
+            debug!(topic, "MQTT message refused: {}", f.detail);
+            return;
+        }
+    };
     for r in results.iter().filter_map(|r| r.as_ref().err()) {
         debug!(topic, reason = r.0.identity(), "MQTT report refused: {}", r.1);
     }

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::engine::core::Sender;
 use crate::engine::report::{self, Encoding};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
@@ -59,10 +60,20 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> PullSettings {
 const MAX_BODY: usize = 1024 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// GETs a target; returns the body and its encoding.
-pub async fn fetch(url: &str) -> Result<(Bytes, Encoding), String> {
+/// A pulled response: body, encoding, the SCI's proof (`Authorization` response header)
+/// and the address it came from.
+pub struct Fetched {
+    pub body: Bytes,
+    pub encoding: Encoding,
+    pub proof: Option<String>,
+    pub address: Option<std::net::IpAddr>,
+}
+
+/// GETs a target.
+pub async fn fetch(url: &str) -> Result<Fetched, String> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL {url}: {e}"))?;
+    let host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned());
     let resp = tokio::time::timeout(TIMEOUT, client.get(uri)).await.map_err(|_| "timed out".to_string())?;
     let resp = resp.map_err(|e| e.to_string())?;
     if !resp.status().is_success() {
@@ -70,19 +81,31 @@ pub async fn fetch(url: &str) -> Result<(Bytes, Encoding), String> {
     }
     let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_owned();
     let enc = Encoding::from_content_type(&ct).ok_or_else(|| format!("content type {ct} is not JSON or CBOR"))?;
+    let proof = resp.headers().get("authorization").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let body = tokio::time::timeout(TIMEOUT, Limited::new(resp.into_body(), MAX_BODY).collect())
         .await
         .map_err(|_| "timed out reading the body".to_string())?
         .map_err(|e| e.to_string())?
         .to_bytes();
-    Ok((body, enc))
+    let address = match host {
+        Some(h) => match h.parse() {
+            Ok(ip) => Some(ip),
+            Err(_) => tokio::net::lookup_host((h.as_str(), 0)).await.ok().and_then(|mut a| a.next()).map(|a| a.ip()),
+        },
+        None => None,
+    };
+    Ok(Fetched { body, encoding: enc, proof, address })
 }
 
 async fn pull_one(engine: Engine, csci_id: String, url: String) {
     match fetch(&url).await {
-        Ok((body, enc)) => match report::decode(&body, enc) {
+        Ok(f) => match report::decode(&f.body, f.encoding) {
             Ok(raws) => {
-                let results = engine.ingest(raws, Some(csci_id.clone())).await;
+                let sender =
+                    Sender { csci_id: Some(csci_id.clone()), transport: "pull", address: f.address, proven: false };
+                let Ok(results) = engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await else {
+                    return;
+                };
                 for (reason, detail) in results.iter().filter_map(|r| r.as_ref().err()) {
                     debug!(csci_id, reason = reason.identity(), "pulled report refused: {detail}");
                 }

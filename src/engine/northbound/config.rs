@@ -235,6 +235,7 @@ fn sci_entry(path: &str) -> Option<(String, String)> {
 /// Loads the whole engine configuration (start-up).
 pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
     let validation = validation(t);
+    let smoothing = crate::engine::smooth::settings(t);
     let cache = cache(t);
     let function = function(t);
     let mut scis = Vec::new();
@@ -248,6 +249,9 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    let auth = crate::engine::auth::table(t);
+    let required = auth.required;
+    *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
     if let Err(e) = engine.updates.reconfigure(update_config(t)) {
         tracing::error!("update-control in running is not usable, keeping the defaults: {e}");
     }
@@ -257,8 +261,10 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
             Err(e) => tracing::error!("the policy in running does not compile, running without it: {e}"),
         }
         core.validation = validation;
+        core.set_smoothing(smoothing);
         core.set_cache_config(cache);
         core.set_function(function);
+        core.auth_required = required;
         for (k, s) in scis {
             core.set_sci(&k, s);
         }
@@ -303,7 +309,11 @@ impl ConfigConsumer for EngineConfig {
         }
         if touched("validation") {
             let v = validation(tx.config);
-            self.engine.submit(move |core| core.validation = v);
+            let s = crate::engine::smooth::settings(tx.config);
+            self.engine.submit(move |core| {
+                core.validation = v;
+                core.set_smoothing(s);
+            });
         }
         if touched("cache") {
             let c = cache(tx.config);
@@ -328,6 +338,14 @@ impl ConfigConsumer for EngineConfig {
         if touched("aggregation") {
             let f = function(tx.config);
             self.engine.submit(move |core| core.set_function(f));
+        }
+        if touched("collection/authentication") || tx.changes_under(SCI).next().is_some() {
+            // Before the registry changes reach the engine, so a new credential-ref is
+            // never enforced without its key being known to the transports.
+            let table = crate::engine::auth::table(tx.config);
+            let required = table.required;
+            *self.engine.auth.write().unwrap_or_else(|e| e.into_inner()) = table;
+            self.engine.submit(move |core| core.auth_required = required);
         }
         let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
         for (entry, key) in entries {

@@ -318,6 +318,11 @@ impl Policy {
         fired.iter().filter_map(|id| self.rule(id)).map(Rule::name)
     }
 
+    /// When any maintenance window next opens or closes after `now`.
+    pub fn next_window_edge(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.windows.iter().filter_map(|w| w.next_edge(now)).min()
+    }
+
     pub fn windows(&self) -> &[MaintenanceWindow] {
         &self.windows
     }

@@ -123,6 +123,31 @@ impl MaintenanceWindow {
         self.active_at(&Instant::new(now))
     }
 
+    /// The first instant after `now` at which the window opens or closes, if any: when the
+    /// engine must re-evaluate maintenance suppression and `Time IN Maintenance_Window`.
+    pub fn next_edge(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match &self.schedule {
+            Schedule::Absolute { start, end } => [*start, *end].into_iter().filter(|t| *t > now).min(),
+            Schedule::Recurring { days, start, duration_minutes } => {
+                let t = now.timestamp();
+                let week_start = t - (t - FIRST_MONDAY).rem_euclid(WEEK);
+                let duration = i64::from(*duration_minutes) * 60;
+                let start_s = i64::from(start.minute_of_day) * 60;
+                // Openings of the previous, this and the next week cover every edge within
+                // a week of now (a window lasts at most a week).
+                (-1..=1i64)
+                    .flat_map(|w| (0..7u8).filter(|d| days.contains(*d)).map(move |d| (w, d)))
+                    .flat_map(|(w, d)| {
+                        let open = week_start + w * WEEK + i64::from(d) * DAY + start_s;
+                        [open, open + duration]
+                    })
+                    .filter(|e| *e > t)
+                    .min()
+                    .and_then(|e| DateTime::from_timestamp(e, 0))
+            }
+        }
+    }
+
     pub(crate) fn active_at(&self, t: &Instant) -> bool {
         match &self.schedule {
             Schedule::Absolute { start, end } => *start <= t.now && t.now < *end,
@@ -194,6 +219,34 @@ mod tests {
         assert!(!w.is_active(at("2026-03-09T01:00:00Z")));
         let whole_week = recurring("tuesday", "00:00", 10080);
         assert!(whole_week.is_active(at("2026-03-02T12:00:00Z")));
+    }
+
+    #[test]
+    fn next_edges_of_absolute_and_recurring_windows() {
+        let w = MaintenanceWindow {
+            name: "upgrade".into(),
+            schedule: Schedule::Absolute { start: at("2026-03-01T02:00:00Z"), end: at("2026-03-01T04:00:00Z") },
+            suppress: Suppress::All,
+        };
+        assert_eq!(w.next_edge(at("2026-03-01T00:00:00Z")), Some(at("2026-03-01T02:00:00Z")));
+        assert_eq!(w.next_edge(at("2026-03-01T02:00:00Z")), Some(at("2026-03-01T04:00:00Z")));
+        assert_eq!(w.next_edge(at("2026-03-01T04:00:00Z")), None);
+        // Monday and Wednesday 02:00 for an hour; 2026-03-02 is a Monday.
+        let r = recurring("monday wednesday", "02:00", 60);
+        assert_eq!(r.next_edge(at("2026-03-02T01:00:00Z")), Some(at("2026-03-02T02:00:00Z")));
+        assert_eq!(r.next_edge(at("2026-03-02T02:10:00Z")), Some(at("2026-03-02T03:00:00Z")));
+        assert_eq!(r.next_edge(at("2026-03-02T03:00:00Z")), Some(at("2026-03-04T02:00:00Z")));
+        assert_eq!(r.next_edge(at("2026-03-05T00:00:00Z")), Some(at("2026-03-09T02:00:00Z")));
+        // A Sunday window running into Monday closes in the next week.
+        let s = recurring("sunday", "23:00", 120);
+        assert_eq!(s.next_edge(at("2026-03-08T23:30:00Z")), Some(at("2026-03-09T01:00:00Z")));
+        // Every edge found is a real change of state.
+        let mut t = at("2026-03-01T00:00:00Z");
+        for _ in 0..10 {
+            let e = r.next_edge(t).unwrap();
+            assert_ne!(r.is_active(e - chrono::Duration::seconds(1)), r.is_active(e));
+            t = e;
+        }
     }
 
     #[test]

@@ -1,0 +1,316 @@
+"""End-to-end CATS demo (issue 6): three C-SMAs (cats-sma) for three service sites, their
+SCIs simulated with shifting load, one reference C-PS, and a live view of the site the
+C-PS would choose for each service from one ingress router.
+
+Started by scripts/demo.sh (which builds the binaries); everything listens on 127.0.0.1
+ports picked at random and is stopped at the end or on Ctrl-C.
+"""
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import ncclient.transport.session
+from ncclient import manager
+
+ncclient.transport.session.TICK = 0.001
+
+REPO = Path(__file__).resolve().parent.parent
+PASSWORD = "demo-admin-pw"
+PSK_ID = "demo"
+PSK_HEX = "6361747320646576656c6f706d656e74206b6579"  # "cats development key"
+INGRESS = "ingress-1"
+
+# site -> (delay from the ingress in ms, capacity index, {service: base GAS}, load phase)
+SITES = {
+    "site-a": (2.0, 1.0, {"AR1": 400}, 0.0),
+    "site-b": (5.0, 1.0, {"AR1": 400, "LLM1": 300}, 2.1),
+    "site-c": (9.0, 2.0, {"AR1": 400, "LLM1": 300}, 4.2),
+}
+SERVICES = ["AR1", "LLM1"]
+PERIOD = 40.0  # seconds of one load cycle
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Procs:
+    def __init__(self):
+        self.procs = []
+
+    def start(self, args, env=None, ready=None, log=None):
+        p = subprocess.Popen(
+            args,
+            env=dict(os.environ, **(env or {})),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(p)
+        found = {}
+        got = threading.Event()
+
+        def pump():
+            for line in p.stderr:
+                if log is not None:
+                    log.write(line)
+                    log.flush()
+                if ready and not got.is_set() and ready in line:
+                    found["line"] = line
+                    got.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if ready and not got.wait(60):
+            raise SystemExit(f"demo: {args[0]} did not start (see the log)")
+        return p, found.get("line", "")
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def cps_config(port):
+    lines = [
+        f'listen = "127.0.0.1:{port}"',
+        "weight = 0.5",
+        "[[keys]]",
+        f'id = "{PSK_ID}"',
+        f'secret = "{PSK_HEX}"',
+    ]
+    for site, (delay, cap, _, _) in SITES.items():
+        lines += ["[[sites]]", f'id = "{site}"', f"capacity = {cap}", "preference = 1.0"]
+        lines += ["[[delays]]", f'ingress = "{INGRESS}"', f'site = "{site}"', f"ms = {delay}"]
+    return "\n".join(lines) + "\n"
+
+
+def agent_config(site, services, cps_port):
+    scis = "".join(
+        f"""<sci><csci-id>{site}-{cs.lower()}</csci-id><cs-id>{cs}</cs-id>
+            <expected-interval>500</expected-interval></sci>"""
+        for cs in services
+    )
+    return f"""<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0">
+  <cats-sma xmlns="urn:cats-sma:yang:cats-sma">
+    <agent><csma-id>csma-{site}</csma-id><site-id>{site}</site-id></agent>
+    <scis>{scis}</scis>
+    <cache><ttl-multiplier>3</ttl-multiplier><grace-period>500</grace-period></cache>
+    <policy xmlns="urn:cats-sma:yang:cats-sma-policy">
+      <update-control>
+        <gas-delta-percent>3</gas-delta-percent><gas-delta-absolute>5</gas-delta-absolute>
+        <heartbeat-interval>10</heartbeat-interval><min-interval>0</min-interval>
+      </update-control>
+    </policy>
+    <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps">
+      <peer>
+        <name>ref-cps</name>
+        <url>http://127.0.0.1:{cps_port}</url>
+        <allowed-cs-id>AR1</allowed-cs-id><allowed-cs-id>LLM1</allowed-cs-id>
+        <compression>gzip</compression>
+        <psk><key-id>{PSK_ID}</key-id><key>{PSK_HEX}</key></psk>
+        <backoff-initial>500</backoff-initial><backoff-max>4000</backoff-max>
+      </peer>
+    </c-ps>
+  </cats-sma>
+</config>"""
+
+
+class Sci(threading.Thread):
+    """One simulated SCI: POSTs a report every 0.5 s while alive; its GAS follows a cycle."""
+
+    def __init__(self, url, csci, cs, base, phase, t0):
+        super().__init__(daemon=True)
+        self.url, self.csci, self.cs, self.base, self.phase, self.t0 = url, csci, cs, base, phase, t0
+        self.alive = threading.Event()
+        self.alive.set()
+        self.stop = threading.Event()
+        self.seq = int(time.time() * 1000)
+        self.errors = 0
+
+    def metrics(self):
+        t = time.time() - self.t0
+        busy = 0.5 + 0.45 * math.sin(2 * math.pi * t / PERIOD + self.phase)  # 0.05 .. 0.95
+        gas = max(1, int(self.base * (1 - busy)))
+        ct = int(4 + 20 * busy)
+        return gas, ct
+
+    def run(self):
+        while not self.stop.wait(0.5):
+            if not self.alive.is_set():
+                continue
+            gas, ct = self.metrics()
+            self.seq += 1
+            report = {
+                "csci-id": self.csci,
+                "cs-id": self.cs,
+                "seq": self.seq,
+                "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(),
+                "gas": gas,
+                "computing-time": ct,
+                "health": "HEALTHY",
+            }
+            req = urllib.request.Request(
+                self.url, json.dumps(report).encode(), {"Content-Type": "application/json"}
+            )
+            try:
+                urllib.request.urlopen(req, timeout=2).read()
+            except (urllib.error.URLError, OSError):
+                self.errors += 1
+
+
+def select(cps_port, cs):
+    url = f"http://127.0.0.1:{cps_port}/cats/select?cs-id={cs}&ingress={INGRESS}"
+    try:
+        return json.load(urllib.request.urlopen(url, timeout=2))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def render(t, cps_port, events, history, clear):
+    out = []
+    out.append(f"CATS end-to-end demo   t = {t:4.0f} s   reference C-PS http://127.0.0.1:{cps_port}")
+    out.append(
+        f"Which site serves each service for traffic entering at {INGRESS}? "
+        "(seed 000 cost, w = 0.5: load/capacity vs delay/preference; lowest wins)"
+    )
+    out.append("")
+    head = f"{'service':8} {'chosen':8} " + " ".join(
+        f"{s + f' ({SITES[s][0]:.0f} ms, cap {SITES[s][1]:.0f})':>26}" for s in SITES
+    )
+    out.append(head)
+    out.append("-" * len(head))
+    for cs in SERVICES:
+        sel = select(cps_port, cs)
+        if sel is None:
+            out.append(f"{cs:8} (C-PS not answering)")
+            continue
+        chosen = sel.get("site") or "none"
+        cells = []
+        cand = {c["site"]: c for c in sel.get("candidates", [])}
+        excl = {e["site"]: e["reason"] for e in sel.get("excluded", [])}
+        for s in SITES:
+            if s in cand:
+                c = cand[s]
+                mark = "*" if s == chosen else " "
+                cells.append(f"{mark}gas {c['gas']:4} {c['computing-time']:3}ms cost {c['cost']:5.2f}".rjust(26))
+            elif s in excl:
+                cells.append(f"{excl[s][:24]:>26}")
+            else:
+                cells.append(f"{'-- not advertised --':>26}")
+        out.append(f"{cs:8} {chosen:8} " + " ".join(cells))
+        prev = history.get(cs)
+        if prev is not None and prev != chosen:
+            events.append(f"t={t:4.0f}s  {cs}: C-PS now chooses {chosen} (was {prev})")
+        history[cs] = chosen
+    out.append("")
+    out.append("gas = available slots, ms = computing time per request (as the C-SMAs advertise them)")
+    out.append("")
+    out.append("What happened:")
+    out.extend(events[-10:] or ["  (nothing yet)"])
+    text = "\n".join(out)
+    if clear:
+        sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+    else:
+        sys.stdout.write(text + "\n\n")
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=75, help="seconds to run (default 75)")
+    ap.add_argument("--no-clear", action="store_true", help="print frames one after another")
+    ap.add_argument("--bin", default=str(REPO / "target" / "debug" / "cats-sma"))
+    ap.add_argument("--ref-cps", default=str(REPO / "target" / "debug" / "examples" / "ref_cps"))
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="cats-demo-"))
+    log = open(work / "demo.log", "w")
+    procs = Procs()
+    scis = []
+    try:
+        cps_port = free_port()
+        (work / "cps.toml").write_text(cps_config(cps_port))
+        procs.start([args.ref_cps, str(work / "cps.toml")], env={"RUST_LOG": "warn"},
+                    ready="reference C-PS ready", log=log)
+        t0 = time.time()
+        for site, (_, _, services, phase) in SITES.items():
+            sci_port = free_port()
+            _, line = procs.start(
+                [args.bin, "run", "--state-dir", str(work / site), "--netconf-listen", "127.0.0.1:0",
+                 "--sci-listen", f"127.0.0.1:{sci_port}"],
+                env={"CATS_SMA_ADMIN_PASSWORD": PASSWORD, "RUST_LOG": "info", "NO_COLOR": "1"},
+                ready="cats-sma ready", log=log,
+            )
+            nc_port = int(line.split("listening on ")[1].split(",")[0].split(";")[0].split(" ")[0].rsplit(":", 1)[1])
+            with manager.connect(host="127.0.0.1", port=nc_port, username="admin", password=PASSWORD,
+                                 hostkey_verify=False, look_for_keys=False, allow_agent=False,
+                                 timeout=30) as m:
+                m.edit_config(target="running", config=agent_config(site, services, cps_port))
+            for cs, base in services.items():
+                sci = Sci(f"http://127.0.0.1:{sci_port}/reports", f"{site}-{cs.lower()}", cs, base, phase, t0)
+                sci.start()
+                scis.append(sci)
+        # Let every site's first advertisement reach the C-PS before the clock starts.
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            try:
+                cst = json.load(urllib.request.urlopen(f"http://127.0.0.1:{cps_port}/cats/cst", timeout=2))
+                if all(cst.get(site, {}).get("services") for site in SITES):
+                    break
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        events = [f"t=   0s  3 C-SMAs configured over NETCONF; {len(scis)} SCIs reporting; logs in {work}/demo.log"]
+        history = {}
+        failed = next(s for s in scis if s.csci == "site-b-llm1")
+        fail_at, recover_at = args.duration * 0.45, args.duration * 0.75
+        start = time.time()
+        while True:
+            t = time.time() - start
+            if t >= args.duration:
+                break
+            if failed.alive.is_set() and fail_at <= t < recover_at:
+                failed.alive.clear()
+                events.append(f"t={t:4.0f}s  SCI site-b-llm1 stops reporting (failure): its C-SMA "
+                              "withdraws LLM1 at site-b once the TTL and grace period expire")
+            elif not failed.alive.is_set() and t >= recover_at:
+                failed.alive.set()
+                events.append(f"t={t:4.0f}s  SCI site-b-llm1 reports again: LLM1 at site-b is advertised again")
+            render(t, cps_port, events, history, clear=not args.no_clear)
+            time.sleep(1)
+        print(f"demo finished; logs in {work}/demo.log")
+    except KeyboardInterrupt:
+        print("\ndemo stopped")
+    finally:
+        for s in scis:
+            s.stop.set()
+        procs.stop()
+        log.close()
+        # Keep the log, not the agents' state directories.
+        for site in SITES:
+            shutil.rmtree(work / site, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+//! Configuration in: the `c-ps` peers (YANG `cats-sma-cps`) and the agent identity, from
+//! datastore commits. `prepare` builds every peer's transport — parsing the URL and reading
+//! the TLS files — so a bad URL or an unreadable certificate refuses the commit with the
+//! reason; `apply` restarts only the peers whose settings changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use yang2::data::{Data, DataTree};
+
+use super::auth::{unhex, Psk};
+use super::session::{Identity, PeerSettings, Role};
+use super::transport::{client_config, Endpoint, HttpTransport, TlsFiles, Transport};
+use super::Adapters;
+use crate::datastore::{ConfigConsumer, Transaction};
+use crate::engine::northbound::{leaf, ROOT};
+
+pub const C_PS: &str = "/cats-sma:cats-sma/cats-sma-cps:c-ps";
+const PEER: &str = "/cats-sma:cats-sma/cats-sma-cps:c-ps/peer";
+const AGENT: &str = "/cats-sma:cats-sma/agent";
+
+/// Everything configured for one peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerConfig {
+    pub settings: PeerSettings,
+    pub tls: Option<TlsFiles>,
+    pub timeout: Duration,
+    pub encoding: String,
+}
+
+/// The identity in every request: `agent/csma-id` (default: the host name) and
+/// `agent/site-id` (default: the csma-id).
+pub fn identity(t: &DataTree<'static>) -> Identity {
+    let csma_id = leaf(t, &format!("{ROOT}/agent/csma-id")).unwrap_or_else(host_name);
+    let site_id = leaf(t, &format!("{ROOT}/agent/site-id")).unwrap_or_else(|| csma_id.clone());
+    Identity { csma_id, site_id }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "cats-sma".to_owned())
+}
+
+/// The peers in a configuration tree.
+pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
+    let mut out = Vec::new();
+    let Ok(set) = t.find_xpath(PEER) else { return Ok(out) };
+    for n in set {
+        let mut s = PeerSettings {
+            name: String::new(),
+            url: String::new(),
+            role: Role::Primary,
+            priority: 100,
+            allowed: BTreeSet::new(),
+            psk: None,
+            gzip: false,
+            buffer_size: 1000,
+            batch_size: 100,
+            backoff_initial: Duration::from_millis(1000),
+            backoff_max: Duration::from_millis(60_000),
+        };
+        let mut tls = None;
+        let mut timeout = Duration::from_millis(5000);
+        let mut encoding = "json".to_owned();
+        for c in n.children() {
+            let v = c.value_canonical().unwrap_or_default();
+            let ms = || v.parse::<u64>().map(Duration::from_millis).map_err(|e| format!("{}: {e}", c.path()));
+            match c.schema().name() {
+                "name" => s.name = v.clone(),
+                "url" => s.url = v.clone(),
+                "role" => s.role = if v == "fallback" { Role::Fallback } else { Role::Primary },
+                "priority" => s.priority = v.parse().unwrap_or(100),
+                "encoding" => encoding = v.clone(),
+                "compression" => s.gzip = v == "gzip",
+                "allowed-cs-id" => {
+                    s.allowed.insert(v.clone());
+                }
+                "buffer-size" => s.buffer_size = v.parse().unwrap_or(1000),
+                "batch-size" => s.batch_size = v.parse().unwrap_or(100),
+                "request-timeout" => timeout = ms()?,
+                "backoff-initial" => s.backoff_initial = ms()?,
+                "backoff-max" => s.backoff_max = ms()?,
+                "tls" => {
+                    let mut f = BTreeMap::new();
+                    for x in c.children() {
+                        f.insert(x.schema().name().to_owned(), x.value_canonical().unwrap_or_default());
+                    }
+                    tls = Some(TlsFiles {
+                        trusted_ca_file: f.get("trusted-ca-file").cloned().unwrap_or_default(),
+                        server_name: f.get("server-name").cloned(),
+                        client_certificate_file: f.get("client-certificate-file").cloned(),
+                        client_key_file: f.get("client-key-file").cloned(),
+                    });
+                }
+                "psk" => {
+                    let mut f = BTreeMap::new();
+                    for x in c.children() {
+                        f.insert(x.schema().name().to_owned(), x.value_canonical().unwrap_or_default());
+                    }
+                    let key_id = f.get("key-id").cloned().unwrap_or_default();
+                    let secret = f
+                        .get("key")
+                        .and_then(|k| unhex(k))
+                        .ok_or_else(|| format!("c-ps peer '{}': psk/key is not hexadecimal", s.name))?;
+                    s.psk = Some(Psk { key_id, secret });
+                }
+                _ => {}
+            }
+        }
+        if s.backoff_max < s.backoff_initial {
+            return Err(format!("c-ps peer '{}': backoff-max is below backoff-initial", s.name));
+        }
+        out.push(PeerConfig { settings: s, tls, timeout, encoding });
+    }
+    Ok(out)
+}
+
+/// A peer's transport; reads the TLS files. The error says which peer and why.
+pub fn transport(p: &PeerConfig) -> Result<Arc<dyn Transport>, String> {
+    let name = &p.settings.name;
+    if p.encoding != "json" {
+        return Err(format!("c-ps peer '{name}': encoding '{}' is not implemented; use json", p.encoding));
+    }
+    let endpoint = Endpoint::parse(&p.settings.url).map_err(|e| format!("c-ps peer '{name}': {e}"))?;
+    let tls = match &p.tls {
+        Some(t) => {
+            Some((client_config(t).map_err(|e| format!("c-ps peer '{name}': tls: {e}"))?, t.server_name.clone()))
+        }
+        None => None,
+    };
+    let t = HttpTransport::new(endpoint, tls, p.timeout).map_err(|e| format!("c-ps peer '{name}': {e}"))?;
+    Ok(Arc::new(t))
+}
+
+type Prepared = (Identity, Vec<(PeerConfig, Arc<dyn Transport>)>);
+
+/// Feeds commits to the adapters.
+pub struct CpsConfig {
+    pub adapters: Arc<Adapters>,
+    current: Mutex<BTreeMap<String, PeerConfig>>,
+    pending: Mutex<Option<Prepared>>,
+}
+
+impl CpsConfig {
+    /// Starts the peers configured in `t` (running at start-up); a peer that cannot be
+    /// built is logged and left out.
+    pub fn load(adapters: Arc<Adapters>, t: &DataTree<'static>) -> CpsConfig {
+        adapters.set_identity(identity(t));
+        let mut current = BTreeMap::new();
+        match peers(t) {
+            Ok(list) => {
+                for p in list {
+                    match transport(&p) {
+                        Ok(tr) => {
+                            adapters.start_peer(p.settings.clone(), tr);
+                            current.insert(p.settings.name.clone(), p);
+                        }
+                        Err(e) => tracing::error!("C-PS peer in running is not usable, left out: {e}"),
+                    }
+                }
+            }
+            Err(e) => tracing::error!("C-PS peers in running are not usable: {e}"),
+        }
+        CpsConfig { adapters, current: Mutex::new(current), pending: Mutex::new(None) }
+    }
+}
+
+impl ConfigConsumer for CpsConfig {
+    fn name(&self) -> &str {
+        "C-PS adapters"
+    }
+
+    fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String> {
+        if tx.changes_under(C_PS).next().is_none() && tx.changes_under(AGENT).next().is_none() {
+            return Ok(());
+        }
+        let mut built = Vec::new();
+        for p in peers(tx.config)? {
+            let t = transport(&p)?;
+            built.push((p, t));
+        }
+        *super::session::lock(&self.pending) = Some((identity(tx.config), built));
+        Ok(())
+    }
+
+    fn abort(&self, _tx: &Transaction<'_>) {
+        super::session::lock(&self.pending).take();
+    }
+
+    fn apply(&self, _tx: &Transaction<'_>) {
+        let Some((id, built)) = super::session::lock(&self.pending).take() else { return };
+        self.adapters.set_identity(id);
+        let mut current = super::session::lock(&self.current);
+        let names: BTreeSet<String> = built.iter().map(|(p, _)| p.settings.name.clone()).collect();
+        for gone in current.keys().filter(|n| !names.contains(*n)).cloned().collect::<Vec<_>>() {
+            tracing::info!(c_ps = %gone, "C-PS peer removed");
+            self.adapters.stop_peer(&gone);
+            current.remove(&gone);
+        }
+        for (p, t) in built {
+            if current.get(&p.settings.name) == Some(&p) {
+                continue;
+            }
+            tracing::info!(c_ps = %p.settings.name, url = %p.settings.url, "C-PS peer (re)started");
+            self.adapters.start_peer(p.settings.clone(), t);
+            current.insert(p.settings.name.clone(), p);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The northbound C-PS REST adapter (seed 004, Protocol Adapter, centralized model, and
+//! C-PS Failure Handling) and the reference C-PS it talks to.
+//!
+//! - `wire.rs`: the JSON bodies and gzip (pure); `auth.rs`: HMAC-SHA256 signing and the
+//!   verifier (timestamp window, nonces); `transport.rs`: HTTP/1.1 over TCP or rustls.
+//! - `queue.rs` (the bounded buffer), `backoff.rs`, `session.rs` (one task per peer: the
+//!   reconnect, reconciliation and fallback state machine).
+//! - `config.rs` (datastore commits in), `state.rs` (session state out).
+//! - `selection.rs`: seed 000 section 4 site selection; `reference/`: the reference C-PS.
+//!
+//! The update controller's broadcast feeds one dispatcher task, which only moves
+//! advertisements into the per-peer buffers, so a slow or dead C-PS never holds up another.
+
+pub mod auth;
+pub mod backoff;
+pub mod config;
+pub mod queue;
+pub mod reference;
+pub mod selection;
+pub mod session;
+pub mod state;
+pub mod transport;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use self::auth::NonceSource;
+use self::session::{lock, Hooks, Peer, PeerSettings, Registry, Session};
+use self::transport::Transport;
+use crate::engine::update::Advertisement;
+
+/// A session's stop switch and task.
+type SessionTask = (watch::Sender<bool>, JoinHandle<()>);
+
+/// The running adapters: every configured peer's session and the dispatcher.
+pub struct Adapters {
+    pub registry: Arc<Registry>,
+    hooks: Hooks,
+    nonces: Arc<NonceSource>,
+    sessions: Mutex<HashMap<String, SessionTask>>,
+    dispatcher: JoinHandle<()>,
+}
+
+impl Adapters {
+    /// Starts the dispatcher on `advertisements`; peers are added with [`Adapters::start_peer`].
+    pub fn start(
+        identity: session::Identity,
+        advertisements: broadcast::Receiver<Arc<Advertisement>>,
+        hooks: Hooks,
+    ) -> Arc<Adapters> {
+        let registry = Registry::new(identity);
+        let dispatcher = tokio::spawn(dispatch(registry.clone(), advertisements, hooks.clone()));
+        Arc::new(Adapters {
+            registry,
+            hooks,
+            nonces: Arc::new(NonceSource::new()),
+            sessions: Mutex::new(HashMap::new()),
+            dispatcher,
+        })
+    }
+
+    /// Starts (or restarts with new settings) the session of one peer. Updates still buffered
+    /// for a peer of the same name are carried over.
+    pub fn start_peer(&self, settings: PeerSettings, transport: Arc<dyn Transport>) {
+        let name = settings.name.clone();
+        let old = self.stop_peer(&name);
+        let peer = Arc::new(Peer::new(settings));
+        if let Some(old) = old {
+            let mut from = lock(&old.queue);
+            let mut to = lock(&peer.queue);
+            to.dropped = from.dropped;
+            to.superseded = from.superseded;
+            if peer.settings.role == session::Role::Primary {
+                while let Some(ad) = from.peek_batch(1).pop() {
+                    from.delivered(ad.seq);
+                    to.push(ad);
+                }
+            }
+        }
+        self.registry.peers.write().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), peer.clone());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let session = Session {
+            peer,
+            registry: self.registry.clone(),
+            transport,
+            hooks: self.hooks.clone(),
+            nonces: self.nonces.clone(),
+        };
+        let task = tokio::spawn(session.run(stop_rx));
+        lock(&self.sessions).insert(name, (stop_tx, task));
+        self.registry.changed.send_modify(|g| *g += 1);
+    }
+
+    /// Stops a peer's session and forgets it; returns it (with its buffer).
+    pub fn stop_peer(&self, name: &str) -> Option<Arc<Peer>> {
+        if let Some((stop, task)) = lock(&self.sessions).remove(name) {
+            let _ = stop.send(true);
+            task.abort();
+        }
+        let peer = self.registry.peers.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.registry.changed.send_modify(|g| *g += 1);
+        peer
+    }
+
+    pub fn set_identity(&self, identity: session::Identity) {
+        *self.registry.identity.write().unwrap_or_else(|e| e.into_inner()) = identity;
+    }
+
+    pub fn peer(&self, name: &str) -> Option<Arc<Peer>> {
+        self.registry.peers.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    /// Stops every session and the dispatcher.
+    pub fn shutdown(&self) {
+        let names: Vec<String> = lock(&self.sessions).keys().cloned().collect();
+        for n in names {
+            self.stop_peer(&n);
+        }
+        self.dispatcher.abort();
+    }
+}
+
+impl Drop for Adapters {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn dispatch(registry: Arc<Registry>, mut rx: broadcast::Receiver<Arc<Advertisement>>, hooks: Hooks) {
+    loop {
+        match rx.recv().await {
+            Ok(ad) => {
+                for peer in registry.peers() {
+                    peer.offer(&ad);
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                // Missed deltas: every peer's view may be wrong; a full snapshot settles it.
+                tracing::warn!(missed = n, "C-PS adapter fell behind the update controller; resyncing every peer");
+                for peer in registry.peers() {
+                    (hooks.resync)(&peer.settings.name);
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => break,
+        }
+    }
+}

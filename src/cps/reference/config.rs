@@ -1,0 +1,191 @@
+//! The reference C-PS's configuration (a TOML file; see `examples/ref_cps.toml`): where it
+//! listens, the pre-shared keys it accepts, the seed 000 weight and per-site indexes, and
+//! the delays from each ingress to each site.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use crate::cps::auth::{unhex, Psk};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpsConfig {
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Seed 000's w: above 0.5 load and capacity weigh more, below delay and preference.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// Accepted clock difference of signed requests, seconds (seed 004: ±30 s).
+    #[serde(default = "default_window")]
+    pub timestamp_window: u32,
+    /// TLS: the server certificate chain and key (PEM); plain HTTP when absent.
+    #[serde(default)]
+    pub tls_cert: Option<String>,
+    #[serde(default)]
+    pub tls_key: Option<String>,
+    /// PEM trust anchors for client certificates; when set a client certificate is required.
+    #[serde(default)]
+    pub client_ca: Option<String>,
+    /// Pre-shared keys; when any is configured every /cats/metrics request must be signed.
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+    #[serde(default)]
+    pub sites: Vec<SiteConfig>,
+    #[serde(default)]
+    pub delays: Vec<DelayConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    pub id: String,
+    /// Hexadecimal.
+    pub secret: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    pub id: String,
+    /// Seed 000 capacity index (higher = more capacity). Default 1.
+    #[serde(default = "one")]
+    pub capacity: f64,
+    /// Seed 000 preference index (higher = preferred). Default 1.
+    #[serde(default = "one")]
+    pub preference: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayConfig {
+    pub ingress: String,
+    pub site: String,
+    /// RTT from the ingress to the site's egress, milliseconds.
+    pub ms: f64,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9400))
+}
+fn default_weight() -> f64 {
+    0.5
+}
+fn default_window() -> u32 {
+    30
+}
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for CpsConfig {
+    fn default() -> Self {
+        CpsConfig {
+            listen: default_listen(),
+            weight: default_weight(),
+            timestamp_window: default_window(),
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
+            keys: Vec::new(),
+            sites: Vec::new(),
+            delays: Vec::new(),
+        }
+    }
+}
+
+impl CpsConfig {
+    pub fn parse(text: &str) -> Result<CpsConfig, String> {
+        let c: CpsConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Refuses values the algorithm cannot use.
+    pub fn check(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.weight) {
+            return Err(format!("weight {} is not between 0 and 1", self.weight));
+        }
+        for s in &self.sites {
+            if !(s.capacity > 0.0 && s.preference > 0.0 && s.capacity.is_finite() && s.preference.is_finite()) {
+                return Err(format!("site '{}': capacity and preference must be positive", s.id));
+            }
+        }
+        for d in &self.delays {
+            if !(d.ms >= 0.0 && d.ms.is_finite()) {
+                return Err(format!("delay {} -> {}: ms must be zero or more", d.ingress, d.site));
+            }
+        }
+        self.psks()?;
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("tls_cert and tls_key go together".into());
+        }
+        Ok(())
+    }
+
+    pub fn psks(&self) -> Result<Vec<Psk>, String> {
+        self.keys
+            .iter()
+            .map(|k| {
+                let secret = unhex(&k.secret)
+                    .filter(|s| s.len() >= 16)
+                    .ok_or_else(|| format!("key '{}': the secret must be at least 16 bytes of hexadecimal", k.id))?;
+                Ok(Psk { key_id: k.id.clone(), secret })
+            })
+            .collect()
+    }
+
+    pub fn delay(&self, ingress: &str, site: &str) -> Option<f64> {
+        self.delays.iter().find(|d| d.ingress == ingress && d.site == site).map(|d| d.ms)
+    }
+
+    /// (capacity index, preference index) of a site; 1 and 1 when not configured.
+    pub fn indexes(&self, site: &str) -> (f64, f64) {
+        self.sites.iter().find(|s| s.id == site).map_or((1.0, 1.0), |s| (s.capacity, s.preference))
+    }
+
+    pub fn ingresses(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.delays.iter().map(|d| d.ingress.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    pub fn site_map(&self) -> HashMap<String, (f64, f64)> {
+        self.sites.iter().map(|s| (s.id.clone(), (s.capacity, s.preference))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses_bad_values() {
+        let c = CpsConfig::parse(
+            r#"
+            listen = "127.0.0.1:0"
+            weight = 0.7
+            [[keys]]
+            id = "k"
+            secret = "000102030405060708090a0b0c0d0e0f"
+            [[sites]]
+            id = "a"
+            capacity = 2.0
+            [[delays]]
+            ingress = "r1"
+            site = "a"
+            ms = 3.5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.delay("r1", "a"), Some(3.5));
+        assert_eq!(c.indexes("a"), (2.0, 1.0));
+        assert_eq!(c.indexes("b"), (1.0, 1.0));
+        assert!(CpsConfig::parse("weight = 1.5").is_err());
+        assert!(CpsConfig::parse("[[keys]]\nid='k'\nsecret='00'").is_err());
+        assert!(CpsConfig::parse("[[sites]]\nid='a'\ncapacity=0.0").is_err());
+        assert!(CpsConfig::parse("typo = 1").is_err());
+    }
+}

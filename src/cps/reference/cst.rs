@@ -1,0 +1,242 @@
+//! The reference C-PS's Computing Service Table: per site (one C-SMA each), the services it
+//! advertises, the highest sequence applied and the SCIs it withdrew. Pure state, no I/O.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::Serialize;
+
+use super::config::CpsConfig;
+use crate::cps::selection::{self, Candidate};
+use crate::cps::wire::{Ack, MetricReport, ReportKind, ServiceMetrics, SiteState};
+use crate::engine::model::Health;
+
+/// How many applied sequence numbers and withdrawn SCIs a site remembers.
+const HISTORY: usize = 100_000;
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SiteEntry {
+    pub csma_id: String,
+    pub acked_sequence: u64,
+    pub services: BTreeMap<String, ServiceMetrics>,
+    /// Most recent last.
+    pub withdrawn_scis: VecDeque<String>,
+    /// Sequence numbers applied, in order (what the tests check for order and duplicates).
+    #[serde(skip)]
+    pub applied: VecDeque<u64>,
+    pub full_snapshots: u64,
+}
+
+/// Why a request was refused by the table (beyond authentication).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CstError {
+    #[error("site '{site}' is reported by C-SMA '{owner}', not '{csma}'")]
+    WrongOwner { site: String, owner: String, csma: String },
+    #[error("report kind '{0}' is not allowed here")]
+    WrongKind(&'static str),
+}
+
+#[derive(Debug, Default)]
+pub struct Cst {
+    pub sites: BTreeMap<String, SiteEntry>,
+    full_sync: BTreeSet<String>,
+}
+
+fn remember<T>(q: &mut VecDeque<T>, v: T) {
+    if q.len() == HISTORY {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
+
+impl Cst {
+    fn entry(&mut self, site: &str, csma: &str) -> Result<&mut SiteEntry, CstError> {
+        let e = self
+            .sites
+            .entry(site.to_owned())
+            .or_insert_with(|| SiteEntry { csma_id: csma.to_owned(), ..Default::default() });
+        if e.csma_id != csma {
+            return Err(CstError::WrongOwner { site: site.into(), owner: e.csma_id.clone(), csma: csma.into() });
+        }
+        Ok(e)
+    }
+
+    fn ack(&self, site: &str, applied: u32, stale: u32) -> Ack {
+        Ack {
+            acked_sequence: self.sites.get(site).map_or(0, |e| e.acked_sequence),
+            applied,
+            stale,
+            full_sync_requested: self.full_sync.contains(site),
+        }
+    }
+
+    /// POST: delta reports in order; one not newer than what was applied is skipped as
+    /// stale (seed 004: the freshness indicator detects stale or out-of-order updates).
+    pub fn apply_batch(&mut self, site: &str, csma: &str, reports: &[MetricReport]) -> Result<Ack, CstError> {
+        if reports.iter().any(|r| r.kind == ReportKind::Full) {
+            return Err(CstError::WrongKind("full (use PUT /cats/metrics/{site-id})"));
+        }
+        if !self.sites.contains_key(site) {
+            // Deltas for a site this C-PS holds nothing of (it restarted and lost its
+            // state): apply them, and ask for the complete set.
+            self.full_sync.insert(site.to_owned());
+        }
+        let e = self.entry(site, csma)?;
+        let (mut applied, mut stale) = (0, 0);
+        for r in reports {
+            if r.sequence <= e.acked_sequence {
+                stale += 1;
+                continue;
+            }
+            for s in &r.services {
+                e.services.insert(s.cs_id.clone(), s.clone());
+            }
+            for w in &r.withdrawn {
+                e.services.remove(w);
+            }
+            for c in &r.sci_withdrawn {
+                if e.withdrawn_scis.back() != Some(c) {
+                    remember(&mut e.withdrawn_scis, c.clone());
+                }
+            }
+            e.acked_sequence = r.sequence;
+            remember(&mut e.applied, r.sequence);
+            applied += 1;
+        }
+        Ok(self.ack(site, applied, stale))
+    }
+
+    /// PUT: the site's complete set replaces what was held (the C-SMA's view wins). A
+    /// snapshot older than what was applied is stale; one at the same sequence is applied
+    /// again (idempotent).
+    pub fn apply_snapshot(&mut self, site: &str, csma: &str, r: &MetricReport) -> Result<Ack, CstError> {
+        if r.kind != ReportKind::Full {
+            return Err(CstError::WrongKind("delta (use POST /cats/metrics)"));
+        }
+        let e = self.entry(site, csma)?;
+        if r.sequence < e.acked_sequence {
+            return Ok(self.ack(site, 0, 1));
+        }
+        e.services = r.services.iter().map(|s| (s.cs_id.clone(), s.clone())).collect();
+        if r.sequence > e.acked_sequence {
+            remember(&mut e.applied, r.sequence);
+        }
+        e.acked_sequence = r.sequence;
+        e.full_snapshots += 1;
+        self.full_sync.remove(site);
+        Ok(self.ack(site, 1, 0))
+    }
+
+    /// DELETE: the SCI is gone. `Ok(false)` when the site is unknown. A withdrawal older
+    /// than what was applied is ignored (a newer report already describes the site).
+    pub fn withdraw_sci(&mut self, site: &str, csma: &str, csci: &str, seq: u64) -> Result<Option<Ack>, CstError> {
+        if !self.sites.contains_key(site) {
+            return Ok(None);
+        }
+        let e = self.entry(site, csma)?;
+        if seq <= e.acked_sequence {
+            return Ok(Some(self.ack(site, 0, 1)));
+        }
+        remember(&mut e.withdrawn_scis, csci.to_owned());
+        Ok(Some(self.ack(site, 1, 0)))
+    }
+
+    /// GET: what is held for the site, for the C-SMA's reconciliation.
+    pub fn site_state(&self, site: &str) -> Option<SiteState> {
+        let e = self.sites.get(site)?;
+        Some(SiteState {
+            site_id: site.to_owned(),
+            csma_id: e.csma_id.clone(),
+            acked_sequence: e.acked_sequence,
+            full_sync_requested: self.full_sync.contains(site),
+            services: e.services.values().cloned().collect(),
+        })
+    }
+
+    /// The C-PS asks for a full sync of `site` (answered with the next reply to it).
+    pub fn request_full_sync(&mut self, site: &str) {
+        self.full_sync.insert(site.to_owned());
+    }
+
+    /// "Which site for CS-ID `cs_id` from ingress `ingress`" (seed 000 section 4).
+    pub fn select(&self, cfg: &CpsConfig, cs_id: &str, ingress: &str) -> Selection {
+        let mut candidates = Vec::new();
+        let mut excluded = Vec::new();
+        for (site, e) in &self.sites {
+            let Some(s) = e.services.get(cs_id) else { continue };
+            let why = if s.gas == 0 {
+                Some("no available slots (GAS 0)")
+            } else if s.health == Health::Unhealthy {
+                Some("unhealthy")
+            } else {
+                None
+            };
+            let delay = cfg.delay(ingress, site);
+            match (why, delay) {
+                (Some(w), _) => excluded.push((site.clone(), w.to_owned())),
+                (None, None) => excluded.push((site.clone(), format!("no delay configured from ingress '{ingress}'"))),
+                (None, Some(d)) => {
+                    let (capacity, preference) = cfg.indexes(site);
+                    candidates.push(Candidate {
+                        site: site.clone(),
+                        gas: s.gas,
+                        computing_time_ms: s.computing_time,
+                        capacity,
+                        preference,
+                        delay_ms: d,
+                    })
+                }
+            }
+        }
+        let choice = selection::choose(&candidates, cfg.weight);
+        Selection {
+            cs_id: cs_id.to_owned(),
+            ingress: ingress.to_owned(),
+            site: choice.as_ref().map(|c| c.site.clone()),
+            candidates: candidates
+                .iter()
+                .map(|c| CandidateView {
+                    site: c.site.clone(),
+                    cost: choice.as_ref().and_then(|ch| ch.costs.iter().find(|x| x.0 == c.site)).map_or(1.0, |x| x.1),
+                    load: c.load(),
+                    gas: c.gas,
+                    computing_time: c.computing_time_ms,
+                    capacity: c.capacity,
+                    preference: c.preference,
+                    delay_ms: c.delay_ms,
+                })
+                .collect(),
+            excluded: excluded.into_iter().map(|(site, reason)| Excluded { site, reason }).collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Selection {
+    pub cs_id: String,
+    pub ingress: String,
+    /// None: no eligible site.
+    pub site: Option<String>,
+    pub candidates: Vec<CandidateView>,
+    pub excluded: Vec<Excluded>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CandidateView {
+    pub site: String,
+    pub cost: f64,
+    pub load: f64,
+    pub gas: u32,
+    pub computing_time: u32,
+    pub capacity: f64,
+    pub preference: f64,
+    pub delay_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Excluded {
+    pub site: String,
+    pub reason: String,
+}

@@ -1,0 +1,13 @@
+//! The reference C-PS (issue 6): a small but real CATS Path Selector that the C-SMA's REST
+//! adapter, the end-to-end tests and the demo talk to. It verifies every report (HMAC,
+//! timestamp window, nonce replay), keeps the Computing Service Table per CS-ID and site,
+//! and answers "which site for this CS-ID from this ingress" with seed 000's cost
+//! algorithm. `examples/ref_cps.rs` runs it from a TOML file.
+
+pub mod config;
+pub mod cst;
+pub mod server;
+
+pub use config::CpsConfig;
+pub use cst::{Cst, Selection};
+pub use server::{CpsState, RefCps};

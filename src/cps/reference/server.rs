@@ -1,0 +1,353 @@
+//! The reference C-PS's HTTP(S) server: the seed 004 REST resources, checked (signature,
+//! timestamp window, nonce replay, C-SMA owning the site), applied to the Computing
+//! Service Table, plus the path-selection query of seed 000.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::config::CpsConfig;
+use super::cst::{Cst, CstError};
+use crate::cps::auth::{AuthError, Presented, Verifier};
+use crate::cps::session::decode_segment;
+use crate::cps::wire::{
+    gunzip, ErrorBody, MetricBatch, SiteSnapshot, H_CSMA_ID, H_KEY_ID, H_NONCE, H_SEQUENCE, H_SIGNATURE, H_SITE_ID,
+    H_TIMESTAMP, MAX_BODY, METRICS_PATH,
+};
+
+/// What the C-PS keeps; shared so a test can restart the server keeping it (a partition) or
+/// start with a fresh one (a restart that lost state).
+pub struct CpsState {
+    pub cst: Mutex<Cst>,
+    pub verifier: Mutex<Verifier>,
+    /// Refusals per reason (`bad-signature`, `stale-timestamp`, `replayed-nonce`, ...).
+    pub refused: Mutex<BTreeMap<String, u64>>,
+    pub requests: std::sync::atomic::AtomicU64,
+    pub config: CpsConfig,
+}
+
+impl CpsState {
+    pub fn new(config: CpsConfig) -> Result<Arc<CpsState>, String> {
+        config.check()?;
+        let verifier = Verifier::new(config.psks()?, i64::from(config.timestamp_window) * 1000);
+        Ok(Arc::new(CpsState {
+            cst: Mutex::new(Cst::default()),
+            verifier: Mutex::new(verifier),
+            refused: Mutex::new(BTreeMap::new()),
+            requests: Default::default(),
+            config,
+        }))
+    }
+
+    pub fn refused(&self, reason: &str) -> u64 {
+        lock(&self.refused).get(reason).copied().unwrap_or(0)
+    }
+
+    fn count(&self, reason: &str) {
+        *lock(&self.refused).entry(reason.to_owned()).or_default() += 1;
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running server.
+pub struct RefCps {
+    pub addr: SocketAddr,
+    pub state: Arc<CpsState>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RefCps {
+    /// Binds `addr` (SO_REUSEADDR, so a restarted server gets its port back) and serves.
+    pub async fn start(addr: SocketAddr, state: Arc<CpsState>) -> Result<RefCps, String> {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+            .map_err(|e| e.to_string())?;
+        socket.set_reuseaddr(true).map_err(|e| e.to_string())?;
+        socket.bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+        let listener = socket.listen(1024).map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let tls = tls_acceptor(&state.config)?;
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, tls, state.clone(), stop_rx));
+        Ok(RefCps { addr, state, stop, task })
+    }
+
+    /// Stops listening and closes every connection.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+fn tls_acceptor(c: &CpsConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, String> {
+    let (Some(cert), Some(key)) = (&c.tls_cert, &c.tls_key) else { return Ok(None) };
+    let read = |p: &str| std::fs::read(p).map_err(|e| format!("{p}: {e}"));
+    let chain: Vec<_> = rustls_pemfile::certs(&mut read(cert)?.as_slice())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{cert}: {e}"))?;
+    let key_der = rustls_pemfile::private_key(&mut read(key)?.as_slice())
+        .map_err(|e| format!("{key}: {e}"))?
+        .ok_or_else(|| format!("{key}: no private key"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &c.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pemfile::certs(&mut read(ca)?.as_slice()) {
+                roots.add(cert.map_err(|e| format!("{ca}: {e}"))?).map_err(|e| format!("{ca}: {e}"))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| e.to_string())?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let cfg = builder.with_single_cert(chain, key_der).map_err(|e| e.to_string())?;
+    Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(cfg))))
+}
+
+async fn serve(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    state: Arc<CpsState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (tcp, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reference C-PS: accept failed");
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let state = state.clone();
+        let tls = tls.clone();
+        let mut stop = stop.clone();
+        conns.spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(handle(&state, req).await) }
+            });
+            let http = hyper::server::conn::http1::Builder::new();
+            match tls {
+                Some(acceptor) => {
+                    let Ok(stream) = acceptor.accept(tcp).await else { return };
+                    let conn = http.serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! { _ = conn => {}, _ = stop.changed() => {} }
+                }
+                None => {
+                    let conn = http.serve_connection(TokioIo::new(tcp), svc);
+                    tokio::select! { _ = conn => {}, _ = stop.changed() => {} }
+                }
+            }
+        });
+    }
+    // Dropping the set aborts the connections: the C-PS is gone, as a crash would have it.
+    conns.shutdown().await;
+}
+
+type Reply = Response<Full<Bytes>>;
+
+fn json<T: Serialize>(status: StatusCode, v: &T) -> Reply {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+fn error(status: StatusCode, reason: &str, detail: impl Into<String>) -> Reply {
+    json(status, &ErrorBody { error: reason.to_owned(), detail: detail.into() })
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn query(q: Option<&str>) -> BTreeMap<String, String> {
+    q.unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((decode_segment(k)?, decode_segment(&v.replace('+', " "))?)))
+        .collect()
+}
+
+async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
+    state.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    // Body first (bounded): the signature covers it.
+    let raw = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            state.count("too-large");
+            return error(StatusCode::PAYLOAD_TOO_LARGE, "too-large", e.to_string());
+        }
+    };
+    match (&parts.method, path.as_str()) {
+        (&Method::GET, "/cats/select") => {
+            let q = query(parts.uri.query());
+            let (Some(cs), Some(ingress)) = (q.get("cs-id"), q.get("ingress")) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "bad-request",
+                    "query parameters cs-id and ingress are required",
+                );
+            };
+            let sel = lock(&state.cst).select(&state.config, cs, ingress);
+            return json(StatusCode::OK, &sel);
+        }
+        (&Method::GET, "/cats/cst") => return json(StatusCode::OK, &lock(&state.cst).sites),
+        (&Method::GET, "/cats/stats") => {
+            return json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "requests": state.requests.load(std::sync::atomic::Ordering::Relaxed),
+                    "refused": *lock(&state.refused),
+                }),
+            )
+        }
+        (&Method::POST, p) if p.starts_with("/cats/sync/") => {
+            let Some(site) = decode_segment(&p["/cats/sync/".len()..]) else {
+                return error(StatusCode::BAD_REQUEST, "bad-request", "malformed site id");
+            };
+            lock(&state.cst).request_full_sync(&site);
+            return json(StatusCode::ACCEPTED, &serde_json::json!({ "full-sync-requested": site }));
+        }
+        _ => {}
+    }
+    if path != METRICS_PATH && !path.starts_with(&format!("{METRICS_PATH}/")) {
+        return error(StatusCode::NOT_FOUND, "not-found", format!("no resource {path}"));
+    }
+    let Some(csma) = header(&parts.headers, H_CSMA_ID).map(str::to_owned) else {
+        state.count("malformed");
+        return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_CSMA_ID} is required"));
+    };
+    // Authentication (seed 004, Metric Integrity), over the body as sent.
+    let signed = !state.config.keys.is_empty();
+    if signed {
+        let h = &parts.headers;
+        let p = Presented {
+            key_id: header(h, H_KEY_ID),
+            timestamp: header(h, H_TIMESTAMP),
+            nonce: header(h, H_NONCE),
+            signature: header(h, H_SIGNATURE),
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        let r = lock(&state.verifier).verify(parts.method.as_str(), &path, &csma, &p, &raw, now);
+        if let Err(e) = r {
+            state.count(e.reason());
+            tracing::warn!(csma = %csma, reason = e.reason(), "reference C-PS: refused: {e}");
+            let status = match e {
+                AuthError::MissingHeader(_) | AuthError::MalformedHeader(_) => StatusCode::BAD_REQUEST,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            return error(status, e.reason(), e.to_string());
+        }
+    }
+    let body = match header(&parts.headers, CONTENT_ENCODING.as_str()) {
+        None | Some("identity") => raw.to_vec(),
+        Some("gzip") => match gunzip(&raw, MAX_BODY) {
+            Ok(b) => b,
+            Err(e) => {
+                state.count("malformed");
+                return error(StatusCode::BAD_REQUEST, "malformed", e);
+            }
+        },
+        Some(other) => {
+            state.count("malformed");
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-encoding",
+                format!("content-encoding {other}"),
+            );
+        }
+    };
+    let segment = path.get(METRICS_PATH.len() + 1..).unwrap_or("");
+    let Some(id) = decode_segment(segment) else {
+        return error(StatusCode::BAD_REQUEST, "malformed", "malformed path segment");
+    };
+    let owner = |e: CstError| {
+        state.count("wrong-owner");
+        error(StatusCode::FORBIDDEN, "forbidden", e.to_string())
+    };
+    match (&parts.method, segment.is_empty()) {
+        (&Method::POST, true) => {
+            let batch: MetricBatch = match serde_json::from_slice(&body) {
+                Ok(b) => b,
+                Err(e) => {
+                    state.count("malformed");
+                    return error(StatusCode::BAD_REQUEST, "malformed", format!("body: {e}"));
+                }
+            };
+            if batch.csma_id != csma {
+                state.count("malformed");
+                return error(StatusCode::BAD_REQUEST, "malformed", "csma-id in the body differs from the header");
+            }
+            match lock(&state.cst).apply_batch(&batch.site_id, &csma, &batch.reports) {
+                Ok(ack) => json(StatusCode::OK, &ack),
+                Err(e @ CstError::WrongOwner { .. }) => owner(e),
+                Err(e) => error(StatusCode::BAD_REQUEST, "malformed", e.to_string()),
+            }
+        }
+        (&Method::PUT, false) => {
+            let snap: SiteSnapshot = match serde_json::from_slice(&body) {
+                Ok(b) => b,
+                Err(e) => {
+                    state.count("malformed");
+                    return error(StatusCode::BAD_REQUEST, "malformed", format!("body: {e}"));
+                }
+            };
+            if snap.csma_id != csma {
+                state.count("malformed");
+                return error(StatusCode::BAD_REQUEST, "malformed", "csma-id in the body differs from the header");
+            }
+            match lock(&state.cst).apply_snapshot(&id, &csma, &snap.report) {
+                Ok(ack) => json(StatusCode::OK, &ack),
+                Err(e @ CstError::WrongOwner { .. }) => owner(e),
+                Err(e) => error(StatusCode::BAD_REQUEST, "malformed", e.to_string()),
+            }
+        }
+        (&Method::DELETE, false) => {
+            let Some(site) = header(&parts.headers, H_SITE_ID) else {
+                return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_SITE_ID} is required"));
+            };
+            let Some(seq) = header(&parts.headers, H_SEQUENCE).and_then(|s| s.parse().ok()) else {
+                return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_SEQUENCE} is required"));
+            };
+            match lock(&state.cst).withdraw_sci(site, &csma, &id, seq) {
+                Ok(Some(ack)) => json(StatusCode::OK, &ack),
+                Ok(None) => error(StatusCode::NOT_FOUND, "not-found", format!("no site {site}")),
+                Err(e) => owner(e),
+            }
+        }
+        (&Method::GET, false) => match lock(&state.cst).site_state(&id) {
+            Some(s) if s.csma_id == csma => json(StatusCode::OK, &s),
+            Some(s) => owner(CstError::WrongOwner { site: id, owner: s.csma_id, csma }),
+            None => error(StatusCode::NOT_FOUND, "not-found", format!("no state for site {id}")),
+        },
+        _ => error(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", format!("{} {path}", parts.method)),
+    }
+}

@@ -1,0 +1,638 @@
+//! The session with one C-PS (seed 004, C-PS Failure Handling and Update Controller,
+//! reconciliation), one task per peer:
+//!
+//! ```text
+//!  Standby ──(fallback: every primary in backoff)──► Connecting ──GET ok──► Connected
+//!     ▲                                               ▲      │ fail           │ fail
+//!     └──(fallback: a primary is connected again)     │      ▼                ▼
+//!                                                     └──── Backoff (1, 2, 4 … 60 s)
+//! ```
+//!
+//! Connecting is the reconciliation: `GET /cats/metrics/{site-id}` tells what the C-PS holds.
+//! Nothing (it restarted and lost its state), a full-sync request, a gap in our buffer
+//! (updates were dropped) or a first contact → ask the update controller for a full
+//! snapshot addressed to this peer, and send no delta before it (the C-SMA's view wins).
+//! Otherwise the buffered updates the C-PS has not acknowledged are sent in batches.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use super::auth::{sign, NonceSource, Psk, Signed};
+use super::backoff::Backoff;
+use super::queue::Queue;
+use super::transport::{Request, Response, Transport, TransportError};
+use super::wire::{
+    self, Ack, ErrorBody, MetricBatch, MetricReport, ReportKind, SiteSnapshot, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE,
+    H_SEQUENCE, H_SIGNATURE, H_SITE_ID, H_TIMESTAMP, METRICS_PATH,
+};
+use crate::engine::update::{Advertisement, AdvertisementKind};
+
+/// How long a session waits for a requested full snapshot before asking again.
+const FULL_SYNC_RETRY: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Primary,
+    Fallback,
+}
+
+/// A peer's settings (YANG `c-ps/peer`), already checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSettings {
+    pub name: String,
+    pub url: String,
+    pub role: Role,
+    pub priority: u16,
+    pub allowed: std::collections::BTreeSet<String>,
+    pub psk: Option<Psk>,
+    pub gzip: bool,
+    pub buffer_size: usize,
+    pub batch_size: usize,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+/// Who this C-SMA is, in every request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub csma_id: String,
+    pub site_id: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SessionState {
+    Connected,
+    Backoff,
+    #[default]
+    Disconnected,
+    Connecting,
+}
+
+impl SessionState {
+    pub fn yang(self) -> &'static str {
+        match self {
+            SessionState::Connected => "connected",
+            SessionState::Backoff => "backoff",
+            SessionState::Disconnected => "disconnected",
+            SessionState::Connecting => "connecting",
+        }
+    }
+}
+
+/// What the operational datastore shows of a session.
+#[derive(Clone, Debug, Default)]
+pub struct SessionStatus {
+    pub state: SessionState,
+    pub backoff_until: Option<Instant>,
+    pub last_acked: Option<u64>,
+    pub last_sent: Option<u64>,
+    pub sent: u64,
+    pub full_syncs: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub last_error: Option<String>,
+    pub connected_since: Option<DateTime<Utc>>,
+    /// Failed since it was last connected (what makes a primary "down" for the fallbacks).
+    pub down: bool,
+}
+
+/// One peer: its settings, buffer and status, shared by the dispatcher (which fills the
+/// buffer), the session task and the state provider.
+pub struct Peer {
+    pub settings: PeerSettings,
+    pub queue: Mutex<Queue>,
+    pub notify: Notify,
+    pub status: Mutex<SessionStatus>,
+    /// False while a fallback peer is on standby: it buffers nothing.
+    pub accepting: AtomicBool,
+}
+
+impl Peer {
+    pub fn new(settings: PeerSettings) -> Peer {
+        let accepting = settings.role == Role::Primary;
+        Peer {
+            queue: Mutex::new(Queue::new(settings.buffer_size)),
+            settings,
+            notify: Notify::new(),
+            status: Mutex::new(SessionStatus::default()),
+            accepting: AtomicBool::new(accepting),
+        }
+    }
+
+    pub fn allowed(&self, cs_id: &str) -> bool {
+        self.settings.allowed.contains(cs_id)
+    }
+
+    /// The dispatcher's entry: queue `ad` if it is for this peer and has something it may
+    /// see. Never blocks on the network.
+    pub fn offer(&self, ad: &Arc<Advertisement>) {
+        if !ad.is_for(&self.settings.name) || !self.accepting.load(Ordering::Acquire) {
+            return;
+        }
+        if MetricReport::for_peer(ad, &|c| self.allowed(c)).is_none() {
+            return;
+        }
+        lock(&self.queue).push(ad.clone());
+        self.notify.notify_one();
+    }
+
+    pub fn state(&self) -> SessionState {
+        lock(&self.status).state
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every peer, for the dispatcher, the fallback decision and the state provider.
+pub struct Registry {
+    pub peers: RwLock<BTreeMap<String, Arc<Peer>>>,
+    pub identity: RwLock<Identity>,
+    /// Bumped whenever a session changes state (fallbacks watch it).
+    pub changed: watch::Sender<u64>,
+}
+
+impl Registry {
+    pub fn new(identity: Identity) -> Arc<Registry> {
+        Arc::new(Registry {
+            peers: RwLock::new(BTreeMap::new()),
+            identity: RwLock::new(identity),
+            changed: watch::Sender::new(0),
+        })
+    }
+
+    pub fn peers(&self) -> Vec<Arc<Peer>> {
+        self.peers.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    pub fn identity(&self) -> Identity {
+        self.identity.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|g| *g += 1);
+    }
+
+    /// Whether the fallback peer `name` is to be used (seed 004: fall back to an
+    /// alternative C-PS): every primary has failed since it was last connected (one still
+    /// making first contact counts as usable; one retrying after a failure does not, so a
+    /// flapping primary does not flap the fallback), and so has every fallback before it in
+    /// (`priority`, `name`) order. With no primary configured the first fallback is used.
+    pub fn fallback_active(&self, name: &str) -> bool {
+        let peers = self.peers();
+        let down = |p: &Arc<Peer>| lock(&p.status).down;
+        let primaries_down = peers.iter().filter(|p| p.settings.role == Role::Primary).all(down);
+        let Some(me) = peers.iter().find(|p| p.settings.name == name) else { return false };
+        let key = |p: &Arc<Peer>| (p.settings.priority, p.settings.name.clone());
+        let earlier_down = peers.iter().filter(|p| p.settings.role == Role::Fallback && key(p) < key(me)).all(down);
+        primaries_down && earlier_down
+    }
+}
+
+/// What a session tells the rest of the agent.
+#[derive(Clone)]
+pub struct Hooks {
+    /// Ask the update controller for a full snapshot addressed to this peer.
+    pub resync: Arc<dyn Fn(&str) + Send + Sync>,
+    /// The peer became unreachable (once per outage): the `c-ps-unreachable` notification.
+    pub unreachable: Arc<dyn Fn(&Unreachable) + Send + Sync>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreachable {
+    pub c_ps: String,
+    pub url: String,
+    pub backoff: Duration,
+    pub buffered: usize,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("{0}")]
+    Transport(#[from] TransportError),
+    #[error("C-PS refused {method} {path}: {status} {reason}")]
+    Rejected { method: &'static str, path: String, status: u16, reason: String },
+    #[error("C-PS failed {method} {path}: {status} {reason}")]
+    Server { method: &'static str, path: String, status: u16, reason: String },
+    #[error("C-PS reply to {0} is not understood: {1}")]
+    BadReply(&'static str, String),
+}
+
+#[derive(Clone, Copy)]
+enum Phase {
+    Standby,
+    Connecting,
+    Connected,
+    /// Waiting until then before the next attempt.
+    Backoff(Instant),
+}
+
+/// One session task.
+pub struct Session {
+    pub peer: Arc<Peer>,
+    pub registry: Arc<Registry>,
+    pub transport: Arc<dyn Transport>,
+    pub hooks: Hooks,
+    pub nonces: Arc<NonceSource>,
+}
+
+impl Session {
+    /// Runs until `stop` turns true (or its sender is dropped).
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let s = &self.peer.settings;
+        let mut backoff = Backoff::new(s.backoff_initial, s.backoff_max);
+        let mut phase = if s.role == Role::Fallback { Phase::Standby } else { Phase::Connecting };
+        let mut first_contact = true;
+        let mut awaiting_full = false;
+        let mut outage_reported = false;
+        let mut changes = self.registry.changed.subscribe();
+        let mut full_asked_at = Instant::now();
+        if matches!(phase, Phase::Standby) {
+            self.set_state(SessionState::Disconnected, None);
+        }
+        'run: loop {
+            if *stop.borrow() {
+                break;
+            }
+            if s.role == Role::Fallback {
+                let active = self.registry.fallback_active(&s.name);
+                match (&phase, active) {
+                    (Phase::Standby, true) => {
+                        tracing::warn!(c_ps = %s.name, "no primary C-PS reachable: using fallback C-PS");
+                        self.peer.accepting.store(true, Ordering::Release);
+                        first_contact = true;
+                        phase = Phase::Connecting;
+                    }
+                    (Phase::Standby, false) => {}
+                    (_, false) => {
+                        tracing::info!(c_ps = %s.name, "a preferred C-PS is usable again: fallback C-PS on standby");
+                        self.peer.accepting.store(false, Ordering::Release);
+                        lock(&self.peer.queue).clear();
+                        awaiting_full = false;
+                        outage_reported = false;
+                        backoff.reset();
+                        // On standby it is not failing: the next fallback need not stand in.
+                        lock(&self.peer.status).down = false;
+                        self.set_state(SessionState::Disconnected, None);
+                        phase = Phase::Standby;
+                    }
+                    _ => {}
+                }
+            }
+            match phase {
+                Phase::Standby => {
+                    tokio::select! {
+                        _ = changes.changed() => {}
+                        r = stop.changed() => { if r.is_err() { break 'run; } }
+                    }
+                }
+                Phase::Connecting => {
+                    self.set_state(SessionState::Connecting, None);
+                    match self.reconcile().await {
+                        Ok((need_full, full_arrived)) => {
+                            backoff.reset();
+                            if full_arrived {
+                                awaiting_full = false;
+                            }
+                            if outage_reported {
+                                tracing::info!(c_ps = %s.name, "C-PS reachable again");
+                            }
+                            outage_reported = false;
+                            {
+                                let mut st = lock(&self.peer.status);
+                                st.connected_since = Some(Utc::now());
+                                st.last_error = None;
+                                st.down = false;
+                            }
+                            self.set_state(SessionState::Connected, None);
+                            if need_full || first_contact {
+                                self.request_full(&mut awaiting_full);
+                                full_asked_at = Instant::now();
+                            }
+                            first_contact = false;
+                            phase = Phase::Connected;
+                        }
+                        Err(e) => phase = self.failed(e, &mut backoff, &mut outage_reported),
+                    }
+                }
+                Phase::Connected => {
+                    let batch = {
+                        let q = lock(&self.peer.queue);
+                        if awaiting_full && !q.front_is_full() {
+                            Vec::new()
+                        } else {
+                            q.peek_batch(s.batch_size)
+                        }
+                    };
+                    if batch.is_empty() {
+                        let retry_full = async {
+                            if awaiting_full {
+                                tokio::time::sleep_until(full_asked_at + FULL_SYNC_RETRY).await
+                            } else {
+                                std::future::pending().await
+                            }
+                        };
+                        tokio::select! {
+                            _ = self.peer.notify.notified() => {}
+                            _ = changes.changed() => {}
+                            r = stop.changed() => { if r.is_err() { break 'run; } }
+                            _ = retry_full => {
+                                self.request_full(&mut awaiting_full);
+                                full_asked_at = Instant::now();
+                            }
+                        }
+                        continue;
+                    }
+                    match self.deliver(&batch).await {
+                        Ok(ack) => {
+                            let last = batch.last().map(|a| a.seq).unwrap_or(0);
+                            let was_full = batch[0].kind == AdvertisementKind::Full;
+                            {
+                                let mut q = lock(&self.peer.queue);
+                                q.delivered(last);
+                                if was_full {
+                                    q.gap = false;
+                                }
+                            }
+                            if was_full {
+                                awaiting_full = false;
+                            }
+                            {
+                                let mut st = lock(&self.peer.status);
+                                st.sent += batch.len() as u64;
+                                st.last_sent = Some(last);
+                                if ack.acked_sequence > 0 {
+                                    st.last_acked = Some(ack.acked_sequence);
+                                }
+                            }
+                            if ack.full_sync_requested {
+                                tracing::info!(c_ps = %s.name, "C-PS asked for a full sync");
+                                self.request_full(&mut awaiting_full);
+                                full_asked_at = Instant::now();
+                            }
+                        }
+                        Err(e) => phase = self.failed(e, &mut backoff, &mut outage_reported),
+                    }
+                }
+                Phase::Backoff(until) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => phase = Phase::Connecting,
+                        r = stop.changed() => { if r.is_err() { break 'run; } }
+                        // A fallback may have to go to standby meanwhile.
+                        _ = changes.changed(), if s.role == Role::Fallback => {}
+                    }
+                }
+            }
+        }
+        self.set_state(SessionState::Disconnected, None);
+    }
+
+    fn set_state(&self, state: SessionState, backoff_until: Option<Instant>) {
+        let changed = {
+            let mut st = lock(&self.peer.status);
+            let changed = st.state != state;
+            st.state = state;
+            st.backoff_until = backoff_until;
+            changed
+        };
+        if changed {
+            self.registry.bump();
+        }
+    }
+
+    fn request_full(&self, awaiting_full: &mut bool) {
+        *awaiting_full = true;
+        lock(&self.peer.status).full_syncs += 1;
+        (self.hooks.resync)(&self.peer.settings.name);
+    }
+
+    fn failed(&self, e: DeliveryError, backoff: &mut Backoff, outage_reported: &mut bool) -> Phase {
+        let d = backoff.fail();
+        let buffered = lock(&self.peer.queue).len();
+        {
+            let mut st = lock(&self.peer.status);
+            st.failed += 1;
+            if matches!(e, DeliveryError::Rejected { .. }) {
+                st.rejected += 1;
+            }
+            st.last_error = Some(e.to_string());
+            st.connected_since = None;
+            st.down = true;
+        }
+        let s = &self.peer.settings;
+        tracing::warn!(c_ps = %s.name, url = %s.url, error = %e, retry_in_ms = d.as_millis() as u64, buffered,
+            "C-PS unreachable; buffering updates");
+        if !*outage_reported {
+            *outage_reported = true;
+            (self.hooks.unreachable)(&Unreachable {
+                c_ps: s.name.clone(),
+                url: s.url.clone(),
+                backoff: d,
+                buffered,
+                error: e.to_string(),
+            });
+        }
+        let until = Instant::now() + d;
+        self.set_state(SessionState::Backoff, Some(until));
+        Phase::Backoff(until)
+    }
+
+    /// GET the C-PS's view of this site: whether a full snapshot is needed, and whether one
+    /// already arrived (its reply was lost).
+    async fn reconcile(&self) -> Result<(bool, bool), DeliveryError> {
+        let site = self.registry.identity().site_id;
+        let path = format!("{METRICS_PATH}/{}", encode_segment(&site));
+        let resp = self.request("GET", path.clone(), Vec::new(), None).await?;
+        if resp.status == 404 {
+            tracing::info!(c_ps = %self.peer.settings.name, "C-PS holds nothing for this site: full snapshot");
+            return Ok((true, false));
+        }
+        check_status("GET", &path, &resp)?;
+        let state: SiteState =
+            serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply("GET", e.to_string()))?;
+        let (gap, full_arrived) = {
+            let mut q = lock(&self.peer.queue);
+            let full = q.already_acked(state.acked_sequence);
+            (q.gap, full)
+        };
+        lock(&self.peer.status).last_acked = Some(state.acked_sequence);
+        Ok((state.full_sync_requested || gap, full_arrived))
+    }
+
+    /// Sends one batch: the SCI withdrawals (DELETE), then the reports (PUT for a full
+    /// snapshot, POST for deltas).
+    async fn deliver(&self, batch: &[Arc<Advertisement>]) -> Result<Ack, DeliveryError> {
+        let id = self.registry.identity();
+        let allowed = |c: &str| self.peer.allowed(c);
+        let reports: Vec<MetricReport> = batch.iter().filter_map(|a| MetricReport::for_peer(a, &allowed)).collect();
+        for r in &reports {
+            for csci in &r.sci_withdrawn {
+                let path = format!("{METRICS_PATH}/{}", encode_segment(csci));
+                let resp = self.request("DELETE", path.clone(), Vec::new(), Some(r.sequence)).await?;
+                // 404: the C-PS did not know the SCI; the withdrawal holds either way.
+                if resp.status != 404 {
+                    check_status("DELETE", &path, &resp)?;
+                }
+            }
+        }
+        let (method, path, body) = match reports.first() {
+            None => return Ok(Ack::default()),
+            Some(r) if r.kind == ReportKind::Full => {
+                let snap = SiteSnapshot { csma_id: id.csma_id.clone(), report: r.clone() };
+                let path = format!("{METRICS_PATH}/{}", encode_segment(&id.site_id));
+                ("PUT", path, serde_json::to_vec(&snap))
+            }
+            Some(_) => {
+                let b = MetricBatch { csma_id: id.csma_id.clone(), site_id: id.site_id.clone(), reports };
+                ("POST", METRICS_PATH.to_owned(), serde_json::to_vec(&b))
+            }
+        };
+        let body = body.map_err(|e| DeliveryError::BadReply(method, e.to_string()))?;
+        let resp = self.request(method, path.clone(), body, None).await?;
+        check_status(method, &path, &resp)?;
+        serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply(method, e.to_string()))
+    }
+
+    async fn request(
+        &self,
+        method: &'static str,
+        path: String,
+        body: Vec<u8>,
+        sequence: Option<u64>,
+    ) -> Result<Response, DeliveryError> {
+        let s = &self.peer.settings;
+        let id = self.registry.identity();
+        let mut headers = vec![(H_CSMA_ID, id.csma_id.clone()), (H_SITE_ID, id.site_id.clone())];
+        let body = if !body.is_empty() {
+            headers.push(("content-type", "application/json".into()));
+            if s.gzip {
+                headers.push(("content-encoding", "gzip".into()));
+                wire::gzip(&body)
+            } else {
+                body
+            }
+        } else {
+            body
+        };
+        if let Some(seq) = sequence {
+            headers.push((H_SEQUENCE, seq.to_string()));
+        }
+        if let Some(psk) = &s.psk {
+            let ts = Utc::now().timestamp_millis();
+            let nonce = self.nonces.next();
+            let signed = Signed { method, path: &path, csma_id: &id.csma_id, timestamp_ms: ts, nonce };
+            headers.push((H_KEY_ID, psk.key_id.clone()));
+            headers.push((H_TIMESTAMP, ts.to_string()));
+            headers.push((H_NONCE, nonce.to_string()));
+            headers.push((H_SIGNATURE, sign(&psk.secret, &signed, &body)));
+        }
+        Ok(self.transport.send(Request { method, path, headers, body }).await?)
+    }
+}
+
+fn check_status(method: &'static str, path: &str, resp: &Response) -> Result<(), DeliveryError> {
+    if (200..300).contains(&resp.status) {
+        return Ok(());
+    }
+    let reason = serde_json::from_slice::<ErrorBody>(&resp.body)
+        .map(|e| if e.detail.is_empty() { e.error } else { format!("{}: {}", e.error, e.detail) })
+        .unwrap_or_else(|_| String::from_utf8_lossy(&resp.body).chars().take(200).collect());
+    let path = path.to_owned();
+    Err(if (400..500).contains(&resp.status) {
+        DeliveryError::Rejected { method, path, status: resp.status, reason }
+    } else {
+        DeliveryError::Server { method, path, status: resp.status, reason }
+    })
+}
+
+/// Percent-encodes a path segment (CSCI-IDs contain ':' and may contain '/').
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The inverse of [`encode_segment`]; `None` on a malformed escape or non-UTF-8.
+pub fn decode_segment(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let h = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(h, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(name: &str, role: Role, priority: u16, down: bool) -> Arc<Peer> {
+        let p = Peer::new(PeerSettings {
+            name: name.into(),
+            url: "http://127.0.0.1:1".into(),
+            role,
+            priority,
+            allowed: Default::default(),
+            psk: None,
+            gzip: false,
+            buffer_size: 1,
+            batch_size: 1,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        });
+        lock(&p.status).down = down;
+        Arc::new(p)
+    }
+
+    fn registry(peers: Vec<Arc<Peer>>) -> Arc<Registry> {
+        let r = Registry::new(Identity { csma_id: "c".into(), site_id: "s".into() });
+        for p in peers {
+            r.peers.write().unwrap().insert(p.settings.name.clone(), p);
+        }
+        r
+    }
+
+    #[test]
+    fn fallbacks_are_used_in_priority_order_once_every_primary_is_down() {
+        // seed 004, C-PS Failure Handling: fall back to an alternative C-PS.
+        let r = registry(vec![
+            peer("p1", Role::Primary, 100, false),
+            peer("p2", Role::Primary, 100, true),
+            peer("f1", Role::Fallback, 10, false),
+            peer("f2", Role::Fallback, 20, false),
+        ]);
+        assert!(!r.fallback_active("f1"), "a primary is usable");
+        let by = |n: &str| r.peers().into_iter().find(|p| p.settings.name == n).unwrap();
+        lock(&by("p1").status).down = true;
+        assert!(r.fallback_active("f1"));
+        assert!(!r.fallback_active("f2"), "f1 comes first and is usable");
+        lock(&by("f1").status).down = true;
+        assert!(r.fallback_active("f2"));
+        assert!(r.fallback_active("f1"), "a failed fallback keeps retrying");
+        let none = registry(vec![peer("f", Role::Fallback, 1, false)]);
+        assert!(none.fallback_active("f"), "no primary: the fallback is used");
+        assert!(!none.fallback_active("unknown"));
+    }
+}

@@ -1,0 +1,64 @@
+//! State out: each C-PS session (state, backoff, buffer, counters, last acknowledged
+//! sequence) rendered into `c-ps/peer/session` when the operational datastore is read.
+
+use std::sync::Arc;
+
+use yang2::data::DataTree;
+
+use super::config::C_PS;
+use super::session::lock;
+use super::Adapters;
+use crate::datastore::tree::{quote, set, yang_time};
+use crate::datastore::StateProvider;
+use crate::error::RpcError;
+
+pub struct CpsState {
+    pub adapters: Arc<Adapters>,
+}
+
+impl StateProvider for CpsState {
+    fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
+        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        for peer in self.adapters.registry.peers() {
+            let st = lock(&peer.status).clone();
+            let (buffered, dropped, superseded) = {
+                let q = lock(&peer.queue);
+                (q.len(), q.dropped, q.superseded)
+            };
+            let base = format!("{C_PS}/peer[name={}]/session", quote(&peer.settings.name));
+            let mut leaves: Vec<(&str, String)> = vec![
+                ("state", st.state.yang().into()),
+                ("buffered-updates", buffered.to_string()),
+                ("dropped-updates", dropped.to_string()),
+                ("superseded-updates", superseded.to_string()),
+                ("sent-updates", st.sent.to_string()),
+                ("full-syncs", st.full_syncs.to_string()),
+                ("failed-requests", st.failed.to_string()),
+                ("rejected-requests", st.rejected.to_string()),
+            ];
+            if let Some(until) = st.backoff_until {
+                let ms = until.saturating_duration_since(now).as_millis().min(u32::MAX as u128);
+                leaves.push(("backoff-remaining", ms.to_string()));
+            }
+            if let Some(a) = st.last_acked {
+                leaves.push(("last-acked-sequence", a.to_string()));
+            }
+            if let Some(s) = st.last_sent {
+                leaves.push(("last-sequence-sent", s.to_string()));
+            }
+            if let Some(e) = st.last_error {
+                leaves.push(("last-error", e));
+            }
+            if let Some(t) = st.connected_since {
+                leaves.push(("connected-since", yang_time(t)));
+            }
+            for (name, v) in leaves {
+                set(tree, &format!("{base}/{name}"), Some(&v))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! The C-PS REST wire format (seed 004, Protocol Adapter, centralized model): the JSON
+//! bodies of `POST /cats/metrics`, `PUT /cats/metrics/{site-id}`,
+//! `DELETE /cats/metrics/{csci-id}` and `GET /cats/metrics/{site-id}`, their replies, and
+//! gzip. Pure encode/decode; `docs/cps-protocol.md` is the prose version.
+
+use std::io::{Read, Write};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::model::{Health, SiteMetrics};
+use crate::engine::update::{Advertisement, AdvertisementKind};
+
+pub const METRICS_PATH: &str = "/cats/metrics";
+
+/// Request headers (all requests carry the first; PSK mode adds the others).
+pub const H_CSMA_ID: &str = "x-cats-csma-id";
+pub const H_SITE_ID: &str = "x-cats-site-id";
+/// Freshness sequence of a DELETE (the advertisement that withdrew the SCI).
+pub const H_SEQUENCE: &str = "x-cats-sequence";
+pub const H_KEY_ID: &str = "x-cats-key-id";
+pub const H_TIMESTAMP: &str = "x-cats-timestamp";
+pub const H_NONCE: &str = "x-cats-nonce";
+pub const H_SIGNATURE: &str = "x-cats-signature";
+
+/// The largest body either side accepts, compressed or not.
+pub const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// One service's row of the Computing Service Table, as the C-SMA advertises it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ServiceMetrics {
+    pub cs_id: String,
+    pub gas: u32,
+    /// Milliseconds per request.
+    pub computing_time: u32,
+    pub health: Health,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_label: Option<u8>,
+    pub sci_count: u32,
+}
+
+impl From<&SiteMetrics> for ServiceMetrics {
+    fn from(s: &SiteMetrics) -> Self {
+        ServiceMetrics {
+            cs_id: s.cs_id.clone(),
+            gas: s.gas,
+            computing_time: s.computing_time_ms,
+            health: s.health,
+            cost: s.cost,
+            security_label: s.security_label,
+            sci_count: s.sci_count,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportKind {
+    Delta,
+    Full,
+}
+
+/// One advertisement as sent to one C-PS (already filtered to its allowed CS-IDs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MetricReport {
+    /// The freshness indicator: strictly increasing per C-SMA.
+    pub sequence: u64,
+    pub kind: ReportKind,
+    pub trigger: String,
+    pub generated_at: DateTime<Utc>,
+    #[serde(default)]
+    pub services: Vec<ServiceMetrics>,
+    /// CS-IDs this site no longer serves.
+    #[serde(default)]
+    pub withdrawn: Vec<String>,
+    /// SCIs withdrawn by this advertisement (also sent as `DELETE /cats/metrics/{csci-id}`).
+    #[serde(default)]
+    pub sci_withdrawn: Vec<String>,
+}
+
+impl MetricReport {
+    /// The part of `ad` a C-PS allowed `allowed` may see. `None` when a delta has nothing
+    /// for it (a full snapshot is always sent: it is the authoritative set, even empty).
+    pub fn for_peer(ad: &Advertisement, allowed: &dyn Fn(&str) -> bool) -> Option<MetricReport> {
+        let services: Vec<ServiceMetrics> =
+            ad.sites.iter().filter(|s| allowed(&s.cs_id)).map(ServiceMetrics::from).collect();
+        let withdrawn: Vec<String> = ad.withdrawn.iter().filter(|c| allowed(c)).cloned().collect();
+        let kind = match ad.kind {
+            AdvertisementKind::Full => ReportKind::Full,
+            AdvertisementKind::Delta => ReportKind::Delta,
+        };
+        if kind == ReportKind::Delta && services.is_empty() && withdrawn.is_empty() && ad.sci_withdrawn.is_empty() {
+            return None;
+        }
+        Some(MetricReport {
+            sequence: ad.seq,
+            kind,
+            trigger: ad.trigger.name().to_owned(),
+            generated_at: ad.generated_at,
+            services,
+            withdrawn,
+            sci_withdrawn: ad.sci_withdrawn.clone(),
+        })
+    }
+}
+
+/// Body of `POST /cats/metrics`: a batch of delta reports, oldest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MetricBatch {
+    pub csma_id: String,
+    pub site_id: String,
+    pub reports: Vec<MetricReport>,
+}
+
+/// Body of `PUT /cats/metrics/{site-id}`: the complete set of this site's services; the
+/// C-PS replaces what it held for the site (the C-SMA's view wins).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SiteSnapshot {
+    pub csma_id: String,
+    pub report: MetricReport,
+}
+
+/// Reply to POST, PUT and DELETE.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Ack {
+    /// The highest sequence the C-PS has applied for this site.
+    pub acked_sequence: u64,
+    /// Reports applied by this request.
+    #[serde(default)]
+    pub applied: u32,
+    /// Reports skipped because their sequence was not newer than what the C-PS had.
+    #[serde(default)]
+    pub stale: u32,
+    /// The C-PS asks for a full snapshot (seed 004: a C-PS MAY request a full sync).
+    #[serde(default)]
+    pub full_sync_requested: bool,
+}
+
+/// Reply to `GET /cats/metrics/{site-id}` (reconciliation): what the C-PS holds for the site.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SiteState {
+    pub site_id: String,
+    pub csma_id: String,
+    pub acked_sequence: u64,
+    #[serde(default)]
+    pub full_sync_requested: bool,
+    #[serde(default)]
+    pub services: Vec<ServiceMetrics>,
+}
+
+/// An error reply: `{"error": "<reason>", "detail": "..."}` with a 4xx/5xx status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// gzip-compresses a body.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 4 + 64), flate2::Compression::fast());
+    // Writing into a Vec cannot fail.
+    let _ = enc.write_all(data);
+    enc.finish().unwrap_or_default()
+}
+
+/// Decompresses a gzip body, refusing output larger than `limit` (a gzip bomb).
+pub fn gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut dec = flate2::read::GzDecoder::new(data).take(limit as u64 + 1);
+    dec.read_to_end(&mut out).map_err(|e| format!("gzip: {e}"))?;
+    if out.len() > limit {
+        return Err(format!("decompressed body larger than {limit} bytes"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::update::{Audience, Trigger};
+
+    fn site(cs: &str, gas: u32) -> SiteMetrics {
+        SiteMetrics {
+            cs_id: cs.into(),
+            gas,
+            computing_time_ms: 5,
+            health: Health::Healthy,
+            cost: None,
+            security_label: None,
+            sci_count: 1,
+        }
+    }
+
+    fn ad(kind: AdvertisementKind, sites: Vec<SiteMetrics>) -> Advertisement {
+        Advertisement {
+            seq: 7,
+            kind,
+            audience: Audience::All,
+            trigger: Trigger::MetricChange,
+            sites,
+            withdrawn: vec!["OLD".into()],
+            sci_withdrawn: vec![],
+            generated_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn only_allowed_cs_ids_reach_a_peer() {
+        // seed 004, C-PS Authentication: only authorized CS-IDs are sent.
+        let a = ad(AdvertisementKind::Delta, vec![site("AR1", 10), site("LLM1", 20)]);
+        let r = MetricReport::for_peer(&a, &|c| c == "AR1").unwrap();
+        assert_eq!(r.services.len(), 1);
+        assert_eq!(r.services[0].cs_id, "AR1");
+        assert!(r.withdrawn.is_empty());
+        let none = MetricReport::for_peer(&ad(AdvertisementKind::Delta, vec![site("LLM1", 1)]), &|c| c == "AR1");
+        assert!(none.is_none(), "a delta with nothing allowed is not sent");
+        let full = MetricReport::for_peer(&ad(AdvertisementKind::Full, vec![site("LLM1", 1)]), &|c| c == "AR1");
+        assert_eq!(full.unwrap().kind, ReportKind::Full, "a full snapshot always goes, even empty");
+    }
+
+    #[test]
+    fn json_uses_kebab_case_and_round_trips() {
+        let r = MetricReport::for_peer(&ad(AdvertisementKind::Delta, vec![site("AR1", 10)]), &|_| true).unwrap();
+        let b = MetricBatch { csma_id: "c".into(), site_id: "s".into(), reports: vec![r] };
+        let j = serde_json::to_string(&b).unwrap();
+        assert!(j.contains("\"computing-time\":5") && j.contains("\"sci-withdrawn\"") && j.contains("\"HEALTHY\""));
+        assert_eq!(serde_json::from_str::<MetricBatch>(&j).unwrap(), b);
+    }
+
+    #[test]
+    fn gzip_round_trip_and_bomb_limit() {
+        let data = vec![b'x'; 100_000];
+        let z = gzip(&data);
+        assert!(z.len() < 1000);
+        assert_eq!(gunzip(&z, 100_000).unwrap(), data);
+        assert!(gunzip(&z, 99_999).is_err());
+        assert!(gunzip(b"not gzip", 10).is_err());
+    }
+}

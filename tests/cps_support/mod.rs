@@ -1,0 +1,220 @@
+//! Support for the C-PS adapter tests: an update-controller stand-in that emits
+//! advertisements and answers resync requests with a full snapshot of its current view
+//! (what the real controller does), peers with fast backoff, and polling helpers whose
+//! time limits only guard against hangs.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cats_sma::cps::auth::Psk;
+use cats_sma::cps::reference::{CpsConfig, CpsState, RefCps};
+use cats_sma::cps::session::{Hooks, Identity, PeerSettings, Role, Unreachable};
+use cats_sma::cps::transport::{Endpoint, HttpTransport};
+use cats_sma::cps::Adapters;
+use cats_sma::engine::model::{Health, SiteMetrics};
+use cats_sma::engine::update::{Advertisement, AdvertisementKind, Audience, Trigger};
+use tokio::sync::broadcast;
+
+pub const KEY_ID: &str = "k1";
+pub const SECRET: &[u8] = b"a pre-shared key of 32 bytes....";
+pub const SITE: &str = "site-a";
+pub const CSMA: &str = "csma-a";
+
+/// The stand-in controller: sequence numbers, the current view, the broadcast.
+pub struct Controller {
+    pub tx: broadcast::Sender<Arc<Advertisement>>,
+    seq: AtomicU64,
+    pub view: Mutex<BTreeMap<String, SiteMetrics>>,
+    pub resyncs: Mutex<Vec<String>>,
+    pub unreachable: Mutex<Vec<Unreachable>>,
+}
+
+pub fn site(cs: &str, gas: u32) -> SiteMetrics {
+    SiteMetrics {
+        cs_id: cs.into(),
+        gas,
+        computing_time_ms: 10,
+        health: Health::Healthy,
+        cost: None,
+        security_label: None,
+        sci_count: 1,
+    }
+}
+
+impl Controller {
+    pub fn new() -> Arc<Controller> {
+        let (tx, _) = broadcast::channel(4096);
+        Arc::new(Controller {
+            tx,
+            seq: AtomicU64::new(1000),
+            view: Mutex::new(BTreeMap::new()),
+            resyncs: Mutex::new(Vec::new()),
+            unreachable: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn next(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// A delta changing one service; returns its sequence number.
+    pub fn delta(&self, cs: &str, gas: u32) -> u64 {
+        let s = site(cs, gas);
+        self.view.lock().unwrap().insert(cs.into(), s.clone());
+        let seq = self.next();
+        let _ = self.tx.send(Arc::new(Advertisement {
+            seq,
+            kind: AdvertisementKind::Delta,
+            audience: Audience::All,
+            trigger: Trigger::MetricChange,
+            sites: vec![s],
+            withdrawn: vec![],
+            sci_withdrawn: vec![],
+            generated_at: chrono::Utc::now(),
+        }));
+        seq
+    }
+
+    /// The SCI `csci` failed and service `cs` lost it (withdrawn when `left` is None).
+    pub fn sci_failed(&self, csci: &str, cs: &str, left: Option<u32>) -> u64 {
+        let seq = self.next();
+        let (sites, withdrawn) = match left {
+            Some(g) => {
+                let s = site(cs, g);
+                self.view.lock().unwrap().insert(cs.into(), s.clone());
+                (vec![s], vec![])
+            }
+            None => {
+                self.view.lock().unwrap().remove(cs);
+                (vec![], vec![cs.to_owned()])
+            }
+        };
+        let _ = self.tx.send(Arc::new(Advertisement {
+            seq,
+            kind: AdvertisementKind::Delta,
+            audience: Audience::All,
+            trigger: Trigger::SciFailure,
+            sites,
+            withdrawn,
+            sci_withdrawn: vec![csci.to_owned()],
+            generated_at: chrono::Utc::now(),
+        }));
+        seq
+    }
+
+    /// What the real controller does on `Resync { peer }`: a full snapshot addressed to it.
+    pub fn full_for(&self, peer: &str) -> u64 {
+        let seq = self.next();
+        let sites = self.view.lock().unwrap().values().cloned().collect();
+        let _ = self.tx.send(Arc::new(Advertisement {
+            seq,
+            kind: AdvertisementKind::Full,
+            audience: Audience::Peer(peer.to_owned()),
+            trigger: Trigger::Resync,
+            sites,
+            withdrawn: vec![],
+            sci_withdrawn: vec![],
+            generated_at: chrono::Utc::now(),
+        }));
+        seq
+    }
+
+    pub fn hooks(self: &Arc<Self>) -> Hooks {
+        let me = self.clone();
+        let me2 = self.clone();
+        Hooks {
+            resync: Arc::new(move |peer: &str| {
+                me.resyncs.lock().unwrap().push(peer.to_owned());
+                me.full_for(peer);
+            }),
+            unreachable: Arc::new(move |u: &Unreachable| me2.unreachable.lock().unwrap().push(u.clone())),
+        }
+    }
+
+    pub fn start_adapters(self: &Arc<Self>) -> Arc<Adapters> {
+        Adapters::start(Identity { csma_id: CSMA.into(), site_id: SITE.into() }, self.tx.subscribe(), self.hooks())
+    }
+}
+
+pub fn settings(name: &str, addr: SocketAddr, role: Role, buffer: usize) -> PeerSettings {
+    PeerSettings {
+        name: name.into(),
+        url: format!("http://{addr}"),
+        role,
+        priority: 100,
+        allowed: ["AR1", "AR2", "LLM1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>(),
+        psk: Some(Psk { key_id: KEY_ID.into(), secret: SECRET.to_vec() }),
+        gzip: true,
+        buffer_size: buffer,
+        batch_size: 8,
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+    }
+}
+
+pub fn transport(addr: SocketAddr) -> Arc<HttpTransport> {
+    Arc::new(
+        HttpTransport::new(Endpoint::parse(&format!("http://{addr}")).unwrap(), None, Duration::from_secs(2)).unwrap(),
+    )
+}
+
+pub fn cps_config() -> CpsConfig {
+    CpsConfig {
+        keys: vec![cats_sma::cps::reference::config::KeyConfig {
+            id: KEY_ID.into(),
+            secret: cats_sma::cps::auth::hex(SECRET),
+        }],
+        ..CpsConfig::default()
+    }
+}
+
+/// A free loopback port (bound then released).
+pub fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+pub async fn start_cps(addr: SocketAddr, state: Option<Arc<CpsState>>) -> RefCps {
+    let state = state.unwrap_or_else(|| CpsState::new(cps_config()).unwrap());
+    RefCps::start(addr, state).await.unwrap()
+}
+
+/// Polls `cond` every 10 ms; panics with `what` after 20 s (a hang, not a timing assertion).
+pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The sequence numbers the C-PS applied for SITE, in order.
+pub fn applied(state: &CpsState) -> Vec<u64> {
+    state.cst.lock().unwrap().sites.get(SITE).map(|e| e.applied.iter().copied().collect()).unwrap_or_default()
+}
+
+pub fn acked(state: &CpsState) -> u64 {
+    state.cst.lock().unwrap().sites.get(SITE).map_or(0, |e| e.acked_sequence)
+}
+
+/// The C-PS's services for SITE as (cs-id, gas).
+pub fn cst_services(state: &CpsState) -> Vec<(String, u32)> {
+    state
+        .cst
+        .lock()
+        .unwrap()
+        .sites
+        .get(SITE)
+        .map(|e| e.services.values().map(|s| (s.cs_id.clone(), s.gas)).collect())
+        .unwrap_or_default()
+}
+
+pub fn view_services(c: &Controller) -> Vec<(String, u32)> {
+    c.view.lock().unwrap().values().map(|s| (s.cs_id.clone(), s.gas)).collect()
+}

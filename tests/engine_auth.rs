@@ -1,0 +1,144 @@
+//! SCI authentication end to end (seed 004, SCI Authentication and Security
+//! Considerations): credentials configured over NETCONF, HMAC-signed and JWT-carrying HTTP
+//! reports accepted, unsigned / forged / stale / expired ones refused with a reason, counted
+//! in the operational state and notified as auth-failure; an authenticated SCI may report
+//! only for itself; the secrets are hidden from users without an explicit NACM permit.
+
+mod common;
+
+use cats_sma::engine::auth::{sign_hmac, sign_jwt};
+use common::*;
+
+const CATS: &str = "urn:cats-sma:yang:cats-sma";
+const JSON: &str = "application/json";
+const KEY_A: &[u8] = b"sci-a-shared-secret-0123";
+const KEY_B: &[u8] = b"sci-b-token-signing-key!";
+
+fn report(csci: &str, cs: &str, seq: u64, gas: i64) -> String {
+    let now = chrono::Utc::now().to_rfc3339();
+    format!(
+        r#"{{"csci-id":"{csci}","cs-id":"{cs}","seq":{seq},"timestamp":"{now}","gas":{gas},"computing-time":7,"health":"HEALTHY"}}"#
+    )
+}
+
+fn b64(k: &[u8]) -> String {
+    use base64ct::Encoding;
+    base64ct::Base64::encode_string(k)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sci_reports_are_authenticated_per_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0"]);
+    let sci = agent.sci_addr.unwrap();
+    let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    nc.hello(true).await;
+    // A second session listens for auth-failure notifications.
+    let mut events = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    events.hello(true).await;
+    let sub =
+        events.rpc11(&rpc(1, "<create-subscription xmlns=\"urn:ietf:params:xml:ns:netconf:notification:1.0\"/>")).await;
+    assert!(sub.contains("<ok/>"), "{sub}");
+
+    let cfg = format!(
+        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
+         <collection><authentication>\
+           <credential><name>a-psk</name><type>hmac-sha256</type><key>{}</key></credential>\
+           <credential><name>b-jwt</name><type>jwt-hs256</type><key>{}</key><issuer>site-1</issuer></credential>\
+         </authentication></collection><scis>\
+         <sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id><credential-ref>a-psk</credential-ref></sci>\
+         <sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id><credential-ref>b-jwt</credential-ref></sci>\
+         <sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id></sci></scis></cats-sma></config></edit-config>",
+        b64(KEY_A),
+        b64(KEY_B)
+    );
+    let r = nc.rpc11(&rpc(1, &cfg)).await;
+    assert!(r.contains("<ok/>"), "{r}");
+
+    // A credential-ref naming no credential is refused by the schema (leafref).
+    let dangling = format!(
+        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis>\
+         <sci><csci-id>sci-d</csci-id><cs-id>AR1</cs-id><credential-ref>nope</credential-ref></sci>\
+         </scis></cats-sma></config></edit-config>"
+    );
+    let r = nc.rpc11(&rpc(2, &dangling)).await;
+    assert!(r.contains("<rpc-error>") && r.contains("data-missing"), "{r}");
+
+    let now = chrono::Utc::now().timestamp();
+    // HMAC: signed over timestamp and body, accepted.
+    let body = report("sci-a", "AR1", 1, 400);
+    let proof = sign_hmac(KEY_A, now, body.as_bytes());
+    let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &proof)], body.as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    // Unsigned: the SCI has a credential, so the report is refused as unauthenticated.
+    let body = report("sci-a", "AR1", 2, 410);
+    let (st, b) = http_post(sci, "/reports", JSON, body.as_bytes()).await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b.contains("unauthenticated") && b.contains("a-psk"), "{b}");
+    // Signed with another key, or tampered after signing: 401 with a reason.
+    let forged = sign_hmac(b"not-the-key-of-sci-a!!!", now, body.as_bytes());
+    let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &forged)], body.as_bytes()).await;
+    assert_eq!(st, 401, "{b}");
+    assert!(b.contains("does not verify"), "{b}");
+    let signed = sign_hmac(KEY_A, now, body.as_bytes());
+    let tampered = report("sci-a", "AR1", 2, 99999);
+    let (st, _) = http_post_with(sci, "/reports", JSON, &[("authorization", &signed)], tampered.as_bytes()).await;
+    assert_eq!(st, 401);
+    // A message signed 31 s ago is outside the ±30 s window.
+    let stale = sign_hmac(KEY_A, now - 31, body.as_bytes());
+    let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &stale)], body.as_bytes()).await;
+    assert_eq!(st, 401, "{b}");
+    assert!(b.contains("window"), "{b}");
+    // An authenticated SCI reporting for another SCI: that report is refused.
+    let batch = format!("[{},{}]", report("sci-a", "AR1", 3, 420), report("sci-c", "AR1", 1, 10));
+    let proof = sign_hmac(KEY_A, now, batch.as_bytes());
+    let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &proof)], batch.as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    assert!(b.contains("\"accepted\":1") && b.contains("message is from sci-a but reports for sci-c"), "{b}");
+
+    // JWT: a valid token for sci-b is accepted; expired, wrong issuer or for another SCI not.
+    let body = report("sci-b", "AR1", 1, 300);
+    let token = sign_jwt(KEY_B, "sci-b", Some("site-1"), now + 300);
+    let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &token)], body.as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    let body = report("sci-b", "AR1", 2, 310);
+    for bad in [
+        sign_jwt(KEY_B, "sci-b", Some("site-1"), now - 5),
+        sign_jwt(KEY_B, "sci-b", Some("site-2"), now + 300),
+        sign_jwt(KEY_A, "sci-b", Some("site-1"), now + 300),
+    ] {
+        let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &bad)], body.as_bytes()).await;
+        assert_eq!(st, 401, "{b}");
+    }
+    // A token for sci-b carrying sci-a's report: refused (reports only for itself).
+    let (st, b) =
+        http_post_with(sci, "/reports", JSON, &[("authorization", &token)], report("sci-a", "AR1", 9, 1).as_bytes())
+            .await;
+    assert_eq!(st, 422, "{b}");
+
+    // An SCI without a credential is attributed by its claim while authentication is not
+    // required, and refused once it is.
+    let (st, b) = http_post(sci, "/reports", JSON, report("sci-c", "AR1", 2, 20).as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    let req = format!(
+        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><collection><authentication>\
+         <required>true</required></authentication></collection></cats-sma></config></edit-config>"
+    );
+    assert!(nc.rpc11(&rpc(3, &req)).await.contains("<ok/>"));
+    let (st, b) = http_post(sci, "/reports", JSON, report("sci-c", "AR1", 3, 30).as_bytes()).await;
+    assert_eq!(st, 422, "{b}");
+    assert!(b.contains("authentication is required"), "{b}");
+
+    // Every failure is notified (seed 004: all authentication failures logged).
+    let got = String::from_utf8_lossy(&events.read_until(b"window").await).to_string();
+    assert!(got.contains("<auth-failure") && got.contains("<source-address>127.0.0.1</source-address>"), "{got}");
+    assert!(got.contains("<claimed-csci-id>sci-a</claimed-csci-id>") && got.contains("<transport>http</transport>"));
+
+    // Counted by reason in the operational state: 1 unsigned + 3 bad HMAC + 1 foreign
+    // report + 3 bad tokens + 1 token for another SCI + 1 required = 10.
+    let get = "<get-data xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-nmda\" \
+               xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\"><datastore>ds:operational</datastore>\
+               <xpath-filter xmlns:c=\"urn:cats-sma:yang:cats-sma\">/c:cats-sma/c:statistics</xpath-filter></get-data>";
+    let r = nc.rpc11(&rpc(4, get)).await;
+    assert!(r.contains(":unauthenticated</reason><count>10</count>"), "{r}");
+}
