@@ -130,7 +130,7 @@ pub fn restconf_path(path: &str) -> String {
     out
 }
 
-fn percent_encode(v: &str, out: &mut String) {
+pub fn percent_encode(v: &str, out: &mut String) {
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(b as char);

@@ -8,6 +8,7 @@
 
 pub mod encode;
 pub mod params;
+pub mod probe;
 pub mod state;
 pub mod subscription;
 pub mod view;
@@ -173,13 +174,13 @@ impl Push {
                 Box::pin(subscription::run_stream(sel, replay, replay_start.is_some(), live, stop, ctrl_rx, outbox))
             }
             Target::Datastore { datastore, selection, trigger } => {
-                let view: Arc<dyn View> = Arc::new(DatastoreView {
-                    datastores: server.datastores.clone(),
-                    nacm: server.nacm.clone(),
-                    user: user.to_owned(),
-                    datastore: *datastore,
-                    selection: selection.clone(),
-                });
+                let view: Arc<dyn View> = Arc::new(DatastoreView::new(
+                    server.datastores.clone(),
+                    server.nacm.clone(),
+                    user.to_owned(),
+                    *datastore,
+                    selection.clone(),
+                ));
                 let feeds = Feeds {
                     engine: (*datastore == Datastore::Operational)
                         .then(|| self.engine.get().map(|t| t.subscribe()))
@@ -297,13 +298,13 @@ impl Push {
                 }
                 if let Some(f) = &m.filter {
                     *selection = f.clone();
-                    new_view = Some(Arc::new(DatastoreView {
-                        datastores: server.datastores.clone(),
-                        nacm: server.nacm.clone(),
-                        user: entry.user.clone(),
-                        datastore: *datastore,
-                        selection: f.clone(),
-                    }));
+                    new_view = Some(Arc::new(DatastoreView::new(
+                        server.datastores.clone(),
+                        server.nacm.clone(),
+                        entry.user.clone(),
+                        *datastore,
+                        f.clone(),
+                    )));
                 }
             }
         }

@@ -182,6 +182,8 @@ async fn recv_opt<T: Clone>(rx: &mut Option<broadcast::Receiver<T>>) -> Result<T
 struct Pending {
     edits: Vec<Edit>,
     index: HashMap<String, usize>,
+    /// When the engine started the oldest change held (latency probe).
+    oldest: Option<Instant>,
 }
 
 impl Pending {
@@ -202,11 +204,12 @@ impl Pending {
             }
         }
     }
-    fn take(&mut self) -> Vec<Edit> {
+    fn take(&mut self) -> (Vec<Edit>, Option<Instant>) {
         self.index.clear();
-        std::mem::take(&mut self.edits)
+        (std::mem::take(&mut self.edits), self.oldest.take())
     }
     fn clear(&mut self) {
+        self.oldest = None;
         self.index.clear();
         self.edits.clear();
     }
@@ -347,19 +350,8 @@ pub async fn run_datastore(
                     break End::ReceiverGone;
                 }
             }
-            _ = sleep_until(flush_at) => {
-                flush_at = None;
-                let edits = pending.take();
-                if edits.is_empty() || flow.suspended_at.is_some() {
-                    continue;
-                }
-                last_push = Some(Instant::now());
-                match out.data(encode::push_change_update(out.id, patch_id, &edits, false)) {
-                    Sent::Ok => patch_id += 1,
-                    Sent::Full => flow.suspend(&out),
-                    Sent::Gone => break End::ReceiverGone,
-                }
-            }
+            // Due edits are sent below, after every arm.
+            _ = sleep_until(flush_at) => {}
             r = recv_opt(&mut feeds.engine) => {
                 if !on_batch(r.map(Batch::Engine), &view, &trigger, &out, &mut flow, &mut pending, &mut flush_at, last_push).await {
                     break End::ReceiverGone;
@@ -369,6 +361,26 @@ pub async fn run_datastore(
                 if !on_batch(r.map(Batch::Running), &view, &trigger, &out, &mut flow, &mut pending, &mut flush_at, last_push).await {
                     break End::ReceiverGone;
                 }
+            }
+        }
+        // Edits due now go out at once (not through a timer, which would round up to the
+        // next millisecond tick).
+        if flush_at.is_some_and(|t| t <= Instant::now()) {
+            flush_at = None;
+            let (edits, oldest) = pending.take();
+            if edits.is_empty() || flow.suspended_at.is_some() {
+                continue;
+            }
+            last_push = Some(Instant::now());
+            match out.data(encode::push_change_update(out.id, patch_id, &edits, false)) {
+                Sent::Ok => {
+                    patch_id += 1;
+                    if let Some(t) = oldest {
+                        super::probe::record(t);
+                    }
+                }
+                Sent::Full => flow.suspend(&out),
+                Sent::Gone => break End::ReceiverGone,
             }
         }
     };
@@ -411,6 +423,9 @@ async fn on_batch(
             continue;
         }
         pending.add(e);
+    }
+    if let (Batch::Engine(set), false) = (&batch, pending.edits.is_empty()) {
+        pending.oldest.get_or_insert(set.started);
     }
     if !pending.edits.is_empty() && flush_at.is_none() {
         let damp = Duration::from_millis(*dampening_cs as u64 * 10);

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use yang2::data::{Data, DataFormat, DataPrinterFlags, DataTree};
 
-use super::encode::{restconf_path, Edit};
+use std::fmt::Write as _;
+
+use super::encode::{percent_encode, restconf_path, Edit};
 use super::params::{EditOp, Filter};
 use crate::datastore::tree::{quote, set};
 use crate::datastore::{ChangeOp, Datastore, Datastores};
@@ -15,8 +17,10 @@ use crate::engine::changes::{ChangeSet, StateChange};
 use crate::error::RpcError;
 use crate::nacm::Nacm;
 use crate::netconf::filter::{subtree, xpath};
+use crate::netconf::xml::escape_text;
 
 const ROOT: &str = "/cats-sma:cats-sma";
+const NS_CATS: &str = "urn:cats-sma:yang:cats-sma";
 
 /// One change of running, with the node after the change (or, for a delete, its path
 /// with keys and old value) and its ancestors, ready to be filtered.
@@ -54,6 +58,9 @@ pub struct DatastoreView {
     pub user: String,
     pub datastore: Datastore,
     pub selection: Option<Filter>,
+    /// The selection takes every metric-cache entry / service whole, so their edits can
+    /// be written straight from the typed change when NACM does not restrict the reader.
+    whole: (bool, bool),
 }
 
 fn print(tree: &DataTree<'static>, siblings: bool) -> Result<String, RpcError> {
@@ -68,6 +75,46 @@ fn print(tree: &DataTree<'static>, siblings: bool) -> Result<String, RpcError> {
 }
 
 impl DatastoreView {
+    pub fn new(
+        datastores: Arc<Datastores>,
+        nacm: Arc<Nacm>,
+        user: String,
+        datastore: Datastore,
+        selection: Option<Filter>,
+    ) -> Self {
+        let whole = match &selection {
+            None => (true, true),
+            Some(f) => selects_whole_objects(f),
+        };
+        DatastoreView { datastores, nacm, user, datastore, selection, whole }
+    }
+
+    /// The edit of an engine change written directly as XML (the fast path).
+    fn direct_edit(change: &StateChange) -> Edit {
+        let (base, list, key, id, leaves) = match change {
+            StateChange::Sci { csci_id, leaves } => ("metric-cache/entry", "entry", "csci-id", csci_id, leaves),
+            StateChange::Service { cs_id, leaves } => ("services/service", "service", "cs-id", cs_id, leaves),
+        };
+        let mut target = format!("{ROOT}/{base}=");
+        percent_encode(id, &mut target);
+        let Some(leaves) = leaves else { return Edit { target, op: EditOp::Delete, value: None } };
+        let mut v = String::with_capacity(64 + leaves.len() * 40);
+        let _ = write!(v, "<{list} xmlns=\"{NS_CATS}\"><{key}>{}</{key}>", escape_text(id));
+        for (name, value) in leaves {
+            match name.split_once(':') {
+                Some((module, local)) => {
+                    let ns = crate::yang::context().get_module_latest(module).map(|m| m.namespace().to_owned());
+                    let _ = write!(v, "<{local} xmlns=\"{}\">{}</{local}>", ns.unwrap_or_default(), escape_text(value));
+                }
+                None => {
+                    let _ = write!(v, "<{name}>{}</{name}>", escape_text(value));
+                }
+            }
+        }
+        let _ = write!(v, "</{list}>");
+        Edit { target, op: EditOp::Replace, value: Some(v) }
+    }
+
     /// Applies the selection filter and NACM to a tree.
     fn select(&self, tree: DataTree<'static>) -> Result<DataTree<'static>, RpcError> {
         let mut tree = match &self.selection {
@@ -135,7 +182,21 @@ impl View for DatastoreView {
                 if self.datastore != Datastore::Operational {
                     return Vec::new();
                 }
-                set.changes.iter().filter_map(|c| self.engine_edit(c)).collect()
+                let unrestricted = self.nacm.read_is_unrestricted(&self.user, &DataTree::new(crate::yang::context()));
+                set.changes
+                    .iter()
+                    .filter_map(|c| {
+                        let whole = match c {
+                            StateChange::Sci { .. } => self.whole.0,
+                            StateChange::Service { .. } => self.whole.1,
+                        };
+                        if whole && unrestricted {
+                            Some(Self::direct_edit(c))
+                        } else {
+                            self.engine_edit(c)
+                        }
+                    })
+                    .collect()
             }
             Batch::Running(edits) => edits
                 .iter()
@@ -187,4 +248,88 @@ pub fn selects_on_change_objects(selection: &Filter, datastore: Datastore) -> bo
     // Metric data is on-change capable; a selection of only the engine's counters is not
     // (they change with every report). Anything else (configuration) is.
     has(&entry) || has(&service) || !has(&stats)
+}
+
+/// Whether a selection takes every metric-cache entry and every service whole (all their
+/// leaves, whatever their values): probed with two entries and two services of different
+/// keys and values, each of which must come out complete.
+fn selects_whole_objects(selection: &Filter) -> (bool, bool) {
+    let ctx = crate::yang::context();
+    let mut tree = DataTree::new(ctx);
+    let entries = [("probe-a", "0", "healthy", "active"), ("probe-b", "7", "unhealthy", "stale")];
+    let services = [("probe-a", "0", "healthy"), ("probe-b", "9", "degraded")];
+    let mut ok = true;
+    for (key, gas, health, state) in entries {
+        let base = format!("{ROOT}/metric-cache/entry[csci-id='{key}']");
+        for (leaf, v) in [("cs-id", key), ("gas", gas), ("computing-time", gas), ("health", health), ("state", state)] {
+            ok &= set(&mut tree, &format!("{base}/{leaf}"), Some(v)).is_ok();
+        }
+    }
+    for (key, gas, health) in services {
+        let base = format!("{ROOT}/services/service[cs-id='{key}']");
+        for (leaf, v) in [("site-gas", gas), ("computing-time", gas), ("health", health), ("sci-count", gas)] {
+            ok &= set(&mut tree, &format!("{base}/{leaf}"), Some(v)).is_ok();
+        }
+    }
+    if !ok {
+        return (false, false);
+    }
+    let selected = match selection {
+        Filter::Subtree(el, _) => subtree::apply(el, &tree),
+        Filter::XPath(x) => xpath::apply(x, &tree),
+    };
+    let Ok(selected) = selected else { return (false, false) };
+    let complete =
+        |path: String, leaves: usize| selected.find_path(&path).is_ok_and(|n| n.children().count() == leaves);
+    let all_entries = entries.iter().all(|(k, ..)| complete(format!("{ROOT}/metric-cache/entry[csci-id='{k}']"), 6));
+    let all_services = services.iter().all(|(k, ..)| complete(format!("{ROOT}/services/service[cs-id='{k}']"), 5));
+    (all_entries, all_services)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(selection: Option<Filter>) -> DatastoreView {
+        let ctx = crate::yang::context();
+        let ds = Arc::new(Datastores::open(ctx, None).expect("datastores"));
+        DatastoreView::new(ds, Nacm::new(None), "admin".into(), Datastore::Operational, selection)
+    }
+
+    #[test]
+    fn the_direct_edit_is_what_libyang_prints() {
+        let v = view(None);
+        let leaves = vec![
+            ("cs-id", "AR1".to_owned()),
+            ("gas", "400".to_owned()),
+            ("computing-time", "5".to_owned()),
+            ("health", "healthy".to_owned()),
+            ("state", "active".to_owned()),
+            ("flags", "smoothed gas-zeroed".to_owned()),
+        ];
+        let sci = StateChange::Sci { csci_id: "1.2.3.4:80".into(), leaves: Some(leaves) };
+        assert_eq!(DatastoreView::direct_edit(&sci), v.engine_edit(&sci).unwrap());
+        let service = StateChange::Service {
+            cs_id: "AR1".into(),
+            leaves: Some(vec![
+                ("site-gas", "10".to_owned()),
+                ("health", "degraded".to_owned()),
+                ("cats-sma-policy:reported-gas", "9".to_owned()),
+            ]),
+        };
+        assert_eq!(DatastoreView::direct_edit(&service), v.engine_edit(&service).unwrap());
+        let gone = StateChange::Sci { csci_id: "a,b".into(), leaves: None };
+        assert_eq!(DatastoreView::direct_edit(&gone), v.engine_edit(&gone).unwrap());
+    }
+
+    #[test]
+    fn whole_object_selections_are_recognised() {
+        let x = |s: &str| Some(Filter::XPath(s.into()));
+        assert_eq!(view(None).whole, (true, true));
+        assert_eq!(view(x("/cats-sma:cats-sma")).whole, (true, true));
+        assert_eq!(view(x("/cats-sma:cats-sma/metric-cache/entry")).whole, (true, false));
+        assert_eq!(view(x("/cats-sma:cats-sma/metric-cache/entry/gas")).whole, (false, false));
+        assert_eq!(view(x("/cats-sma:cats-sma/metric-cache/entry[csci-id='probe-a']")).whole, (false, false));
+        assert_eq!(view(x("/cats-sma:cats-sma/metric-cache/entry[gas='0']")).whole, (false, false));
+    }
 }
