@@ -333,7 +333,7 @@ impl Datastores {
                     p.render(&mut tree, xpath)?;
                 }
                 let lib = crate::yang::yang_library(self.ctx)?;
-                tree.merge(&lib).map_err(ly)?;
+                self::tree::merge_moving(&mut tree, lib)?;
                 tree
             }
             _ => {
@@ -343,7 +343,11 @@ impl Datastores {
                 self.with_tree(ds, |t| t.duplicate())?.map_err(ly)?
             }
         };
-        select(self.ctx, &full, xpath)
+        match xpath {
+            // `full` is already this reader's own copy: no second duplicate.
+            None => Ok(full),
+            Some(_) => select(self.ctx, &full, xpath),
+        }
     }
 
     /// The number of running changes so far (for ETags and the like).

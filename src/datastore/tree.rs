@@ -74,6 +74,36 @@ pub fn set(tree: &mut DataTree<'static>, path: &str, value: Option<&str>) -> Res
     tree.new_path(path, value, false).map(|_| ()).map_err(|e| RpcError::from_libyang(&e).with_path(path))
 }
 
+/// Moves the nodes of `source` into `tree`, merging them with what is there (operational
+/// state: a provider's rendered tree is not needed afterwards, so nothing is copied, unlike
+/// `DataTree::merge`, which duplicates every node).
+pub fn merge_moving(tree: &mut DataTree<'static>, source: DataTree<'static>) -> Result<(), RpcError> {
+    if source.reference().is_none() {
+        return Ok(());
+    }
+    if tree.reference().is_none() {
+        *tree = source;
+        return Ok(());
+    }
+    let ctx = tree.context();
+    let mut target = std::mem::replace(tree, DataTree::new(ctx)).into_raw();
+    let source = source.into_raw();
+    // SAFETY: `target` is the first top-level sibling of a tree we own and `source` the root
+    // of another tree we own, both of this context. With LYD_MERGE_DESTRUCT libyang takes
+    // ownership of `source`: nodes are moved into `target` or freed, on success and on
+    // error, so it is never used again here. `target` is updated to the (possibly new)
+    // first sibling and handed back to `tree`.
+    let ret = unsafe {
+        let ret = yang2::ffi::lyd_merge_siblings(&mut target, source, yang2::ffi::LYD_MERGE_DESTRUCT as u16);
+        *tree = DataTree::from_raw(ctx, target);
+        ret
+    };
+    if ret != yang2::ffi::LY_ERR::LY_SUCCESS {
+        return Err(RpcError::application(crate::error::ErrorTag::OperationFailed, "merging operational state failed"));
+    }
+    Ok(())
+}
+
 /// A date-and-time as YANG wants it (RFC 3339, UTC).
 pub fn yang_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)

@@ -137,6 +137,10 @@ impl Aggregate {
 
     /// Replaces an SCI's contribution.
     pub fn update(&mut self, old: Option<&Contribution>, new: Option<&Contribution>) {
+        if old == new {
+            // A steady SCI re-reporting the same metrics (the common case) changes nothing.
+            return;
+        }
         if let Some(o) = old {
             self.remove(o);
         }

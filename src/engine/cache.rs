@@ -3,9 +3,15 @@
 //! soft-state aging (TTL → STALE → grace period → FAILED), a maximum size with
 //! least-recently-used eviction, and the per-SCI state machine. The registry (hard state)
 //! lives elsewhere; this is soft state only.
+//!
+//! Entries live in a slab (a `Vec` of slots) found through one index by CSCI-ID; the LRU
+//! order is a doubly linked list of slot numbers kept in its own dense array (moving an
+//! entry to the back touches 8-byte links, not three whole entries), and each entry has at
+//! most one reminder in the timer heap, so a report allocates nothing here.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -24,6 +30,10 @@ pub struct Flags {
     pub pull_pending: bool,
     pub gas_zeroed: bool,
 }
+
+/// A slot of the slab; `NIL` ends the LRU list.
+type Slot = u32;
+const NIL: Slot = u32::MAX;
 
 /// One SCI's cache entry.
 #[derive(Clone, Debug)]
@@ -44,8 +54,12 @@ pub struct Entry {
     pub ttl: Duration,
     pub grace: Duration,
     pub history: History,
-    lru_tick: u64,
-    timer_version: u64,
+    /// The timer that fires next for this entry (TTL while reporting, grace while STALE).
+    due: Option<(Instant, Timer)>,
+    /// Whether the timer heap holds this entry's reminder (never more than one).
+    queued: bool,
+    /// Tells this entry's reminders from those of an earlier entry in the same slot.
+    serial: u64,
 }
 
 impl Entry {
@@ -97,18 +111,95 @@ enum Timer {
 
 #[derive(Default)]
 struct Service {
-    members: HashSet<CsciId>,
+    members: HashSet<Slot, IdHash>,
     aggregate: Aggregate,
+}
+
+/// The hash of the cache's indexes: a multiply-and-fold hash, several times faster than
+/// SipHash on short CSCI-IDs, seeded per process. Keys are only ever inserted for SCIs
+/// in the registry (configuration), so report senders cannot choose colliding keys.
+#[derive(Clone, Copy)]
+pub struct IdHash {
+    seed: u64,
+}
+
+impl Default for IdHash {
+    fn default() -> Self {
+        use std::sync::OnceLock;
+        static SEED: OnceLock<u64> = OnceLock::new();
+        let seed = *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64) | 1);
+        IdHash { seed }
+    }
+}
+
+impl BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(self.seed)
+    }
+}
+
+pub struct IdHasher(u64);
+
+const K: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl IdHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        let m = u128::from(self.0 ^ word) * u128::from(K);
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+}
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i) | 0x100);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        let m = u128::from(self.0) * u128::from(K ^ 0xff51_afd7_ed55_8ccd);
+        (m as u64) ^ ((m >> 64) as u64)
+    }
 }
 
 /// The cache.
 pub struct MetricCache {
-    entries: HashMap<CsciId, Entry>,
-    services: HashMap<CsId, Service>,
-    /// Touch order for LRU; stale positions are skipped lazily (the entry's tick differs).
-    lru: VecDeque<(u64, CsciId)>,
-    timers: BinaryHeap<Reverse<(Instant, u64, Timer, CsciId)>>,
-    tick: u64,
+    /// CSCI-ID → slot.
+    index: HashMap<Box<str>, Slot, IdHash>,
+    slots: Vec<Option<Entry>>,
+    free: Vec<Slot>,
+    services: HashMap<CsId, Service, IdHash>,
+    /// LRU links per slot: [towards least recently used, towards most recently used].
+    lru: Vec<[Slot; 2]>,
+    /// Least and most recently used ends of the LRU list.
+    lru_head: Slot,
+    lru_tail: Slot,
+    /// One reminder per entry at most: (when, slot, serial). A reminder may be earlier than
+    /// the entry's timer (a report pushed the TTL back); it is then re-queued.
+    timers: BinaryHeap<Reverse<(Instant, Slot, u64)>>,
+    serial: u64,
     pub max_entries: usize,
     pub function: ComputingTimeFunction,
 }
@@ -116,39 +207,55 @@ pub struct MetricCache {
 impl MetricCache {
     pub fn new(max_entries: usize) -> Self {
         MetricCache {
-            entries: HashMap::new(),
-            services: HashMap::new(),
-            lru: VecDeque::new(),
+            index: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            services: HashMap::default(),
+            lru: Vec::new(),
+            lru_head: NIL,
+            lru_tail: NIL,
             timers: BinaryHeap::new(),
-            tick: 0,
+            serial: 0,
             max_entries: max_entries.max(1),
             function: ComputingTimeFunction::default(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.index.is_empty()
+    }
+
+    fn slot(&self, csci_id: &str) -> Option<Slot> {
+        self.index.get(csci_id).copied()
+    }
+
+    fn at(&self, slot: Slot) -> Option<&Entry> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    fn at_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
+        self.slots.get_mut(slot as usize).and_then(Option::as_mut)
     }
 
     pub fn get(&self, csci_id: &str) -> Option<&Entry> {
-        self.entries.get(csci_id)
+        self.slot(csci_id).and_then(|s| self.at(s))
     }
 
     pub fn get_mut(&mut self, csci_id: &str) -> Option<&mut Entry> {
-        self.entries.get_mut(csci_id)
+        self.slot(csci_id).and_then(|s| self.at_mut(s))
     }
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values()
+        self.slots.iter().filter_map(Option::as_ref)
     }
 
     /// The SCIs currently counted for a CS-ID (no scan of the whole cache).
     pub fn members(&self, cs_id: &str) -> impl Iterator<Item = &Entry> {
-        self.services.get(cs_id).into_iter().flat_map(|s| s.members.iter().filter_map(|id| self.entries.get(id)))
+        self.services.get(cs_id).into_iter().flat_map(|s| s.members.iter().filter_map(|&slot| self.at(slot)))
     }
 
     pub fn services(&self) -> impl Iterator<Item = &CsId> {
@@ -160,23 +267,49 @@ impl MetricCache {
         self.services.get(cs_id).map(|s| s.aggregate.site(cs_id, self.function))
     }
 
-    fn touch(&mut self, csci_id: &str) {
-        self.tick += 1;
-        if let Some(e) = self.entries.get_mut(csci_id) {
-            e.lru_tick = self.tick;
-            self.lru.push_back((self.tick, csci_id.to_owned()));
+    /// Takes a linked slot out of the LRU list.
+    fn unlink(&mut self, slot: Slot) {
+        let [prev, next] = self.lru[slot as usize];
+        match prev {
+            NIL => self.lru_head = next,
+            p => self.lru[p as usize][1] = next,
         }
-        // Keep the lazy queue from growing without bound.
-        if self.lru.len() > 2 * self.entries.len() + 64 {
-            let entries = &self.entries;
-            self.lru.retain(|(t, id)| entries.get(id).is_some_and(|e| e.lru_tick == *t));
+        match next {
+            NIL => self.lru_tail = prev,
+            n => self.lru[n as usize][0] = prev,
         }
     }
 
-    fn schedule(&mut self, csci_id: &str, at: Instant, timer: Timer) {
-        if let Some(e) = self.entries.get_mut(csci_id) {
-            e.timer_version += 1;
-            self.timers.push(Reverse((at, e.timer_version, timer, csci_id.to_owned())));
+    /// Links an unlinked slot as the most recently used.
+    fn push_back(&mut self, slot: Slot) {
+        let tail = self.lru_tail;
+        if self.lru.len() <= slot as usize {
+            self.lru.resize(slot as usize + 1, [NIL, NIL]);
+        }
+        self.lru[slot as usize] = [tail, NIL];
+        match tail {
+            NIL => self.lru_head = slot,
+            t => self.lru[t as usize][1] = slot,
+        }
+        self.lru_tail = slot;
+    }
+
+    /// Makes a linked slot the most recently used.
+    fn touch(&mut self, slot: Slot) {
+        if self.lru_tail != slot {
+            self.unlink(slot);
+            self.push_back(slot);
+        }
+    }
+
+    /// Sets the entry's next timer, queueing a reminder unless one is already queued (an
+    /// earlier reminder re-queues itself for the new time when it comes due).
+    fn schedule(&mut self, slot: Slot, at: Instant, timer: Timer) {
+        let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        e.due = Some((at, timer));
+        if !e.queued {
+            e.queued = true;
+            self.timers.push(Reverse((at, slot, e.serial)));
         }
     }
 
@@ -191,66 +324,80 @@ impl MetricCache {
         wall: DateTime<Utc>,
     ) -> Vec<CacheEvent> {
         let mut events = Vec::new();
-        if let Some(e) = self.entries.get_mut(csci_id) {
+        if let Some(e) = self.get_mut(csci_id) {
             e.ttl = ttl;
             e.grace = grace;
             return events;
         }
-        if self.entries.len() >= self.max_entries {
+        if self.len() >= self.max_entries {
             events.extend(self.evict_lru(csci_id));
         }
-        self.entries.insert(
-            csci_id.to_owned(),
-            Entry {
-                csci_id: csci_id.to_owned(),
-                cs_id: None,
-                reported: None,
-                effective: None,
-                timestamp: None,
-                sequence: None,
-                state: SciState::Active,
-                flags: Flags::default(),
-                last_update: now,
-                last_state_change: wall,
-                ttl,
-                grace,
-                history: History::default(),
-                lru_tick: 0,
-                timer_version: 0,
-            },
-        );
-        self.touch(csci_id);
+        self.serial += 1;
+        let entry = Entry {
+            csci_id: csci_id.to_owned(),
+            cs_id: None,
+            reported: None,
+            effective: None,
+            timestamp: None,
+            sequence: None,
+            state: SciState::Active,
+            flags: Flags::default(),
+            last_update: now,
+            last_state_change: wall,
+            ttl,
+            grace,
+            history: History::default(),
+            due: None,
+            queued: false,
+            serial: self.serial,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(entry);
+                s
+            }
+            None => {
+                self.slots.push(Some(entry));
+                (self.slots.len() - 1) as Slot
+            }
+        };
+        self.index.insert(csci_id.into(), slot);
+        self.push_back(slot);
         events
     }
 
     fn evict_lru(&mut self, keep: &str) -> Vec<CacheEvent> {
-        while let Some((tick, id)) = self.lru.pop_front() {
-            let current = self.entries.get(&id).is_some_and(|e| e.lru_tick == tick);
-            if current && id != keep {
-                let cs_id = self.entries.get(&id).and_then(|e| e.cs_id.clone());
+        let mut slot = self.lru_head;
+        while slot != NIL {
+            if let Some(e) = self.at(slot).filter(|e| e.csci_id != keep) {
+                let (id, cs_id) = (e.csci_id.clone(), e.cs_id.clone());
                 let mut events = self.remove(&id);
                 events.push(CacheEvent::Evicted { csci_id: id, cs_id });
                 return events;
             }
+            slot = self.lru[slot as usize][1];
         }
         Vec::new()
     }
 
     /// Removes an SCI (deregistered or evicted).
     pub fn remove(&mut self, csci_id: &str) -> Vec<CacheEvent> {
-        let Some(e) = self.entries.remove(csci_id) else { return Vec::new() };
+        let Some(slot) = self.index.remove(csci_id) else { return Vec::new() };
+        self.unlink(slot);
+        let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::take) else { return Vec::new() };
+        self.free.push(slot);
         let mut events = Vec::new();
         if let Some(cs) = &e.cs_id {
-            self.leave(cs, csci_id, e.contribution().as_ref());
+            self.leave(cs, slot, e.contribution().as_ref());
             events.push(CacheEvent::SiteChanged { cs_id: cs.clone() });
         }
         events
     }
 
-    fn leave(&mut self, cs_id: &str, csci_id: &str, contribution: Option<&Contribution>) {
+    fn leave(&mut self, cs_id: &str, slot: Slot, contribution: Option<&Contribution>) {
         if let Some(s) = self.services.get_mut(cs_id) {
             s.aggregate.update(contribution, None);
-            s.members.remove(csci_id);
+            s.members.remove(&slot);
             if s.members.is_empty() {
                 self.services.remove(cs_id);
             }
@@ -268,11 +415,15 @@ impl MetricCache {
         wall: DateTime<Utc>,
     ) -> Vec<CacheEvent> {
         let mut events = Vec::new();
-        let Some(e) = self.entries.get_mut(&report.csci_id) else { return events };
+        let Some(slot) = self.slot(&report.csci_id) else { return events };
+        let Some(e) = self.at_mut(slot) else { return events };
         let old_contribution = e.contribution();
-        let old_cs = e.cs_id.clone();
         let old_state = e.state;
-        e.cs_id = Some(report.cs_id.clone());
+        // The CS-ID is only replaced (allocated) when it changes.
+        let old_cs = match &e.cs_id {
+            Some(cs) if *cs == report.cs_id => None,
+            _ => Some(e.cs_id.replace(report.cs_id.clone())),
+        };
         e.reported = Some(report.metrics);
         e.effective = Some(effective);
         e.timestamp = Some(report.timestamp);
@@ -286,45 +437,54 @@ impl MetricCache {
         }
         let new_contribution = e.contribution();
         let ttl = e.ttl;
-        match &old_cs {
-            Some(cs) if *cs != report.cs_id => {
-                self.leave(cs, &report.csci_id, old_contribution.as_ref());
-                events.push(CacheEvent::SiteChanged { cs_id: cs.clone() });
-                self.join(&report.cs_id, &report.csci_id, None, new_contribution.as_ref());
+        match old_cs {
+            None => {
+                if let Some(s) = self.services.get_mut(&report.cs_id) {
+                    s.aggregate.update(old_contribution.as_ref(), new_contribution.as_ref());
+                }
             }
-            _ => self.join(&report.cs_id, &report.csci_id, old_contribution.as_ref(), new_contribution.as_ref()),
+            Some(Some(cs)) => {
+                self.leave(&cs, slot, old_contribution.as_ref());
+                events.push(CacheEvent::SiteChanged { cs_id: cs });
+                self.join(&report.cs_id, slot, None, new_contribution.as_ref());
+            }
+            Some(None) => self.join(&report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref()),
         }
         events.push(CacheEvent::SiteChanged { cs_id: report.cs_id.clone() });
-        self.touch(&report.csci_id);
-        self.schedule(&report.csci_id, now + ttl, Timer::Ttl);
+        self.touch(slot);
+        self.schedule(slot, now + ttl, Timer::Ttl);
         events
     }
 
-    fn join(&mut self, cs_id: &str, csci_id: &str, old: Option<&Contribution>, new: Option<&Contribution>) {
-        let s = self.services.entry(cs_id.to_owned()).or_default();
-        s.members.insert(csci_id.to_owned());
-        s.aggregate.update(old, new);
+    fn join(&mut self, cs_id: &str, slot: Slot, old: Option<&Contribution>, new: Option<&Contribution>) {
+        if !self.services.contains_key(cs_id) {
+            self.services.insert(cs_id.to_owned(), Service::default());
+        }
+        if let Some(s) = self.services.get_mut(cs_id) {
+            s.members.insert(slot);
+            s.aggregate.update(old, new);
+        }
     }
 
     /// Re-applies SCI-scope policy to every entry (a policy change), keeping aggregates right.
     pub fn reapply(&mut self, mut f: impl FnMut(&Metrics) -> Metrics) -> Vec<CacheEvent> {
-        let ids: Vec<CsciId> = self.entries.keys().cloned().collect();
         let mut changed = HashSet::new();
-        for id in ids {
-            let Some(e) = self.entries.get_mut(&id) else { continue };
+        for slot in 0..self.slots.len() as Slot {
+            let Some(e) = self.at_mut(slot) else { continue };
             let (Some(reported), Some(cs)) = (e.reported, e.cs_id.clone()) else { continue };
             let old = e.contribution();
             e.effective = Some(f(&reported));
             let new = e.contribution();
             if old != new {
-                self.join(&cs, &id, old.as_ref(), new.as_ref());
+                self.join(&cs, slot, old.as_ref(), new.as_ref());
                 changed.insert(cs);
             }
         }
         changed.into_iter().map(|cs_id| CacheEvent::SiteChanged { cs_id }).collect()
     }
 
-    /// The next time a TTL or grace timer is due.
+    /// The next time a TTL or grace timer may be due (a reminder can be early: the engine
+    /// then wakes, finds nothing due and sleeps until the re-queued time).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse((t, ..))| *t)
     }
@@ -332,15 +492,24 @@ impl MetricCache {
     /// Fires the timers due at `now`: HEALTHY → STALE (pull), STALE → FAILED (withdrawn).
     pub fn expire(&mut self, now: Instant, wall: DateTime<Utc>) -> Vec<CacheEvent> {
         let mut events = Vec::new();
-        while let Some(Reverse((at, version, timer, id))) = self.timers.peek().cloned() {
-            if at > now {
+        while let Some(&Reverse((reminder, slot, serial))) = self.timers.peek() {
+            if reminder > now {
                 break;
             }
             self.timers.pop();
-            let Some(e) = self.entries.get_mut(&id) else { continue };
-            if e.timer_version != version {
+            let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else { continue };
+            if e.serial != serial {
                 continue;
             }
+            e.queued = false;
+            let Some((at, timer)) = e.due else { continue };
+            if at > reminder {
+                // A later report moved the timer: remind again then (in order with the rest).
+                e.queued = true;
+                self.timers.push(Reverse((at, slot, serial)));
+                continue;
+            }
+            e.due = None;
             let input = match timer {
                 Timer::Ttl => Input::TtlExpired,
                 Timer::Grace => Input::GraceExpired,
@@ -354,7 +523,7 @@ impl MetricCache {
             match to {
                 SciState::Stale => {
                     e.flags.pull_pending = true;
-                    events.push(CacheEvent::PullNeeded { csci_id: id.clone() });
+                    events.push(CacheEvent::PullNeeded { csci_id: e.csci_id.clone() });
                 }
                 SciState::Failed => {
                     e.flags.pull_pending = false;
@@ -363,16 +532,16 @@ impl MetricCache {
                 _ => {}
             }
             let new = e.contribution();
-            let cs = e.cs_id.clone();
-            events.push(CacheEvent::StateChanged { csci_id: id.clone(), from, to, reason });
+            let (id, cs) = (e.csci_id.clone(), e.cs_id.clone());
+            events.push(CacheEvent::StateChanged { csci_id: id, from, to, reason });
             if let Some(cs) = cs {
                 if old != new {
-                    self.join(&cs, &id, old.as_ref(), new.as_ref());
+                    self.join(&cs, slot, old.as_ref(), new.as_ref());
                 }
                 events.push(CacheEvent::SiteChanged { cs_id: cs });
             }
             if to == SciState::Stale {
-                self.schedule(&id, at + grace, Timer::Grace);
+                self.schedule(slot, at + grace, Timer::Grace);
             }
         }
         events
@@ -486,5 +655,58 @@ mod tests {
         assert_eq!(c.site("AR2").unwrap().gas, 20);
         c.remove("d");
         assert!(c.site("AR1").is_none());
+    }
+
+    #[test]
+    fn lru_order_follows_reports_and_survives_slot_reuse() {
+        let mut c = MetricCache::new(3);
+        let (now, wall) = (Instant::now(), Utc::now());
+        let accept = |c: &mut MetricCache, id: &str, seq| {
+            let r = report(id, "AR1", seq, 10);
+            c.accept(&r, r.metrics, Flags::default(), now, wall)
+        };
+        for id in ["a", "b", "c"] {
+            c.register(id, TTL, GRACE, now, wall);
+        }
+        accept(&mut c, "a", 1);
+        let evicted = |ev: Vec<CacheEvent>| {
+            ev.into_iter().find_map(|e| match e {
+                CacheEvent::Evicted { csci_id, .. } => Some(csci_id),
+                _ => None,
+            })
+        };
+        // Order now (least recent first): b, c, a.
+        assert_eq!(evicted(c.register("d", TTL, GRACE, now, wall)).as_deref(), Some("b"));
+        accept(&mut c, "c", 1);
+        // c, a, d → a, d, c: a goes next.
+        assert_eq!(evicted(c.register("e", TTL, GRACE, now, wall)).as_deref(), Some("a"));
+        // Removing the middle entry and reusing its slot keeps the list whole.
+        c.remove("c");
+        c.register("f", TTL, GRACE, now, wall);
+        assert_eq!(c.len(), 3);
+        assert_eq!(evicted(c.register("g", TTL, GRACE, now, wall)).as_deref(), Some("d"));
+        assert_eq!(evicted(c.register("h", TTL, GRACE, now, wall)).as_deref(), Some("e"));
+        assert_eq!(evicted(c.register("i", TTL, GRACE, now, wall)).as_deref(), Some("f"));
+        let mut left: Vec<_> = c.entries().map(|e| e.csci_id.clone()).collect();
+        left.sort();
+        assert_eq!(left, ["g", "h", "i"]);
+        assert_eq!(c.site("AR1"), None, "evicted members left their service");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_timer_reminder_per_entry_however_many_reports() {
+        let mut c = MetricCache::new(10);
+        let (now, wall) = (Instant::now(), Utc::now());
+        c.register("a", TTL, GRACE, now, wall);
+        for seq in 1..1000 {
+            let r = report("a", "AR1", seq, 10);
+            c.accept(&r, r.metrics, Flags::default(), now + Duration::from_millis(seq), wall);
+        }
+        assert_eq!(c.timers.len(), 1);
+        // The reminder comes due early, is re-queued for the last report's TTL, then fires.
+        assert!(c.expire(now + Duration::from_millis(1) + TTL, wall).is_empty());
+        assert_eq!(c.next_deadline(), Some(now + Duration::from_millis(999) + TTL));
+        let ev = c.expire(now + Duration::from_millis(999) + TTL, wall);
+        assert!(ev.contains(&CacheEvent::PullNeeded { csci_id: "a".into() }));
     }
 }

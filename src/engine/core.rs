@@ -319,8 +319,12 @@ impl Core {
             let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
             self.absorb(ev);
         }
-        let history = &self.cache.get(&raw.csci_id).map(|e| e.history.clone()).unwrap_or_default();
-        match validate::validate(raw, history, &self.validation, now, wall) {
+        // The history is borrowed from the entry (registered just above), not cloned.
+        let verdict = match self.cache.get(&raw.csci_id) {
+            Some(e) => validate::validate(raw, &e.history, &self.validation, now, wall),
+            None => validate::validate(raw, &validate::History::default(), &self.validation, now, wall),
+        };
+        match verdict {
             Verdict::Reject { reason, detail, anomaly } => {
                 if let Some(a) = anomaly {
                     self.events.push(EngineEvent::MetricAnomaly {

@@ -164,8 +164,22 @@ impl Engine {
         reports: Vec<RawReport>,
         proof: Option<&str>,
         body: &[u8],
-        mut sender: Sender,
+        sender: Sender,
     ) -> Result<IngestResult, auth::AuthFailure> {
+        let sender = self.authenticate(&reports, proof, body, sender)?;
+        Ok(self.ingest_from(reports, sender).await)
+    }
+
+    /// The authentication step of [`Engine::ingest_message`], for transports that hand
+    /// reports over without waiting for their verdicts: returns the sender with what the
+    /// proof established, or counts and notifies the failure.
+    pub fn authenticate(
+        &self,
+        reports: &[RawReport],
+        proof: Option<&str>,
+        body: &[u8],
+        mut sender: Sender,
+    ) -> Result<Sender, auth::AuthFailure> {
         let claimed = sender.csci_id.clone().or_else(|| reports.first().map(|r| r.csci_id.clone()));
         let verdict = {
             let table = self.auth.read().unwrap_or_else(|e| e.into_inner());
@@ -192,7 +206,7 @@ impl Engine {
                 return Err(f);
             }
         }
-        Ok(self.ingest_from(reports, sender).await)
+        Ok(sender)
     }
 }
 

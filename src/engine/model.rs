@@ -29,13 +29,12 @@ impl Health {
         }
     }
 
+    /// Case-insensitive, without allocating (it runs for every report).
     pub fn parse(s: &str) -> Option<Health> {
-        match s.to_ascii_uppercase().as_str() {
-            "HEALTHY" => Some(Health::Healthy),
-            "DEGRADED" => Some(Health::Degraded),
-            "UNHEALTHY" => Some(Health::Unhealthy),
-            _ => None,
-        }
+        [(Health::Healthy, "HEALTHY"), (Health::Degraded, "DEGRADED"), (Health::Unhealthy, "UNHEALTHY")]
+            .into_iter()
+            .find(|(_, name)| s.eq_ignore_ascii_case(name))
+            .map(|(h, _)| h)
     }
 }
 

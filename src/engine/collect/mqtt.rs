@@ -78,6 +78,8 @@ pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) 
         opts.set_max_packet_size(Some(1024 * 1024));
         let (client, mut events) = AsyncClient::new(opts, 256);
         let filter = filter(&current);
+        let mut submitted: u32 = 0;
+        let broker = broker_ip(&current.host).await;
         let mut backoff = Duration::from_secs(1);
         info!(broker = %format!("{}:{}", current.host, current.port), filter, "SCI collection over MQTT starting");
         loop {
@@ -107,8 +109,14 @@ pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) 
                         let proof = props.and_then(|pr| {
                             pr.user_properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).map(|(_, v)| v.as_str())
                         });
-                        let broker = broker_ip(&current.host).await;
-                        ingest(&engine, &current.topic, &topic, &p.payload, cbor, proof, broker).await;
+                        ingest(&engine, &current.topic, &topic, &p.payload, cbor, proof, broker);
+                        // Reports are handed to the engine without waiting for each verdict
+                        // (in order: one job queue); every WINDOW messages the collector
+                        // waits for the engine to catch up, which bounds the backlog.
+                        submitted += 1;
+                        if submitted % WINDOW == 0 {
+                            let _ = engine.query(|_| ()).await;
+                        }
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -132,7 +140,10 @@ async fn broker_ip(host: &str) -> Option<std::net::IpAddr> {
     tokio::net::lookup_host((host, 0)).await.ok()?.next().map(|a| a.ip())
 }
 
-async fn ingest(
+/// Messages handed to the engine before the collector waits for it to catch up.
+const WINDOW: u32 = 256;
+
+fn ingest(
     engine: &Engine,
     pattern: &str,
     topic: &str,
@@ -152,16 +163,21 @@ async fn ingest(
     };
     let sender =
         Sender { csci_id: claimed_csci(pattern, topic), transport: "mqtt", address: broker, ..Sender::default() };
-    let results = match engine.ingest_message(raws, proof, payload, sender).await {
-        Ok(r) => r,
+    let sender = match engine.authenticate(&raws, proof, payload, sender) {
+        Ok(s) => s,
         Err(f) => {
             debug!(topic, "MQTT message refused: {}", f.detail);
             return;
         }
     };
-    for r in results.iter().filter_map(|r| r.as_ref().err()) {
-        debug!(topic, reason = r.0.identity(), "MQTT report refused: {}", r.1);
-    }
+    let topic = topic.to_owned();
+    engine.submit(move |core| {
+        for r in &raws {
+            if let Err((reason, detail)) = core.ingest_from(r, &sender) {
+                debug!(topic, reason = reason.identity(), "MQTT report refused: {detail}");
+            }
+        }
+    });
 }
 
 #[cfg(test)]

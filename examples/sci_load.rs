@@ -1,0 +1,491 @@
+//! SCI report load generator (a benchmark, not a test): starts a cats-sma agent whose
+//! startup configuration registers N SCIs, then pushes reports at it and reports how many
+//! per second it ingested.
+//!
+//! ```sh
+//! cargo build --release && cargo build --release --example sci_load
+//! # HTTP: 100 000 SCIs, 3 rounds of one report per SCI, batches of 250, 2 connections
+//! target/release/examples/sci_load --transport http --scis 100000 --rounds 3 --batch 250 --connections 2
+//! # MQTT through mosquitto (started here on a free port), beside mosquitto_sub
+//! target/release/examples/sci_load --transport mqtt --scis 100000 --rounds 1
+//! # keep the agent (and its 100 000 cache entries) for NETCONF measurements afterwards
+//! target/release/examples/sci_load --transport http --hold --netconf-port 18850
+//! ```
+//!
+//! HTTP: each round encodes one report per SCI (the next sequence number, the current
+//! time, steady metrics, so every report is accepted), in batches of `--batch`, and posts
+//! them over `--connections` keep-alive connections; only the posting is timed, and the
+//! accepted counts from the answers are summed.
+//!
+//! MQTT: mosquitto runs on a free port; the agent subscribes through it (shared group
+//! `bench`), and so does `mosquitto_sub -C N` in the same run. One report per message
+//! (QoS 1, topic `cats/sci/<csci-id>/report`) is published for each SCI; mosquitto's rate
+//! is N over the time until mosquitto_sub has received all N, the agent's is N over the
+//! time until it has ingested the last message. The agent's progress is observed from
+//! outside: a final marker report (SCI `marker`, sequence 2 000 000) is published after the
+//! load, and HTTP probes for the same SCI with lower sequence numbers are accepted until the
+//! marker has been ingested, after which they are refused as out-of-order (MQTT messages
+//! are ingested in order).
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cats_sma::engine::report::{encode, Encoding, RawReport};
+use chrono::{DateTime, Utc};
+use clap::{Parser, ValueEnum};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+
+const NS: &str = "urn:cats-sma:yang:cats-sma";
+const MARKER: &str = "marker";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    Http,
+    Mqtt,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "SCI report load generator: HTTP batches or MQTT through mosquitto")]
+struct Args {
+    #[arg(long, value_enum, default_value_t = Transport::Http)]
+    transport: Transport,
+    /// Registered SCIs (one report per SCI per round).
+    #[arg(long, default_value_t = 100_000)]
+    scis: usize,
+    /// CS-IDs the SCIs are spread over.
+    #[arg(long, default_value_t = 100)]
+    services: usize,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Reports per HTTP POST.
+    #[arg(long, default_value_t = 250)]
+    batch: usize,
+    /// Concurrent HTTP connections.
+    #[arg(long, default_value_t = 2)]
+    connections: usize,
+    /// CBOR bodies instead of JSON.
+    #[arg(long)]
+    cbor: bool,
+    /// The agent binary.
+    #[arg(long, default_value = "target/release/cats-sma")]
+    agent: PathBuf,
+    #[arg(long, default_value = "/usr/sbin/mosquitto")]
+    mosquitto: PathBuf,
+    /// NETCONF port of the agent (admin password "bench"); a free one when not given.
+    #[arg(long)]
+    netconf_port: Option<u16>,
+    /// MQTT publisher connections (the reports are split over them; one is not enough to
+    /// load the broker and its subscribers).
+    #[arg(long, default_value_t = 4)]
+    publishers: usize,
+    /// Keep the agent running after the load until stdin closes (for NETCONF measurements).
+    #[arg(long)]
+    hold: bool,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+fn csci_id(i: usize) -> String {
+    format!("10.{}.{}.{}:8080", (i >> 16) & 255, (i >> 8) & 255, i & 255)
+}
+
+fn raw(csci: &str, cs: &str, seq: u64, ts: DateTime<Utc>, i: usize) -> RawReport {
+    RawReport {
+        csci_id: csci.into(),
+        cs_id: cs.into(),
+        sequence: seq,
+        timestamp: ts,
+        gas: 400 + (i % 50) as i64,
+        computing_time: 5 + (i % 7) as i64,
+        health: "HEALTHY".into(),
+        cost: Some(10),
+        reputation: None,
+        security_label: None,
+    }
+}
+
+/// Kills and reaps a child process on every path out.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
+    let mut xml = String::with_capacity(args.scis * 80 + 1024);
+    xml.push_str(&format!(
+        "<cats-sma xmlns=\"{NS}\"><agent><csma-id>sci-load</csma-id></agent><collection>\
+         <http><max-body-size>67108864</max-body-size></http>"
+    ));
+    if let Some(p) = mqtt_port {
+        xml.push_str(&format!(
+            "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port>\
+             <shared-group>bench</shared-group></mqtt>"
+        ));
+    }
+    xml.push_str("</collection><scis>");
+    for i in 0..args.scis {
+        xml.push_str(&format!("<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id></sci>", csci_id(i), i % args.services));
+    }
+    xml.push_str(&format!("<sci><csci-id>{MARKER}</csci-id><cs-id>MARK</cs-id></sci></scis></cats-sma>"));
+    xml
+}
+
+fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, SocketAddr, u16) {
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    std::fs::write(state.join("startup.xml"), startup_xml(args, mqtt_port)).expect("startup file");
+    let sci = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let nc = args.netconf_port.unwrap_or_else(free_port);
+    let log = std::fs::File::create(dir.join("agent.log")).expect("agent log");
+    let child = Command::new(&args.agent)
+        .args(["run", "--state-dir"])
+        .arg(&state)
+        .args(["--netconf-listen", &format!("127.0.0.1:{nc}"), "--sci-listen", &sci.to_string()])
+        .env("CATS_SMA_ADMIN_PASSWORD", "bench")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e} (cargo build --release first)", args.agent.display()));
+    (Reaped(child), sci, nc)
+}
+
+/// One keep-alive HTTP/1.1 connection to the collector.
+struct Conn {
+    send: http1::SendRequest<Full<Bytes>>,
+    content_type: &'static str,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, cbor: bool) -> std::io::Result<Conn> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (send, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(std::io::Error::other)?;
+        tokio::spawn(conn);
+        Ok(Conn { send, content_type: if cbor { "application/cbor" } else { "application/json" } })
+    }
+
+    /// Posts a body; returns the status and the answer.
+    async fn post(&mut self, body: Bytes) -> Result<(u16, serde_json::Value), String> {
+        let req = hyper::Request::post("/reports")
+            .header("host", "127.0.0.1")
+            .header("content-type", self.content_type)
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        let resp = self.send.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let v = serde_json::from_slice(&bytes).map_err(|e| format!("answer {status}: {e}"))?;
+        Ok((status, v))
+    }
+}
+
+/// Waits until the collector answers (the agent has loaded its startup configuration).
+async fn wait_ready(addr: SocketAddr) -> Conn {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(mut c) = Conn::open(addr, false).await {
+            let probe = encode(&[raw(MARKER, "MARK", 0, Utc::now(), 0)], Encoding::Json);
+            if let Ok((_, v)) = c.post(probe.into()).await {
+                if v.get("accepted").is_some() {
+                    eprintln!("agent ready after {:.1} s", t0.elapsed().as_secs_f64());
+                    return c;
+                }
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "the agent did not start within 300 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn http_load(args: &Args, addr: SocketAddr) {
+    let enc = if args.cbor { Encoding::Cbor } else { Encoding::Json };
+    let ids: Vec<String> = (0..args.scis).map(csci_id).collect();
+    let cs: Vec<String> = (0..args.scis).map(|i| format!("CS{}", i % args.services)).collect();
+    let mut conns = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        conns.push(Conn::open(addr, args.cbor).await.expect("connect to the collector"));
+    }
+    let (mut total, mut elapsed) = (0usize, Duration::ZERO);
+    for round in 1..=args.rounds {
+        let ts = Utc::now();
+        let bodies: Arc<Vec<Bytes>> = Arc::new(
+            (0..args.scis)
+                .collect::<Vec<_>>()
+                .chunks(args.batch.max(1))
+                .map(|c| {
+                    let reports: Vec<RawReport> =
+                        c.iter().map(|&i| raw(&ids[i], &cs[i], round as u64, ts, i)).collect();
+                    Bytes::from(encode(&reports, enc))
+                })
+                .collect(),
+        );
+        let bytes: usize = bodies.iter().map(|b| b.len()).sum();
+        let next = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for mut c in conns.drain(..) {
+            let (bodies, next) = (bodies.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut accepted = 0usize;
+                let mut refused = 0usize;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(body) = bodies.get(i) else { break };
+                    let (status, v) = c.post(body.clone()).await.expect("POST /reports");
+                    accepted += v.get("accepted").and_then(|a| a.as_u64()).unwrap_or(0) as usize;
+                    let r = v.get("rejected").and_then(|r| r.as_array()).map(|r| r.len()).unwrap_or(0);
+                    if r > 0 && refused == 0 {
+                        eprintln!("status {status}, first refusal: {}", v["rejected"][0]);
+                    }
+                    refused += r;
+                }
+                (c, accepted, refused)
+            }));
+        }
+        let (mut accepted, mut refused) = (0, 0);
+        for t in tasks {
+            let (c, a, r) = t.await.expect("load task");
+            conns.push(c);
+            accepted += a;
+            refused += r;
+        }
+        let dt = t0.elapsed();
+        println!(
+            "http round {round}: {accepted} accepted, {refused} refused in {:.3} s: {:.0} reports/s ({} posts of {} reports, {:.1} MB)",
+            dt.as_secs_f64(),
+            accepted as f64 / dt.as_secs_f64(),
+            bodies.len(),
+            args.batch,
+            bytes as f64 / 1e6
+        );
+        total += accepted;
+        elapsed += dt;
+    }
+    println!(
+        "http total: {total} reports accepted in {:.3} s: {:.0} reports/s (batch {}, {} connections, {})",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64(),
+        args.batch,
+        args.connections,
+        if args.cbor { "CBOR" } else { "JSON" }
+    );
+}
+
+fn start_broker(bin: &Path, dir: &Path, port: u16) -> Reaped {
+    let conf = dir.join("mosquitto.conf");
+    // No queue limits: mosquitto's default (1000 queued QoS 1 messages per client) drops
+    // messages for a subscriber that falls behind, which would hide the agent's real rate.
+    std::fs::write(
+        &conf,
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\n"),
+    )
+    .expect("mosquitto.conf");
+    let b = Reaped(
+        Command::new(bin).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("mosquitto"),
+    );
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return b;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("mosquitto did not start on port {port}");
+}
+
+/// Publishes `messages` (topic, payload) at QoS 1 and waits until the broker acknowledged
+/// them all.
+async fn publish_all(port: u16, messages: Vec<(String, Bytes)>) -> Duration {
+    publish_on(port, messages, 0).await
+}
+
+/// Publishes over `n` connections at once; returns when the broker acknowledged all.
+async fn publish_parallel(port: u16, messages: Vec<(String, Bytes)>, n: usize) -> Duration {
+    let n = n.max(1);
+    let mut parts: Vec<Vec<(String, Bytes)>> = (0..n).map(|_| Vec::new()).collect();
+    for (i, m) in messages.into_iter().enumerate() {
+        parts[i % n].push(m);
+    }
+    let t0 = Instant::now();
+    let tasks: Vec<_> = parts.into_iter().enumerate().map(|(k, p)| tokio::spawn(publish_on(port, p, k + 1))).collect();
+    for t in tasks {
+        t.await.expect("publisher");
+    }
+    t0.elapsed()
+}
+
+async fn publish_on(port: u16, messages: Vec<(String, Bytes)>, k: usize) -> Duration {
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+    let mut opts = MqttOptions::new(format!("sci-load-{}-{k}", std::process::id()), "127.0.0.1", port);
+    opts.set_keep_alive(Duration::from_secs(30));
+    let (client, mut events) = AsyncClient::new(opts, 10_000);
+    let n = messages.len();
+    let acks = tokio::spawn(async move {
+        let mut acked = 0;
+        while acked < n {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::PubAck(_))) => acked += 1,
+                Ok(_) => {}
+                Err(e) => panic!("publisher connection: {e}"),
+            }
+        }
+        events
+    });
+    let t0 = Instant::now();
+    for (topic, payload) in messages {
+        client.publish(topic, QoS::AtLeastOnce, false, payload).await.expect("publish");
+    }
+    let _events = acks.await.expect("publisher");
+    t0.elapsed()
+}
+
+/// Sends the marker report for `seq` and says whether the agent refused it as out of order
+/// (the MQTT marker with a higher sequence number has been ingested).
+async fn marker_seen(c: &mut Conn, seq: u64, ts: DateTime<Utc>) -> bool {
+    let body = encode(&[raw(MARKER, "MARK", seq, ts, 0)], Encoding::Json);
+    match c.post(body.into()).await {
+        Ok((_, v)) => v["rejected"][0]["reason"] == "out-of-order",
+        Err(e) => panic!("marker probe: {e}"),
+    }
+}
+
+async fn mqtt_load(args: &Args, mut probe: Conn, port: u16) {
+    let enc = if args.cbor { Encoding::Cbor } else { Encoding::Json };
+    let marker_topic = format!("cats/sci/{MARKER}/report");
+    // Readiness: the agent has subscribed once a published marker is ingested.
+    let t0 = Instant::now();
+    let mut probe_seq = 1u64;
+    let ts0 = Utc::now();
+    publish_all(port, vec![(marker_topic.clone(), encode(&[raw(MARKER, "MARK", 1_000_000, ts0, 0)], enc).into())])
+        .await;
+    while !marker_seen(&mut probe, probe_seq, ts0).await {
+        probe_seq += 1;
+        if probe_seq % 50 == 0 {
+            // Published before the subscription existed: publish it again.
+            publish_all(
+                port,
+                vec![(marker_topic.clone(), encode(&[raw(MARKER, "MARK", 1_000_000, ts0, 0)], enc).into())],
+            )
+            .await;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the agent did not subscribe");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("agent subscribed after {:.1} s", t0.elapsed().as_secs_f64());
+
+    for round in 1..=args.rounds {
+        let n = args.scis + 1;
+        let mut sub = Reaped(
+            Command::new("mosquitto_sub")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1"])
+                .args(["-t", "cats/sci/+/report", "-C", &n.to_string()])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("mosquitto_sub (mosquitto-clients)"),
+        );
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let ts = Utc::now();
+        let messages: Vec<(String, Bytes)> = (0..args.scis)
+            .map(|i| {
+                let id = csci_id(i);
+                let body = encode(&[raw(&id, &format!("CS{}", i % args.services), round as u64, ts, i)], enc);
+                (format!("cats/sci/{id}/report"), Bytes::from(body))
+            })
+            .collect();
+        let marker_seq = 2_000_000 * round as u64;
+        // The marker goes last, once the broker has acknowledged (routed) every report.
+        let marker = vec![(marker_topic.clone(), encode(&[raw(MARKER, "MARK", marker_seq, ts, 0)], enc).into())];
+        probe_seq = marker_seq - 1_000_000 + 1;
+        let publishers = args.publishers;
+        let start = Instant::now();
+        let publish = tokio::spawn(async move {
+            let d = publish_parallel(port, messages, publishers).await;
+            publish_all(port, marker).await;
+            d
+        });
+        // mosquitto_sub exits when it has received all n messages.
+        let sub_done = tokio::task::spawn_blocking(move || {
+            let st = sub.0.wait();
+            (Instant::now(), st)
+        });
+        let mut agent_done = None;
+        let mut sub_time = None;
+        let mut publish_time = None;
+        let mut publish = Some(publish);
+        let mut sub_done = Some(sub_done);
+        while agent_done.is_none() || sub_time.is_none() || publish_time.is_none() {
+            if agent_done.is_none() && marker_seen(&mut probe, probe_seq, ts).await {
+                agent_done = Some(start.elapsed());
+            }
+            probe_seq += 1;
+            if sub_done.as_ref().is_some_and(|h| h.is_finished()) {
+                let (at, st) = sub_done.take().expect("checked").await.expect("mosquitto_sub waiter");
+                assert!(st.map(|s| s.success()).unwrap_or(false), "mosquitto_sub failed");
+                sub_time = Some(at - start);
+            }
+            if publish.as_ref().is_some_and(|h| h.is_finished()) {
+                publish_time = Some(publish.take().expect("checked").await.expect("publisher"));
+            }
+            assert!(start.elapsed() < Duration::from_secs(600), "MQTT round did not finish in 600 s");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let (a, s, p) =
+            (agent_done.unwrap_or_default(), sub_time.unwrap_or_default(), publish_time.unwrap_or_default());
+        let rate = |d: Duration| n as f64 / d.as_secs_f64();
+        println!(
+            "mqtt round {round}: {n} messages; published over {publishers} connections (all PUBACKs) in {:.3} s ({:.0}/s); mosquitto_sub received all in {:.3} s ({:.0}/s); agent ingested all in {:.3} s ({:.0}/s) = {:.1} % of mosquitto_sub",
+            p.as_secs_f64(),
+            rate(p),
+            s.as_secs_f64(),
+            rate(s),
+            a.as_secs_f64(),
+            rate(a),
+            100.0 * rate(a) / rate(s)
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker_port = (args.transport == Transport::Mqtt).then(free_port);
+    let _broker = broker_port.map(|p| start_broker(&args.mosquitto, dir.path(), p));
+    let (mut agent, sci, nc) = start_agent(&args, dir.path(), broker_port);
+    eprintln!(
+        "agent pid {} with {} SCIs; collector {sci}, NETCONF 127.0.0.1:{nc} (admin/bench); log {}",
+        agent.0.id(),
+        args.scis,
+        dir.path().join("agent.log").display()
+    );
+    let probe = wait_ready(sci).await;
+    match (args.transport, broker_port) {
+        (Transport::Mqtt, Some(port)) => mqtt_load(&args, probe, port).await,
+        _ => http_load(&args, sci).await,
+    }
+    if let Ok(Some(st)) = agent.0.try_wait() {
+        panic!("the agent exited: {st}");
+    }
+    if args.hold {
+        eprintln!("holding the agent (pid {}); close stdin (Ctrl-D) to stop", agent.0.id());
+        let _ = std::io::stderr().flush();
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    }
+}
