@@ -196,7 +196,10 @@ where
         s.abort();
     }
     server.push.session_ended(id);
-    // Let the writer flush what is queued (replies in flight), then close.
+    // Let the writer flush what is queued (replies in flight), then close. The context
+    // holds a sender for subscriptions (its outbox): drop it too, or the writer would only
+    // end at the timeout and the session's locks would be released 5 s late.
+    drop(ctx);
     drop(tx);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
     end
