@@ -71,18 +71,21 @@ impl Engine {
                         None => std::future::pending().await,
                     }
                 };
-                core.tap = tap.receiver_count() > 0;
                 let started;
+                // Whether anyone listens is read when the work arrives, not before waiting
+                // for it: a subscriber that joined meanwhile must see this job's changes.
                 tokio::select! {
                     job = rx.recv() => match job {
                         Some(job) => {
                             started = tokio::time::Instant::now();
+                            core.tap = tap.receiver_count() > 0;
                             job(&mut core)
                         }
                         None => return,
                     },
                     _ = sleep => {
                         started = tokio::time::Instant::now();
+                        core.tap = tap.receiver_count() > 0;
                         core.tick()
                     }
                 }
