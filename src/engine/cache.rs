@@ -35,6 +35,23 @@ pub struct Flags {
 type Slot = u32;
 const NIL: Slot = u32::MAX;
 
+impl Flags {
+    /// The YANG `bits` value of the set flags, if any is set.
+    pub fn yang_bits(self) -> Option<String> {
+        let bits: Vec<&str> = [
+            (self.anomaly_warning, "anomaly-warning"),
+            (self.smoothed, "smoothed"),
+            (self.pull_pending, "pull-pending"),
+            (self.gas_zeroed, "gas-zeroed"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| *n)
+        .collect();
+        (!bits.is_empty()).then(|| bits.join(" "))
+    }
+}
+
 /// One SCI's cache entry.
 #[derive(Clone, Debug)]
 pub struct Entry {

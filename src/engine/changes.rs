@@ -103,18 +103,8 @@ pub fn sci_leaves(core: &Core, csci_id: &str) -> Option<Leaves> {
     }
     l.push(("state", e.state.yang().into()));
     let f = e.flags;
-    let bits: Vec<&str> = [
-        (f.anomaly_warning, "anomaly-warning"),
-        (f.smoothed, "smoothed"),
-        (f.pull_pending, "pull-pending"),
-        (f.gas_zeroed, "gas-zeroed"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, n)| *n)
-    .collect();
-    if !bits.is_empty() {
-        l.push(("flags", bits.join(" ")));
+    if let Some(bits) = f.yang_bits() {
+        l.push(("flags", bits));
     }
     l.push(("last-state-change", time(e.last_state_change)));
     Some(l)

@@ -21,6 +21,13 @@ pub fn rpc_error_xml(e: &RpcError, out: &mut String) {
         let _ = write!(out, "<error-path{decls}>{}</error-path>", escape_text(&xpath));
     }
     let _ = write!(out, "<error-message xml:lang=\"en\">{}</error-message>", escape_text(&e.message));
+    error_info_xml(e, out);
+    out.push_str("</rpc-error>");
+}
+
+/// The `<error-info>` element of an error (RFC 6241 Appendix A; RFC 8040 section 7.1 uses
+/// the same content), if it has any.
+pub fn error_info_xml(e: &RpcError, out: &mut String) {
     let mut info = String::new();
     if let Some(a) = &e.bad_attribute {
         let _ = write!(info, "<bad-attribute>{}</bad-attribute>", escape_text(a));
@@ -37,7 +44,6 @@ pub fn rpc_error_xml(e: &RpcError, out: &mut String) {
     if !info.is_empty() {
         let _ = write!(out, "<error-info>{info}</error-info>");
     }
-    out.push_str("</rpc-error>");
 }
 
 /// `/cats-sma:cats-sma/scis` → (`/cats-sma:cats-sma/cats-sma:scis`, ` xmlns:cats-sma="…"`):

@@ -129,22 +129,7 @@ pub fn error_list_xml(errors: &[RpcError]) -> String {
             let _ = write!(out, "<error-path{decls}>{}</error-path>", escape_text(&xpath));
         }
         let _ = write!(out, "<error-message>{}</error-message>", escape_text(&e.message));
-        let mut info = String::new();
-        if let Some(a) = &e.bad_attribute {
-            let _ = write!(info, "<bad-attribute>{}</bad-attribute>", escape_text(a));
-        }
-        if let Some(b) = &e.bad_element {
-            let _ = write!(info, "<bad-element>{}</bad-element>", escape_text(b));
-        }
-        if let Some(n) = &e.bad_namespace {
-            let _ = write!(info, "<bad-namespace>{}</bad-namespace>", escape_text(n));
-        }
-        if let Some(s) = e.session_id {
-            let _ = write!(info, "<session-id>{s}</session-id>");
-        }
-        if !info.is_empty() {
-            let _ = write!(out, "<error-info>{info}</error-info>");
-        }
+        crate::netconf::error::error_info_xml(e, &mut out);
         out.push_str("</error>");
     }
     out

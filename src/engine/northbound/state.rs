@@ -165,17 +165,7 @@ fn time_leaf(out: &mut String, name: &str, t: DateTime<Utc>) {
 }
 
 fn flags(f: Flags) -> Option<String> {
-    let bits: Vec<&str> = [
-        (f.anomaly_warning, "anomaly-warning"),
-        (f.smoothed, "smoothed"),
-        (f.pull_pending, "pull-pending"),
-        (f.gas_zeroed, "gas-zeroed"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, n)| *n)
-    .collect();
-    (!bits.is_empty()).then(|| bits.join(" "))
+    f.yang_bits()
 }
 
 /// The snapshot as one `cats-sma` XML document (with a terminating NUL for libyang).
