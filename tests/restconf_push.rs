@@ -137,8 +137,9 @@ async fn yang_push_over_restconf() {
     assert_eq!(r.status, 200, "{}", r.body);
     let out = &r.json()["ietf-subscribed-notifications:output"];
     let id = out["id"].as_u64().unwrap();
-    let uri = out["ietf-restconf-subscribed-notifications:uri"].as_str().unwrap().to_owned();
-    assert_eq!(uri, format!("/restconf/subscriptions/{id}"));
+    let full = out["ietf-restconf-subscribed-notifications:uri"].as_str().unwrap();
+    assert_eq!(full, format!("{}/subscriptions/{id}", agent.restconf.as_deref().unwrap()));
+    let uri = format!("/restconf/subscriptions/{id}");
 
     // Another user neither reads nor deletes it.
     let (status, _, _) = open_sse(&agent, &uri, "bob", "bob-pw").await;
@@ -163,6 +164,17 @@ async fn yang_push_over_restconf() {
     let change = &seen[seen.find("<push-change-update ").expect(&seen)..];
     assert!(change.find("<gas>4321</gas>").is_some(), "{seen}");
     assert!(change.contains("<target>/cats-sma:cats-sma/metric-cache/entry=10.7.0.1%3A80"), "{seen}");
+    // resync-subscription (RFC 8641) over RESTCONF: a fresh push-update of the selection.
+    let resync = format!(r#"{{"ietf-yang-push:input":{{"id":{id}}}}}"#);
+    let r = c.send_json("POST", "/operations/ietf-yang-push:resync-subscription", &resync);
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert!(read_until(&mut on_change_body, &mut seen, "<push-update ", 2).await, "{seen}");
+    let r = bob.send_json("POST", "/operations/ietf-yang-push:resync-subscription", &resync);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(
+        r.json()["ietf-restconf:errors"]["error"][0]["error-app-tag"],
+        "ietf-yang-push:no-such-subscription-resync"
+    );
     // A second GET of a stream already being received is refused.
     let (status, _, _) = open_sse(&agent, &uri, "admin", PASSWORD).await;
     assert_eq!(status, 409);

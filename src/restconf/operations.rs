@@ -25,7 +25,8 @@ fn operations() -> Vec<(String, String, String)> {
         }
     }
     // RFC 8650's dynamic subscription operations.
-    if let Some(m) = ctx.get_module_implemented(super::subscriptions::MODULE) {
+    for name in [super::subscriptions::MODULE, super::subscriptions::YANG_PUSH] {
+        let Some(m) = ctx.get_module_implemented(name) else { continue };
         for r in m.rpcs() {
             if super::subscriptions::is_operation(m.name(), r.name()) {
                 out.push((m.name().to_owned(), r.name().to_owned(), m.namespace().to_owned()));

@@ -1,5 +1,6 @@
 //! Dynamic subscriptions over RESTCONF (RFC 8650): establish-, modify-, delete- and
-//! kill-subscription as `{+restconf}/operations/ietf-subscribed-notifications:…`, and the
+//! kill-subscription as `{+restconf}/operations/ietf-subscribed-notifications:…` (and
+//! `ietf-yang-push:resync-subscription`), and the
 //! subscription's notifications as server-sent events on `{+restconf}/subscriptions/<id>`.
 //!
 //! Each subscription gets a synthetic RESTCONF session id (the YANG-Push registry binds
@@ -35,9 +36,16 @@ const QUEUE: usize = 64;
 
 /// The RPCs of ietf-subscribed-notifications this binding serves.
 pub fn is_operation(module: &str, rpc: &str) -> bool {
-    module == MODULE
-        && matches!(rpc, "establish-subscription" | "modify-subscription" | "delete-subscription" | "kill-subscription")
+    (module == MODULE
+        && matches!(
+            rpc,
+            "establish-subscription" | "modify-subscription" | "delete-subscription" | "kill-subscription"
+        ))
+        || (module == YANG_PUSH && rpc == "resync-subscription")
 }
+
+/// ietf-yang-push, whose resync-subscription is served here too.
+pub const YANG_PUSH: &str = "ietf-yang-push";
 
 /// An input libyang refused: an encoding identity this server lacks (encode-json is
 /// disabled by its feature) is RFC 8639's encoding-unsupported, as over NETCONF.
@@ -121,7 +129,20 @@ pub fn operation(
             push.kill(id)?;
             Ok(super::no_content(204))
         }
-        _ => Err(Failure::not_found(format!("{MODULE}:{rpc} is not an operation of this server"))),
+        "resync-subscription" => {
+            let id = params::id(&op, crate::push::NS_YP)?;
+            let session = rc.subscriptions.session_of(id, &caller.user).ok_or_else(|| {
+                params::error(
+                    ErrorTag::InvalidValue,
+                    &params::yp("no-such-subscription-resync"),
+                    format!("no on-change subscription {id} of this user"),
+                )
+            })?;
+            let resync = push.resync(session, id)?;
+            resync();
+            Ok(super::no_content(204))
+        }
+        _ => Err(Failure::not_found(format!("{rpc} is not an operation of this server"))),
     }
 }
 
@@ -156,7 +177,9 @@ fn establish(
             rc.netconf.push.session_ended(s.session);
         }
     });
-    let uri = format!("/restconf/subscriptions/{id}");
+    // Absolute, like the stream locations in restconf-state (inet:uri).
+    let base = super::streams::BASE_URL.get().map(String::as_str).unwrap_or("/restconf");
+    let uri = format!("{base}/subscriptions/{id}");
     let mut revision = None;
     if let Some(t) = est.replay_start_revision {
         revision = Some(crate::push::encode::time(t));
