@@ -57,6 +57,9 @@ pub struct RestconfSettings {
     pub plain_http_for_tests: bool,
     /// Largest accepted request body in bytes.
     pub max_body_size: usize,
+    /// Seconds an RFC 8650 subscription established over RESTCONF waits for the GET of
+    /// its URI before it is deleted.
+    pub subscription_attach_timeout_secs: u64,
 }
 
 impl Default for RestconfSettings {
@@ -70,6 +73,7 @@ impl Default for RestconfSettings {
             cert_to_name: Vec::new(),
             plain_http_for_tests: false,
             max_body_size: 64 * 1024 * 1024,
+            subscription_attach_timeout_secs: 30,
         }
     }
 }
@@ -177,6 +181,9 @@ impl Bootstrap {
             }
             if r.max_body_size < 4096 {
                 return Err("restconf.max_body_size must be at least 4096 bytes".into());
+            }
+            if r.subscription_attach_timeout_secs == 0 {
+                return Err("restconf.subscription_attach_timeout_secs must be at least 1".into());
             }
             if !r.cert_to_name.is_empty() && r.client_ca.is_none() {
                 return Err("restconf.cert_to_name needs restconf.client_ca".into());

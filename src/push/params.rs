@@ -213,7 +213,7 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
                 return Err(error(
                     ErrorTag::InvalidValue,
                     &sn("encoding-unsupported"),
-                    format!("encoding {} is not supported on NETCONF; use encode-xml", c.trimmed()),
+                    format!("encoding {} is not supported (NETCONF, and RESTCONF per subscription, send XML); use encode-xml", c.trimmed()),
                 )
                 .with_bad_element("encoding"));
             }

@@ -2,7 +2,8 @@
 //! NETCONF: `tls.rs` (certificates, cert-to-name), `auth.rs` (Basic / certificate),
 //! `path.rs` (URI → instance path), `data.rs` (datastore and data resources, RFC 8527
 //! NMDA datastores), `query.rs` (query parameters), `yang_patch.rs` (RFC 8072),
-//! `operations.rs` (RPCs), `streams.rs` (stream list and SSE), `error.rs` (section 7
+//! `operations.rs` (RPCs), `streams.rs` (stream list and SSE), `subscriptions.rs` (RFC
+//! 8650 dynamic subscriptions), `error.rs` (section 7
 //! errors from the shared typed errors), `media.rs` (encodings), `yangdata.rs` (libyang).
 
 pub mod auth;
@@ -14,6 +15,7 @@ pub mod operations;
 pub mod path;
 pub mod query;
 pub mod streams;
+pub mod subscriptions;
 pub mod tls;
 pub mod yang_patch;
 pub mod yangdata;
@@ -94,6 +96,7 @@ pub struct Restconf {
     pub auth: auth::Authenticator,
     pub cert_names: HashMap<[u8; 32], String>,
     pub last_modified: Arc<LastModified>,
+    pub subscriptions: subscriptions::Subscriptions,
     next_session: AtomicU32,
 }
 
@@ -157,6 +160,7 @@ impl Restconf {
             settings,
             cert_names,
             last_modified,
+            subscriptions: Default::default(),
             next_session: AtomicU32::new(FIRST_SESSION),
         })
     }
@@ -312,6 +316,7 @@ async fn route(rc: &Arc<Restconf>, caller: &Caller, req: Req) -> Result<Reply, (
             Ok(get_reply(&req, enc, body))
         }
         "streams" => streams::handle(rc, caller, &req, tail.unwrap_or("")).await.map_err(err),
+        "subscriptions" => subscriptions::handle(rc, caller, &req, tail.unwrap_or("")).map_err(err),
         _ => Err(err(Failure::not_found(format!("{path} is not a RESTCONF resource")))),
     }
 }

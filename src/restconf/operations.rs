@@ -1,6 +1,7 @@
 //! `{+restconf}/operations` (RFC 8040 sections 3.3.2 and 4.4.2): the list of operations,
 //! and POST to invoke one. The agent's own RPCs (resync, clear-quarantine, probe-sci) go to
-//! the same handler NETCONF uses, after the same NACM exec check.
+//! the same handler NETCONF uses, after the same NACM exec check; RFC 8650's
+//! establish/modify/delete/kill-subscription go to `subscriptions.rs`.
 
 use hyper::Method;
 
@@ -23,10 +24,19 @@ fn operations() -> Vec<(String, String, String)> {
             out.push((m.name().to_owned(), r.name().to_owned(), m.namespace().to_owned()));
         }
     }
+    // RFC 8650's dynamic subscription operations.
+    for name in [super::subscriptions::MODULE, super::subscriptions::YANG_PUSH] {
+        let Some(m) = ctx.get_module_implemented(name) else { continue };
+        for r in m.rpcs() {
+            if super::subscriptions::is_operation(m.name(), r.name()) {
+                out.push((m.name().to_owned(), r.name().to_owned(), m.namespace().to_owned()));
+            }
+        }
+    }
     out
 }
 
-pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
+pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
     let tail = tail.trim_end_matches('/');
     if tail.is_empty() {
         if !matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS) {
@@ -51,6 +61,7 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
     let Some((module, rpc)) = name.split_once(':') else {
         return Err(Failure::bad(ErrorTag::InvalidValue, format!("\"{name}\": an operation is named module:rpc")));
     };
+    let subscription_op = super::subscriptions::is_operation(module, rpc);
     if !operations().iter().any(|(m, r, _)| m == module && r == rpc) {
         return Err(Failure::not_found(format!("{name} is not an operation of this server")));
     }
@@ -91,8 +102,14 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
         if e.tag == ErrorTag::OperationFailed {
             e.tag = ErrorTag::InvalidValue;
         }
+        if subscription_op {
+            e = super::subscriptions::input_error(e);
+        }
         Failure::from(e)
     })?;
+    if subscription_op {
+        return super::subscriptions::operation(rc, caller, req, rpc, &input);
+    }
     let handler = rc.netconf.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).clone();
     let Some(handler) = handler else {
         return Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{name} is not available yet")).into());

@@ -1,0 +1,265 @@
+//! Dynamic subscriptions over RESTCONF (RFC 8650): establish-, modify-, delete- and
+//! kill-subscription as `{+restconf}/operations/ietf-subscribed-notifications:…` (and
+//! `ietf-yang-push:resync-subscription`), and the
+//! subscription's notifications as server-sent events on `{+restconf}/subscriptions/<id>`.
+//!
+//! Each subscription gets a synthetic RESTCONF session id (the YANG-Push registry binds
+//! subscriptions to sessions): the SSE connection is that session, so closing it ends the
+//! subscription (RFC 8650 section 3). A subscription nobody attaches to within
+//! `restconf.subscription_attach_timeout_secs` is deleted. Only the user who established a subscription may read,
+//! modify or delete it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::Method;
+use tokio::sync::mpsc;
+use yang2::data::{Data, DataFormat, DataPrinterFlags};
+
+use super::error::Failure;
+use super::media::Encoding;
+use super::streams::SseStream;
+use super::{reply, Caller, Reply, Req, Restconf};
+use crate::datastore::SessionId;
+use crate::error::{ErrorTag, RpcError};
+use crate::netconf::xml::escape_text;
+use crate::push::{params, NS_SN};
+
+/// The module of the operations served here.
+pub const MODULE: &str = "ietf-subscribed-notifications";
+/// RFC 8650's augmentation of the establish-subscription output (the `uri` leaf).
+pub const NS_RESTCONF_SN: &str = "urn:ietf:params:xml:ns:yang:ietf-restconf-subscribed-notifications";
+const RESTCONF_SN: &str = "ietf-restconf-subscribed-notifications";
+/// Notifications queued between the registry and the SSE connection.
+const QUEUE: usize = 64;
+
+/// The RPCs of ietf-subscribed-notifications this binding serves.
+pub fn is_operation(module: &str, rpc: &str) -> bool {
+    (module == MODULE
+        && matches!(
+            rpc,
+            "establish-subscription" | "modify-subscription" | "delete-subscription" | "kill-subscription"
+        ))
+        || (module == YANG_PUSH && rpc == "resync-subscription")
+}
+
+/// ietf-yang-push, whose resync-subscription is served here too.
+pub const YANG_PUSH: &str = "ietf-yang-push";
+
+/// An input libyang refused: an encoding identity this server lacks (encode-json is
+/// disabled by its feature) is RFC 8639's encoding-unsupported, as over NETCONF.
+pub fn input_error(e: RpcError) -> RpcError {
+    if e.app_tag.is_none() && e.message.contains("ietf-subscribed-notifications:encode-") {
+        return e.with_app_tag(params::sn("encoding-unsupported"));
+    }
+    e
+}
+
+/// A subscription's notifications and the call that starts it, until a GET attaches.
+type Waiting = (mpsc::Receiver<String>, Box<dyn FnOnce() + Send>);
+
+/// A subscription established over RESTCONF.
+struct Sub {
+    user: String,
+    session: SessionId,
+    /// Until a GET attaches: the notifications and the start of the subscription.
+    waiting: Option<Waiting>,
+}
+
+/// The subscriptions established over RESTCONF, by id.
+#[derive(Default)]
+pub struct Subscriptions(Mutex<HashMap<u32, Sub>>);
+
+impl Subscriptions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Sub>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The registry session of subscription `id` if `user` owns it.
+    fn session_of(&self, id: u32, user: &str) -> Option<SessionId> {
+        self.lock().get(&id).filter(|s| s.user == user).map(|s| s.session)
+    }
+}
+
+fn no_such(id: u32) -> Failure {
+    params::error(
+        ErrorTag::InvalidValue,
+        &params::sn("no-such-subscription"),
+        format!("no subscription {id} of this user"),
+    )
+    .into()
+}
+
+/// POST `{+restconf}/operations/ietf-subscribed-notifications:<rpc>`, after the NACM exec
+/// check; `input` is the RPC request tree parsed from the body.
+pub fn operation(
+    rc: &Arc<Restconf>,
+    caller: &Caller,
+    req: &Req,
+    rpc: &str,
+    input: &yang2::data::DataTree<'static>,
+) -> Result<Reply, Failure> {
+    // The registry reads the NETCONF form of the input: print the validated tree as XML.
+    let xml = input
+        .print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS)
+        .map_err(|e| RpcError::from_libyang(&e))?
+        .unwrap_or_default();
+    let op = crate::netconf::xml::parse(&xml)
+        .map_err(|e| RpcError::application(ErrorTag::OperationFailed, format!("input re-encoding: {}", e.0)))?;
+    let push = &rc.netconf.push;
+    match rpc {
+        "establish-subscription" => establish(rc, caller, req, &op, &xml),
+        "modify-subscription" => {
+            let m = params::modify(&op, &xml)?;
+            let session = rc.subscriptions.session_of(m.id, &caller.user).ok_or_else(|| no_such(m.id))?;
+            let apply = push.modify(&rc.netconf, session, m)?;
+            apply();
+            Ok(super::no_content(204))
+        }
+        "delete-subscription" => {
+            let id = params::id(&op, NS_SN)?;
+            let session = rc.subscriptions.session_of(id, &caller.user).ok_or_else(|| no_such(id))?;
+            push.delete(session, id)?;
+            rc.subscriptions.lock().remove(&id);
+            Ok(super::no_content(204))
+        }
+        "kill-subscription" => {
+            let id = params::id(&op, NS_SN)?;
+            push.kill(id)?;
+            Ok(super::no_content(204))
+        }
+        "resync-subscription" => {
+            let id = params::id(&op, crate::push::NS_YP)?;
+            let session = rc.subscriptions.session_of(id, &caller.user).ok_or_else(|| {
+                params::error(
+                    ErrorTag::InvalidValue,
+                    &params::yp("no-such-subscription-resync"),
+                    format!("no on-change subscription {id} of this user"),
+                )
+            })?;
+            let resync = push.resync(session, id)?;
+            resync();
+            Ok(super::no_content(204))
+        }
+        _ => Err(Failure::not_found(format!("{rpc} is not an operation of this server"))),
+    }
+}
+
+fn establish(
+    rc: &Arc<Restconf>,
+    caller: &Caller,
+    req: &Req,
+    op: &crate::netconf::xml::Element,
+    xml: &str,
+) -> Result<Reply, Failure> {
+    let p = params::establish(op, xml)?;
+    let session = rc.next_session.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(super::FIRST_SESSION);
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let est = rc.netconf.push.establish(&rc.netconf, session, &caller.user, tx, p)?;
+    let id = est.id;
+    rc.subscriptions.lock().insert(id, Sub { user: caller.user.clone(), session, waiting: Some((rx, est.start)) });
+    // Nobody came for it: the subscription goes (RFC 8650 section 3).
+    let weak = Arc::downgrade(rc);
+    let wait = Duration::from_secs(rc.settings.subscription_attach_timeout_secs);
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let Some(rc) = weak.upgrade() else { return };
+        let unattached = {
+            let mut subs = rc.subscriptions.lock();
+            match subs.get(&id) {
+                Some(s) if s.waiting.is_some() => subs.remove(&id),
+                _ => None,
+            }
+        };
+        if let Some(s) = unattached {
+            tracing::info!(id, "RESTCONF subscription not attached within {wait:?}: deleted");
+            rc.netconf.push.session_ended(s.session);
+        }
+    });
+    // Absolute, like the stream locations in restconf-state (inet:uri).
+    let base = super::streams::BASE_URL.get().map(String::as_str).unwrap_or("/restconf");
+    let uri = format!("{base}/subscriptions/{id}");
+    let mut revision = None;
+    if let Some(t) = est.replay_start_revision {
+        revision = Some(crate::push::encode::time(t));
+    }
+    let body = match req.accept {
+        Encoding::Json => {
+            let mut out = serde_json::Map::new();
+            out.insert("id".into(), id.into());
+            if let Some(r) = &revision {
+                out.insert("replay-start-time-revision".into(), r.clone().into());
+            }
+            out.insert(format!("{RESTCONF_SN}:uri"), uri.into());
+            serde_json::json!({ format!("{MODULE}:output"): out }).to_string()
+        }
+        Encoding::Xml => {
+            let r = revision
+                .map(|r| format!("<replay-start-time-revision>{r}</replay-start-time-revision>"))
+                .unwrap_or_default();
+            format!(
+                "<output xmlns=\"{NS_SN}\"><id>{id}</id>{r}<uri xmlns=\"{NS_RESTCONF_SN}\">{}</uri></output>",
+                escape_text(&uri)
+            )
+        }
+    };
+    Ok(reply(200, req.accept, body))
+}
+
+/// GET `{+restconf}/subscriptions/<id>`: the subscription's notifications as SSE.
+pub fn handle(rc: &Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
+    let id: u32 = tail
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| Failure::not_found(format!("\"{tail}\" is not a subscription of this server")))?;
+    if req.method != Method::GET {
+        return Err(Failure::method("a subscription is read with GET (text/event-stream)"));
+    }
+    if let Some((k, _)) = req.query.first() {
+        return Err(Failure::bad(ErrorTag::InvalidValue, format!("query parameter \"{k}\" does not apply here")));
+    }
+    let (session, rx, start) = {
+        let mut subs = rc.subscriptions.lock();
+        // Another user's subscription is not disclosed: the same 404 as for none.
+        let Some(s) = subs.get_mut(&id).filter(|s| s.user == caller.user) else {
+            return Err(Failure::not_found(format!("no subscription {id} of this user")));
+        };
+        let Some((rx, start)) = s.waiting.take() else {
+            return Err(Failure::status(409, ErrorTag::InUse, format!("subscription {id} is already being received")));
+        };
+        (s.session, rx, start)
+    };
+    let (reply, sse) = SseStream::open();
+    start();
+    let weak = Arc::downgrade(rc);
+    let shutdown = rc.netconf.shutdown.subscribe();
+    tokio::spawn(async move {
+        deliver(sse, rx, shutdown).await;
+        if let Some(rc) = weak.upgrade() {
+            rc.subscriptions.lock().remove(&id);
+            // The transport went: so does the subscription (no-op if it already ended).
+            rc.netconf.push.session_ended(session);
+        }
+    });
+    Ok(reply)
+}
+
+/// Forwards notifications until the subscription ends, the client goes, or the server stops.
+async fn deliver(sse: SseStream, mut rx: mpsc::Receiver<String>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let next = tokio::select! {
+            m = rx.recv() => m,
+            _ = super::stopped(&mut shutdown) => return,
+            _ = async { while !sse.closed() { tokio::time::sleep(Duration::from_secs(1)).await } } => return,
+        };
+        match next {
+            Some(m) => {
+                if !sse.send(&m).await {
+                    return;
+                }
+            }
+            None => return,
+        }
+    }
+}
