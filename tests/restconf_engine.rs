@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -101,22 +100,6 @@ async fn sci_and_policy_configured_by_restconf_drive_the_engine_like_netconf() {
     assert_eq!(r.status, 404);
     let r = c.get("/operations/cats-sma:resync");
     assert_eq!(r.status, 405);
-}
-
-/// A TLS client trusting exactly the agent's certificate.
-fn tls_connector(cert: &std::path::Path) -> tokio_rustls::TlsConnector {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(cert).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// Opens an SSE stream with a Rust HTTP client (hyper over rustls) and returns the body.

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -20,21 +19,6 @@ fn report(csci: &str, seq: u64, gas: i64) -> String {
     format!(
         r#"{{"csci-id":"{csci}","cs-id":"LLM1","seq":{seq},"timestamp":"{now}","gas":{gas},"computing-time":12,"health":"HEALTHY"}}"#
     )
-}
-
-fn tls_connector(cert: &std::path::Path) -> tokio_rustls::TlsConnector {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(cert).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// GET `uri` (a path under the server root) as `user`, asking for an event stream.
