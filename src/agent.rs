@@ -56,7 +56,9 @@ impl Agent {
         crate::mgmt::audit::set_user_resolver(move |s| names.user_of(s));
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
-        let cps = start_cps(&datastores, &server, &engine)?;
+        let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path)
+            .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
+        let cps = start_cps(&datastores, &server, &engine, keys)?;
         let restconf = if boot.restconf.enabled {
             Some(crate::restconf::start(server.clone(), boot.restconf.clone(), &state.path).await?)
         } else {
@@ -162,6 +164,7 @@ fn start_cps(
     datastores: &Arc<Datastores>,
     server: &Arc<netconf::Server>,
     engine: &crate::engine::Engine,
+    keys: crate::cps::NorthboundKeys,
 ) -> Result<Arc<crate::cps::Adapters>, String> {
     use crate::cps::session::{Hooks, Identity};
     use crate::engine::update::UpdateEvent;
@@ -188,6 +191,7 @@ fn start_cps(
     };
     let placeholder = Identity { csma_id: String::new(), site_id: String::new() };
     let adapters = crate::cps::Adapters::start(placeholder, engine.updates.subscribe(), hooks);
+    adapters.set_keys(keys);
     let consumer = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| crate::cps::config::CpsConfig::load(adapters.clone(), t))
         .map_err(|e| e.to_string())?;

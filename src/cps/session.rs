@@ -23,9 +23,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::auth::{sign, NonceSource, Psk, Signed};
+use super::auth::{sign, verify_reply, NonceSource, Psk, Signed, H_REPLY_SIGNATURE};
 use super::backoff::Backoff;
 use super::queue::Queue;
+use super::signing::{RequestBinding, SigningKey, H_JWS};
 use super::transport::{Request, Response, Transport, TransportError};
 use super::wire::{
     self, Ack, ErrorBody, MetricBatch, MetricReport, ReportKind, SiteSnapshot, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE,
@@ -242,6 +243,9 @@ pub struct Session {
     pub transport: Arc<dyn Transport>,
     pub hooks: Hooks,
     pub nonces: Arc<NonceSource>,
+    /// The C-SMA's private key: every request carries a JWS under it (seed 004, Metric
+    /// Integrity). None only in tests that drive a session by hand.
+    pub signing: Option<Arc<SigningKey>>,
 }
 
 impl Session {
@@ -525,16 +529,56 @@ impl Session {
         if let Some(seq) = sequence {
             headers.push((H_SEQUENCE, seq.to_string()));
         }
-        if let Some(psk) = &s.psk {
-            let ts = Utc::now().timestamp_millis();
-            let nonce = self.nonces.next();
-            let signed = Signed { method, path: &path, csma_id: &id.csma_id, timestamp_ms: ts, nonce };
-            headers.push((H_KEY_ID, psk.key_id.clone()));
+        // One timestamp and nonce per request, covered by the PSK MAC and the JWS alike.
+        let ts = Utc::now().timestamp_millis();
+        let nonce = self.nonces.next();
+        if s.psk.is_some() || self.signing.is_some() {
             headers.push((H_TIMESTAMP, ts.to_string()));
             headers.push((H_NONCE, nonce.to_string()));
+        }
+        if let Some(psk) = &s.psk {
+            let signed = Signed { method, path: &path, csma_id: &id.csma_id, timestamp_ms: ts, nonce };
+            headers.push((H_KEY_ID, psk.key_id.clone()));
             headers.push((H_SIGNATURE, sign(&psk.secret, &signed, &body)));
         }
-        Ok(self.transport.send(Request { method, path, headers, body }).await?)
+        if let Some(key) = &self.signing {
+            let binding = RequestBinding {
+                method: method.into(),
+                path: path.clone(),
+                csma_id: id.csma_id.clone(),
+                timestamp: ts,
+                nonce,
+            };
+            headers.push((H_JWS, key.sign(&binding, &body)));
+        }
+        let path_for_errors = path.clone();
+        let resp = self.transport.send(Request { method, path, headers, body }).await?;
+        if let Some(psk) = &s.psk {
+            // Seed 004, C-PS Authentication: in PSK mode the C-PS proves its replies too. A
+            // reply that does not verify is a failed request: nothing in it (acknowledged
+            // sequence, full-sync request, the site's state) is believed.
+            if let Err(e) =
+                verify_reply(&psk.secret, resp.status, &id.csma_id, nonce, resp.header(H_REPLY_SIGNATURE), &resp.body)
+            {
+                // A C-PS cannot sign its refusal of a request it could not authenticate (a
+                // wrong key): an error reply is reported with its unverified reason, as a
+                // refusal; a success reply that does not verify is an impostor's.
+                let unverified = |reason: String| format!("{reason} (reply not authenticated: {e})");
+                return Err(match check_status(method, &path_for_errors, &resp) {
+                    Err(DeliveryError::Rejected { method, path, status, reason }) => {
+                        DeliveryError::Rejected { method, path, status, reason: unverified(reason) }
+                    }
+                    Err(DeliveryError::Server { method, path, status, reason }) => {
+                        DeliveryError::Server { method, path, status, reason: unverified(reason) }
+                    }
+                    _ => DeliveryError::BadReply(
+                        method,
+                        format!("reply (status {}) not authenticated: {e}", resp.status),
+                    ),
+                });
+            }
+        }
+        Ok(resp)
     }
 }
 

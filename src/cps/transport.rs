@@ -26,10 +26,22 @@ pub struct Request {
     pub body: Vec<u8>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The reply headers the adapter reads (names in lowercase): the reply signature.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Response {
+    pub fn new(status: u16, body: Vec<u8>) -> Response {
+        Response { status, body, headers: Vec::new() }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -210,6 +222,12 @@ impl HttpTransport {
         let request = b.body(Full::new(Bytes::from(req.body))).map_err(|e| TransportError::Http(e.to_string()))?;
         let resp = sender.send_request(request).await.map_err(|e| TransportError::Http(e.to_string()))?;
         let status = resp.status().as_u16();
+        let headers = [crate::cps::auth::H_REPLY_SIGNATURE]
+            .iter()
+            .filter_map(|h| {
+                resp.headers().get(*h).and_then(|v| v.to_str().ok()).map(|v| ((*h).to_owned(), v.to_owned()))
+            })
+            .collect();
         let body = Limited::new(resp.into_body(), MAX_BODY)
             .collect()
             .await
@@ -218,7 +236,7 @@ impl HttpTransport {
             .to_vec();
         // Only a connection that completed an exchange is kept.
         *guard = Some(sender);
-        Ok(Response { status, body })
+        Ok(Response { status, body, headers })
     }
 }
 
