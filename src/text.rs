@@ -66,10 +66,10 @@ pub fn sse_lines(s: &str) -> Vec<&str> {
 }
 
 /// Whether `c` would let text change the shape of an output: controls (C0, DEL, C1),
-/// Unicode format characters (bidi overrides, zero-width, BOM) and the line / paragraph
-/// separators.
+/// Unicode format characters (bidi overrides, zero-width, BOM), the line / paragraph
+/// separators, and what XML 1.0 cannot carry (U+FFFE, U+FFFF; YANG strings exclude them).
 pub fn is_hostile(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_format(c)
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_format(c) || !xml_char(c)
 }
 
 /// Unicode general category Cf (format characters).

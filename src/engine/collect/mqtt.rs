@@ -204,6 +204,11 @@ mod tests {
             Some("188.3.67.3:67")
         );
         assert_eq!(claimed_csci("cats/reports", "cats/reports"), None);
+        // A topic level is an identifier like any other (issue 11): checked before use.
+        for bad in ["a\rb", "a\nb", "a\u{202e}b", &"x".repeat(256)] {
+            let id = claimed_csci("cats/sci/+/report", &format!("cats/sci/{bad}/report")).unwrap();
+            assert!(check_id(IdKind::CsciId, &id).is_err(), "{bad:?}");
+        }
         let s = MqttSettings {
             enabled: true,
             host: "h".into(),
