@@ -33,6 +33,8 @@ pub struct Bootstrap {
     pub restconf: RestconfSettings,
     /// What SCIs, brokers, pull targets and C-PSes can cost (`[peer_limits]`).
     pub peer_limits: peer_limits::PeerLimits,
+    /// The audit trail (`audit.log` in the state directory).
+    pub audit: crate::mgmt::audit::AuditSettings,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -196,6 +198,7 @@ impl Bootstrap {
             }
         }
         self.peer_limits.check()?;
+        self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
