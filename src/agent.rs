@@ -55,7 +55,9 @@ impl Agent {
         let names = nacm.clone();
         crate::mgmt::audit::set_user_resolver(move |s| names.user_of(s));
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
-        let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
+        server.events.configure(&boot.peer_limits);
+        crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
+        let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen, &boot.peer_limits).await?;
         let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
@@ -110,6 +112,7 @@ async fn start_engine(
     datastores: &Arc<Datastores>,
     server: &Arc<netconf::Server>,
     sci_listen: Option<SocketAddr>,
+    limits: &crate::config::peer_limits::PeerLimits,
 ) -> Result<(crate::engine::Engine, Option<SocketAddr>), String> {
     use crate::engine::collect::http;
     use crate::engine::northbound::{config, state};
@@ -119,7 +122,7 @@ async fn start_engine(
             s.events.publish(module, name, body);
         }
     });
-    let engine = crate::engine::Engine::start(crate::engine::clock::Clock::new(), sink);
+    let engine = crate::engine::Engine::start_with(crate::engine::clock::Clock::new(), sink, limits.clone());
     server.push.set_engine(engine.changes.clone());
     let (mut settings, mqtt_settings, pull_settings) = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| {
@@ -175,7 +178,7 @@ fn start_cps(
             let _ = updates.send(UpdateEvent::Resync { peer: Some(peer.to_owned()) });
         }),
         unreachable: Arc::new(move |u: &crate::cps::session::Unreachable| {
-            let esc = |s: &str| crate::netconf::xml::escape_text(s).into_owned();
+            let esc = |s: &str| crate::text::xml(s).into_owned();
             let body = format!(
                 "<c-ps-unreachable xmlns=\"urn:cats-sma:yang:cats-sma\"><c-ps>{}</c-ps><url>{}</url>\
                  <backoff>{}</backoff><buffered-updates>{}</buffered-updates></c-ps-unreachable>",

@@ -18,5 +18,6 @@ pub mod nacm;
 pub mod netconf;
 pub mod push;
 pub mod restconf;
+pub mod text;
 pub mod users;
 pub mod yang;

@@ -4,6 +4,7 @@
 //! Agent behaviour (SCIs, policies, C-PSes) is configured through the datastores instead.
 
 pub mod cli;
+pub mod peer_limits;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -30,6 +31,8 @@ pub struct Bootstrap {
     pub recovery_user: Option<String>,
     /// RESTCONF (RFC 8040) over HTTPS.
     pub restconf: RestconfSettings,
+    /// What SCIs, brokers, pull targets and C-PSes can cost (`[peer_limits]`).
+    pub peer_limits: peer_limits::PeerLimits,
     /// The audit trail (`audit.log` in the state directory).
     pub audit: crate::mgmt::audit::AuditSettings,
 }
@@ -194,6 +197,7 @@ impl Bootstrap {
                 m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
             }
         }
+        self.peer_limits.check()?;
         self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {

@@ -460,8 +460,8 @@ impl Session {
             return Ok((true, false));
         }
         check_status("GET", &path, &resp)?;
-        let state: SiteState =
-            serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply("GET", e.to_string()))?;
+        let state: SiteState = serde_json::from_slice(&resp.body)
+            .map_err(|e| DeliveryError::BadReply("GET", crate::text::printable(&e.to_string(), 200)))?;
         let (gap, full_arrived) = {
             let mut q = lock(&self.peer.queue);
             let full = q.already_acked(state.acked_sequence);
@@ -499,10 +499,11 @@ impl Session {
                 ("POST", METRICS_PATH.to_owned(), serde_json::to_vec(&b))
             }
         };
-        let body = body.map_err(|e| DeliveryError::BadReply(method, e.to_string()))?;
+        let body = body.map_err(|e| DeliveryError::BadReply(method, crate::text::printable(&e.to_string(), 200)))?;
         let resp = self.request(method, path.clone(), body, None).await?;
         check_status(method, &path, &resp)?;
-        serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply(method, e.to_string()))
+        serde_json::from_slice(&resp.body)
+            .map_err(|e| DeliveryError::BadReply(method, crate::text::printable(&e.to_string(), 200)))
     }
 
     async fn request(
@@ -586,9 +587,11 @@ fn check_status(method: &'static str, path: &str, resp: &Response) -> Result<(),
     if (200..300).contains(&resp.status) {
         return Ok(());
     }
+    // The C-PS's text: escaped and bounded before it is logged or kept as last-error.
     let reason = serde_json::from_slice::<ErrorBody>(&resp.body)
         .map(|e| if e.detail.is_empty() { e.error } else { format!("{}: {}", e.error, e.detail) })
-        .unwrap_or_else(|_| String::from_utf8_lossy(&resp.body).chars().take(200).collect());
+        .unwrap_or_else(|_| String::from_utf8_lossy(&resp.body).into_owned());
+    let reason = crate::text::printable(&reason, 200);
     let path = path.to_owned();
     Err(if (400..500).contains(&resp.status) {
         DeliveryError::Rejected { method, path, status: resp.status, reason }

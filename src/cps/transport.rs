@@ -15,7 +15,19 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use super::wire::MAX_BODY;
+/// Largest C-PS reply body read (`peer_limits.cps_reply_bytes`): replies are small JSON
+/// acknowledgements, so a C-PS that answers a gigabyte is cut off after this much. Replies
+/// are read as sent (no content coding is asked for or decoded), so a compressed reply
+/// cannot expand past it either.
+static REPLY_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1024 * 1024);
+
+pub fn set_reply_limit(bytes: usize) {
+    REPLY_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn reply_limit() -> usize {
+    REPLY_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// One request, path relative to the C-PS base URL.
 #[derive(Clone, Debug)]
@@ -228,7 +240,13 @@ impl HttpTransport {
                 resp.headers().get(*h).and_then(|v| v.to_str().ok()).map(|v| ((*h).to_owned(), v.to_owned()))
             })
             .collect();
-        let body = Limited::new(resp.into_body(), MAX_BODY)
+        let limit = reply_limit();
+        let declared =
+            resp.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(TransportError::Http(format!("reply body larger than {limit} bytes")));
+        }
+        let body = Limited::new(resp.into_body(), limit)
             .collect()
             .await
             .map_err(|e| TransportError::Http(format!("reply body: {e}")))?

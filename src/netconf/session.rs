@@ -146,13 +146,20 @@ where
                 Ok(Some(msg)) => {
                     let text = String::from_utf8_lossy(&msg);
                     let (reply, after) = tokio::task::block_in_place(|| rpc::handle(&ctx, &text));
+                    // A new subscription joins the stream before its reply goes out, so no
+                    // event raised after the <ok/> is missed; its task sends them after it.
+                    let joined = ctx.take_subscription().map(|spec| {
+                        let stream = server.events.subscribe(spec.start);
+                        (spec, stream)
+                    });
                     if tx.send(reply).await.is_err() {
                         break 'session End::Dropped;
                     }
                     ctx.replied();
-                    if let Some(spec) = ctx.take_subscription() {
+                    if let Some((spec, stream)) = joined {
                         // The reply is queued first, so the client sees <ok/> before events.
-                        subscription = Some(tokio::spawn(forward(server.clone(), info.clone(), spec, tx.clone())));
+                        subscription =
+                            Some(tokio::spawn(forward(server.clone(), info.clone(), spec, stream, tx.clone())));
                     }
                     if after == After::Close {
                         debug!(session = id, "close-session");
@@ -223,8 +230,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Str
 
 /// Sends one session's subscription: replay, replayComplete, live events, and
 /// notificationComplete at stopTime (RFC 5277 sections 2.1.1 and 3.3).
-async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: SubscriptionSpec, tx: mpsc::Sender<String>) {
-    let (replay, mut rx) = server.events.subscribe(spec.start);
+async fn forward(
+    server: Arc<Server>,
+    info: Arc<SessionInfo>,
+    spec: SubscriptionSpec,
+    stream: (Vec<Arc<notifications::Event>>, tokio::sync::broadcast::Receiver<Arc<notifications::Event>>),
+    tx: mpsc::Sender<String>,
+) {
+    let (replay, mut rx) = stream;
     let wanted = |ev: &notifications::Event| {
         spec.filter.as_ref().is_none_or(|f| f.matches(ev))
             && server.nacm.may_notify(&info.username, &ev.module, &ev.name)

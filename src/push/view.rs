@@ -17,7 +17,7 @@ use crate::engine::changes::{ChangeSet, StateChange};
 use crate::error::RpcError;
 use crate::nacm::Nacm;
 use crate::netconf::filter::{subtree, xpath};
-use crate::netconf::xml::escape_text;
+use crate::text::xml as escape_text;
 
 const ROOT: &str = "/cats-sma:cats-sma";
 const NS_CATS: &str = "urn:cats-sma:yang:cats-sma";

@@ -86,17 +86,11 @@ impl SseStream {
         (r, SseStream { tx })
     }
 
-    /// Sends one event (each line of `data` as an SSE `data:` field). False when the
-    /// client has gone.
+    /// Sends one event: each line of `data`, whether it ends in CRLF, CR or LF, as its own
+    /// SSE `data:` field (a lone CR is a line end to every SSE parser, so text carrying one
+    /// could otherwise start a forged field or event). False when the client has gone.
     pub async fn send(&self, data: &str) -> bool {
-        let mut frame = String::with_capacity(data.len() + 16);
-        for line in data.lines() {
-            frame.push_str("data: ");
-            frame.push_str(line);
-            frame.push('\n');
-        }
-        frame.push('\n');
-        self.tx.send(Bytes::from(frame)).await.is_ok()
+        self.tx.send(Bytes::from(crate::text::sse_event(data))).await.is_ok()
     }
 
     pub fn closed(&self) -> bool {

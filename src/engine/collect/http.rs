@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::engine::core::Sender;
-use crate::engine::report::{self, Encoding};
+use crate::engine::report::{self, Encoding, IdKind};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 
@@ -52,12 +52,14 @@ async fn handle(
         r.headers_mut().insert("allow", hyper::header::HeaderValue::from_static("POST"));
         return Ok(r);
     }
-    let ct = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let ct = req.headers().get("content-type").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let ct = ct.unwrap_or_default();
     let Some(enc) = Encoding::from_content_type(&ct) else {
-        count(&engine, Rejection::Malformed);
-        return Ok(reply(
+        count(&engine, Rejection::Malformed).await;
+        return Ok(refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            json!({"error": format!("content type \"{ct}\" is not application/json or application/cbor")}),
+            Rejection::Malformed,
+            format!("content type {:?} is not application/json or application/cbor", crate::text::truncate(&ct, 64)),
         ));
     };
     let proof =
@@ -65,28 +67,36 @@ async fn handle(
     let body = match Limited::new(req.into_body(), max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            count(&engine, Rejection::Malformed);
+            count(&engine, Rejection::Malformed).await;
             let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
             return Ok(if too_big {
-                reply(StatusCode::PAYLOAD_TOO_LARGE, json!({"error": format!("body larger than {max_body} bytes")}))
+                refusal(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Rejection::Malformed,
+                    format!("body larger than {max_body} bytes"),
+                )
             } else {
-                reply(StatusCode::BAD_REQUEST, json!({"error": format!("reading the body failed: {e}")}))
+                refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, format!("reading the body failed: {e}"))
             });
         }
     };
     let raws = match report::decode(&body, enc) {
         Ok(r) => r,
         Err(e) => {
-            count(&engine, Rejection::Malformed);
-            return Ok(reply(StatusCode::BAD_REQUEST, json!({"error": e.to_string()})));
+            count(&engine, Rejection::Malformed).await;
+            return Ok(refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, e.to_string()));
         }
     };
-    let ids: Vec<String> = raws.iter().map(|r| r.csci_id.clone()).collect();
+    // Echoed ids are shown as kept: escaped and cut to their YANG length.
+    let ids: Vec<String> = raws.iter().map(|r| report::display_id(IdKind::CsciId, &r.csci_id)).collect();
     let sender = Sender { transport: "http", address: Some(peer.ip()), ..Sender::default() };
     let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
         Ok(r) => r,
         Err(f) => {
-            let mut r = reply(StatusCode::UNAUTHORIZED, json!({"error": f.detail, "csci-id": f.claimed}));
+            let mut r = reply(
+                StatusCode::UNAUTHORIZED,
+                json!({"error": f.detail, "csci-id": f.claimed, "reason": Rejection::Unauthenticated.identity()}),
+            );
             r.headers_mut().insert(
                 "www-authenticate",
                 hyper::header::HeaderValue::from_static("CATS-HMAC-SHA256, Bearer realm=\"cats-sma\""),
@@ -108,8 +118,14 @@ async fn handle(
     Ok(reply(status, json!({"accepted": accepted, "rejected": rejected})))
 }
 
-fn count(engine: &Engine, reason: Rejection) {
-    engine.submit(move |core| core.count_rejection(reason, "http"));
+async fn count(engine: &Engine, reason: Rejection) {
+    engine.submit_peer(move |core| core.count_rejection(reason, "http")).await;
+}
+
+/// A message refused as a whole: the status, the rejection reason (a
+/// `cats-sma-types:rejection-reason` identity, counted) and why.
+fn refusal(status: StatusCode, reason: Rejection, detail: String) -> Response<Full<Bytes>> {
+    reply(status, json!({"error": detail, "reason": reason.identity()}))
 }
 
 /// Serves until the settings change to disabled / another address (then rebinds) or the
