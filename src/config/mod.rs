@@ -4,6 +4,7 @@
 //! Agent behaviour (SCIs, policies, C-PSes) is configured through the datastores instead.
 
 pub mod cli;
+pub mod message_limits;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -30,6 +31,8 @@ pub struct Bootstrap {
     pub recovery_user: Option<String>,
     /// RESTCONF (RFC 8040) over HTTPS.
     pub restconf: RestconfSettings,
+    /// Structural limits on every received management message.
+    pub message_limits: message_limits::MessageLimits,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -168,6 +171,7 @@ impl Bootstrap {
         if self.netconf.max_message_size < 4096 {
             return Err("netconf.max_message_size must be at least 4096 bytes".into());
         }
+        self.message_limits.check()?;
         let r = &self.restconf;
         if r.enabled {
             if r.listen.is_empty() {

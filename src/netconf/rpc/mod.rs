@@ -120,15 +120,12 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         ctx.info.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
         (errors_reply(ctx, attrs, &errors), After::Continue)
     };
-    let root = match xml::parse(src) {
+    let root = match xml::parse_with(src, crate::config::message_limits::get()) {
         Ok(r) => r,
         Err(e) => {
             // RFC 6241 Appendix A: malformed-message is base:1.1 only.
             let tag = if ctx.base11 { ErrorTag::MalformedMessage } else { ErrorTag::OperationFailed };
-            return bad(
-                vec![RpcError::new(tag, ErrorType::Rpc, format!("the message is not well-formed XML: {e}"))],
-                "",
-            );
+            return bad(vec![RpcError::new(tag, ErrorType::Rpc, format!("the message cannot be parsed: {e}"))], "");
         }
     };
     if !root.is(NS_BASE, "rpc") {
@@ -288,7 +285,7 @@ fn app_rpc(ctx: &SessionCtx, module: &str, op: &Element, src: &str) -> OpResult 
         )
         .with_bad_element(op.name.clone())]);
     };
-    let mut text = op.standalone_text(src).into_bytes();
+    let mut text = op.standalone_text(src).map_err(|e| vec![too_big(e)])?.into_bytes();
     text.push(0);
     let input = DataTree::parse_op_string(
         crate::yang::context(),
@@ -437,8 +434,14 @@ pub(crate) fn filter_param(op: &Element) -> Result<Option<Filter<'_>>, Vec<RpcEr
 }
 
 /// The content of a `<config>` parameter, standalone, ready for libyang.
-pub(crate) fn config_text(config: &Element, src: &str) -> String {
-    config.children_text(src)
+pub(crate) fn config_text(config: &Element, src: &str) -> Result<String, Vec<RpcError>> {
+    config.children_text(src).map_err(|e| vec![too_big(e)])
+}
+
+/// Content that cannot be extracted within the message's own size (RFC 6241 Appendix A:
+/// too-big, "the request is too large for the implementation to handle").
+pub fn too_big(e: xml::XmlError) -> RpcError {
+    RpcError::new(ErrorTag::TooBig, ErrorType::Rpc, e.0)
 }
 
 /// Adds the bad-element libyang cannot name to errors about the content of `config`
