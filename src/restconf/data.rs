@@ -204,6 +204,10 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         );
     }
     let fields = p.fields.as_deref().map(Fields::parse).transpose()?;
+    if let Some(f) = &fields {
+        let base: String = target.steps.iter().map(|s| format!("/{}:{}", s.module, s.name)).collect();
+        f.check(&base, target.last().map(|s| s.module.as_str()))?;
+    }
     let mut doomed = Vec::new();
     for n in &nodes {
         let node = tree.find_path(n).map_err(ly)?;
@@ -581,7 +585,7 @@ fn add_insert(tree: &DataTree<'static>, node: &str, p: &Params, store: Store) ->
     super::yangdata::add_meta(tree, node, "yang:insert", insert.as_str())?;
     if matches!(insert, Insert::Before | Insert::After) {
         let point = p.point.as_deref().unwrap_or("");
-        let raw = point.strip_prefix(&store.uri_prefix()).unwrap_or(point);
+        let raw = point.strip_prefix(&store.uri_prefix()).filter(|r| r.starts_with('/')).unwrap_or(point);
         let anchor = Target::parse(raw)?;
         let last = anchor.last().filter(|s| s.name == schema.name() && !s.keys.is_empty()).ok_or_else(|| {
             Failure::bad(ErrorTag::InvalidValue, format!("point \"{point}\" is not an instance of {}", schema.name()))

@@ -276,7 +276,14 @@ async fn route(rc: &Arc<Restconf>, caller: &Caller, req: Req) -> Result<Reply, (
     if rest.is_empty() || rest == "/" {
         return api_root(&req);
     }
-    let rest = &rest[1..];
+    // Whole segments only: /restconfXdata is not /restconf/data.
+    let Some(rest) = rest.strip_prefix('/') else {
+        return Err(err(Failure::not_found(format!("{path} is not a RESTCONF resource (the API root is /restconf)"))));
+    };
+    // An empty segment (`//`) names nothing; only a trailing `/` is tolerated.
+    if rest.split('/').rev().skip(1).any(str::is_empty) {
+        return Err(err(Failure::bad(ErrorTag::InvalidValue, format!("{path} has an empty path segment"))));
+    }
     let (first, tail) = match rest.split_once('/') {
         Some((a, b)) => (a, Some(b)),
         None => (rest, None),

@@ -37,6 +37,7 @@ fn bad(msg: impl Into<String>) -> Failure {
 }
 
 fn parse_json(body: &[u8]) -> Result<Patch, Failure> {
+    super::data::check_syntax(body, super::media::Encoding::Json)?;
     let v: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the body is not JSON: {e}")))?;
     let p = v.get("ietf-yang-patch:yang-patch").ok_or_else(|| bad("the body must be an ietf-yang-patch:yang-patch"))?;
