@@ -69,7 +69,8 @@ pub struct Attr {
 
 #[derive(Debug)]
 pub struct Element {
-    pub ns: Option<String>,
+    /// The namespace, shared by every element of the message that has it.
+    pub ns: Option<Arc<str>>,
     pub prefix: Option<String>,
     pub name: String,
     /// Attributes other than namespace declarations.
@@ -124,16 +125,35 @@ impl Clone for Element {
     }
 }
 
-/// Dropped with an explicit stack, for the same reason.
+thread_local! {
+    /// How many Element drops are in progress on this thread's stack.
+    static DROP_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Nesting past which a drop continues with an explicit stack instead of the call stack.
+const RECURSIVE_DROP_LEVELS: u32 = 64;
+
+/// Dropped recursively for the first levels (nothing moves: as fast as the derived drop),
+/// then with an explicit stack, so a tree of any depth drops in bounded stack.
 impl Drop for Element {
     fn drop(&mut self) {
         if self.children.is_empty() {
             return;
         }
-        let mut pending = std::mem::take(&mut self.children);
-        while let Some(mut el) = pending.pop() {
-            pending.append(&mut el.children);
-        }
+        let children = std::mem::take(&mut self.children);
+        DROP_DEPTH.with(|depth| {
+            let d = depth.get();
+            if d < RECURSIVE_DROP_LEVELS {
+                depth.set(d + 1);
+                drop(children);
+                depth.set(d);
+            } else {
+                let mut pending = children;
+                while let Some(mut el) = pending.pop() {
+                    pending.append(&mut el.children);
+                }
+            }
+        });
     }
 }
 
@@ -246,26 +266,14 @@ impl<'s> Standalone<'s> {
 }
 
 /// Every `name:` in `raw` that could be a namespace prefix (element and attribute names,
-/// and prefixes inside values such as identityrefs and instance-identifiers).
+/// and prefixes inside values such as identityrefs and instance-identifiers): found from
+/// each `:` (a memchr search), so the scan costs little more than reading the text.
 fn prefix_candidates(raw: &str) -> impl Iterator<Item = &str> {
     let b = raw.as_bytes();
     let is_name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.') || c >= 0x80;
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        while i < b.len() {
-            if !is_name(b[i]) {
-                i += 1;
-                continue;
-            }
-            let start = i;
-            while i < b.len() && is_name(b[i]) {
-                i += 1;
-            }
-            if i < b.len() && b[i] == b':' && raw.is_char_boundary(start) && raw.is_char_boundary(i) {
-                return Some(&raw[start..i]);
-            }
-        }
-        None
+    raw.match_indices(':').filter_map(move |(colon, _)| {
+        let start = b[..colon].iter().rposition(|&c| !is_name(c)).map_or(0, |i| i + 1);
+        (start < colon && raw.is_char_boundary(start)).then(|| &raw[start..colon])
     })
 }
 
@@ -281,8 +289,16 @@ pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
     let mut reader = NsReader::from_str(src);
     reader.config_mut().check_end_names = true;
     reader.resolver_mut().set_max_namespace_bindings(limits.max_namespace_declarations);
-    let mut p =
-        Parser { limits, stack: Vec::new(), root: None, top: Arc::new(Scope::default()), elements: 0, decls: 0 };
+    let mut p = Parser {
+        limits,
+        stack: Vec::new(),
+        root: None,
+        top: Arc::new(Scope::default()),
+        elements: 0,
+        decls: 0,
+        namespaces: HashMap::new(),
+        last_ns: None,
+    };
     loop {
         let start = reader.buffer_position() as usize;
         let ev = reader.read_event().map_err(|e| XmlError(format!("at byte {}: {e}", reader.error_position())))?;
@@ -356,9 +372,29 @@ struct Parser<'l> {
     elements: usize,
     /// Declarations so far that changed the bindings in scope.
     decls: usize,
+    /// Each namespace of the message once (at most one per counted declaration).
+    namespaces: HashMap<String, Arc<str>>,
+    last_ns: Option<Arc<str>>,
 }
 
 impl Parser<'_> {
+    /// The shared copy of a namespace name: consecutive elements mostly share one.
+    fn intern(&mut self, ns: &str) -> Arc<str> {
+        if let Some(last) = self.last_ns.as_ref().filter(|l| &***l == ns) {
+            return last.clone();
+        }
+        let shared = match self.namespaces.get(ns) {
+            Some(s) => s.clone(),
+            None => {
+                let s: Arc<str> = ns.into();
+                self.namespaces.insert(ns.to_owned(), s.clone());
+                s
+            }
+        };
+        self.last_ns = Some(shared.clone());
+        shared
+    }
+
     fn close(&mut self, el: Element) {
         match self.stack.last_mut() {
             Some(parent) => parent.children.push(el),
@@ -384,7 +420,7 @@ impl Parser<'_> {
         let qname = e.name();
         let (prefix, name) = split_qname(qname)?;
         let ns = match resolver.resolve_element(qname).0 {
-            ResolveResult::Bound(ns) => Some(ns.0.to_owned()),
+            ResolveResult::Bound(ns) => Some(self.intern(ns.0)),
             ResolveResult::Unbound => None,
             ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
         };

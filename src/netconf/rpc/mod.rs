@@ -136,7 +136,7 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
             RpcError::new(ErrorTag::UnknownElement, ErrorType::Rpc, format!("expected <rpc>, got <{}>", root.name))
                 .with_bad_element(root.name.clone())
         };
-        if let Some(ns) = root.ns.clone().filter(|ns| ns != NS_BASE) {
+        if let Some(ns) = root.ns.as_deref().filter(|ns| *ns != NS_BASE).map(str::to_owned) {
             let mut e = e;
             e.bad_namespace = Some(ns);
             return bad(vec![e], "");
