@@ -170,6 +170,15 @@ async fn issue_11_class_2_hostile_rpcs_get_the_standard_error_and_nobody_else_no
         still_serves(&mut bystander, 2000 + i as u32, what).await;
     }
     assert_eq!(n, 19);
+    // The refusals are in the audit trail, folded per session (not one line per message).
+    let audit = std::fs::read_to_string(agent.state_dir.join("audit.log")).unwrap_or_default();
+    let refused: Vec<&str> = audit.lines().filter(|l| l.contains("\"category\":\"input-refused\"")).collect();
+    assert!(!refused.is_empty() && refused.len() < n, "{audit}");
+    assert!(
+        refused[0].contains("\"transport\":\"ssh\"") && refused[0].contains("\"user\":\"admin\""),
+        "{}",
+        refused[0]
+    );
 }
 
 /// At the limit, deep content reaches the filter and libyang and is answered normally:
@@ -416,6 +425,12 @@ async fn issue_11_class_2_hostile_restconf_bodies_and_fields() {
         assert_eq!(json_status(&r), (400, "invalid-value".to_owned()), "{what}: {}", r.body);
         assert_eq!(c.get("/data/cats-sma:cats-sma/cache").status, 200, "after {what}");
     }
+
+    let audit = std::fs::read_to_string(agent.state_dir.join("audit.log")).unwrap_or_default();
+    assert!(
+        audit.lines().any(|l| l.contains("\"category\":\"input-refused\"") && l.contains("\"transport\":\"https\"")),
+        "{audit}"
+    );
 
     // A NETCONF session is served after all of it too.
     let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();

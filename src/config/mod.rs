@@ -31,6 +31,8 @@ pub struct Bootstrap {
     pub recovery_user: Option<String>,
     /// RESTCONF (RFC 8040) over HTTPS.
     pub restconf: RestconfSettings,
+    /// The audit trail (`audit.log` in the state directory).
+    pub audit: crate::mgmt::audit::AuditSettings,
     /// Structural limits on every received management message.
     pub message_limits: message_limits::MessageLimits,
 }
@@ -196,6 +198,7 @@ impl Bootstrap {
                 m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
             }
         }
+        self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
