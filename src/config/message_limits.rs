@@ -16,7 +16,7 @@ pub const MAX_CONFIGURABLE_DEPTH: usize = 4096;
 pub struct MessageLimits {
     /// Deepest element (XML) or object/array (JSON) nesting; the root is level 1.
     pub max_depth: usize,
-    /// Elements in one message.
+    /// Elements and attributes (namespace declarations not counted) in one message.
     pub max_elements: usize,
     /// Attributes of one element, namespace declarations not counted.
     pub max_attributes: usize,

@@ -452,6 +452,11 @@ impl Parser<'_> {
             if attrs.len() == l.max_attributes {
                 return Err(XmlError(format!("an element has more than {} attributes", l.max_attributes)));
             }
+            // Attributes share the element budget: each costs as much memory as an element.
+            self.elements += 1;
+            if self.elements > l.max_elements {
+                return Err(XmlError(format!("the message has more than {} elements and attributes", l.max_elements)));
+            }
             let (p, n) = split_qname(a.key)?;
             // Unprefixed attributes are in no namespace (XML Namespaces 6.2).
             let ans = match resolver.resolve_attribute(a.key).0 {
@@ -573,6 +578,8 @@ mod tests {
         refused(&nest(17), "deeper than 16");
         parse_with(&format!("<r>{}</r>", "<b/>".repeat(99)), &limits()).unwrap();
         refused(&format!("<r>{}</r>", "<b/>".repeat(100)), "more than 100 elements");
+        parse_with(&format!("<r>{}</r>", "<b x='1'/>".repeat(49)), &limits()).unwrap();
+        refused(&format!("<r>{}</r>", "<b x='1'/>".repeat(50)), "more than 100 elements and attributes");
         parse_with("<a w='1' x='2' y='3' z='4'/>", &limits()).unwrap();
         refused("<a v='0' w='1' x='2' y='3' z='4'/>", "more than 4 attributes");
         parse_with("<a xmlns:a='u:a' xmlns:b='u:b' xmlns:c='u:c' xmlns='u:d'/>", &limits()).unwrap();
