@@ -75,3 +75,27 @@ pub fn get() -> &'static MessageLimits {
     static DEFAULT: OnceLock<MessageLimits> = OnceLock::new();
     CONFIGURED.get().unwrap_or_else(|| DEFAULT.get_or_init(MessageLimits::default))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_pass_their_own_check_and_bad_values_are_refused() {
+        MessageLimits::default().check().unwrap();
+        let bad = |f: fn(&mut MessageLimits)| {
+            let mut l = MessageLimits::default();
+            f(&mut l);
+            l.check().is_err()
+        };
+        assert!(bad(|l| l.max_depth = MAX_CONFIGURABLE_DEPTH + 1));
+        assert!(bad(|l| l.max_depth = 2));
+        assert!(bad(|l| l.max_elements = 0));
+        assert!(bad(|l| l.max_namespace_declarations = 1));
+        assert!(bad(|l| l.max_attribute_size = 10));
+        let toml: crate::config::Bootstrap = toml::from_str("[message_limits]\nmax_depth = 64\n").unwrap();
+        assert_eq!(toml.message_limits.max_depth, 64);
+        assert_eq!(toml.message_limits.max_elements, MessageLimits::default().max_elements);
+        assert!(toml::from_str::<crate::config::Bootstrap>("[message_limits]\nmax_dpth = 64\n").is_err());
+    }
+}

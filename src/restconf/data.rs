@@ -417,7 +417,7 @@ pub fn check_syntax(body: &[u8], enc: Encoding) -> Result<(), Failure> {
             let text = std::str::from_utf8(body).map_err(|_| bad("the body is not UTF-8".into()))?;
             crate::netconf::xml::parse_with(text, limits)
                 .map(|_| ())
-                .map_err(|e| bad(format!("the body is not XML: {}", e.0)))
+                .map_err(|e| bad(format!("the XML body is refused: {}", e.0)))
         }
     }
 }
@@ -619,7 +619,7 @@ fn unwrap_datastore_body(body: &[u8], enc: Encoding) -> Result<Vec<u8>, Failure>
         Encoding::Xml => {
             let text = std::str::from_utf8(body).unwrap_or_default();
             let el = crate::netconf::xml::parse_with(text, crate::config::message_limits::get())
-                .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the body is not XML: {}", e.0)))?;
+                .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the XML body is refused: {}", e.0)))?;
             if el.name == "data" && el.ns.as_deref() == Some(super::error::NS_RESTCONF) {
                 el.children_text(text).map(String::into_bytes).map_err(|e| Failure::status(413, ErrorTag::TooBig, e.0))
             } else {

@@ -65,7 +65,7 @@ fn parse_xml(body: &[u8]) -> Result<Patch, Failure> {
     let text =
         std::str::from_utf8(body).map_err(|_| Failure::bad(ErrorTag::MalformedMessage, "the body is not UTF-8"))?;
     let root = crate::netconf::xml::parse_with(text, crate::config::message_limits::get())
-        .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the body is not XML: {}", e.0)))?;
+        .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the XML body is refused: {}", e.0)))?;
     if root.name != "yang-patch" || root.ns.as_deref() != Some(NS_YANG_PATCH) {
         return Err(bad(format!("the body must be a yang-patch element in {NS_YANG_PATCH}")));
     }
