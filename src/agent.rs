@@ -31,6 +31,7 @@ pub struct Agent {
 impl Agent {
     /// Starts everything; returns once the NETCONF listeners are bound.
     pub async fn start(boot: Bootstrap) -> Result<Agent, String> {
+        crate::config::message_limits::install(boot.message_limits.clone());
         let state_path = boot.state_dir();
         let state =
             StateDir::open(&state_path).map_err(|e| format!("state directory {}: {e}", state_path.display()))?;

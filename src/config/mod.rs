@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod peer_limits;
+pub mod message_limits;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -35,6 +36,8 @@ pub struct Bootstrap {
     pub peer_limits: peer_limits::PeerLimits,
     /// The audit trail (`audit.log` in the state directory).
     pub audit: crate::mgmt::audit::AuditSettings,
+    /// Structural limits on every received management message.
+    pub message_limits: message_limits::MessageLimits,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -173,6 +176,7 @@ impl Bootstrap {
         if self.netconf.max_message_size < 4096 {
             return Err("netconf.max_message_size must be at least 4096 bytes".into());
         }
+        self.message_limits.check()?;
         let r = &self.restconf;
         if r.enabled {
             if r.listen.is_empty() {

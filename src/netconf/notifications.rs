@@ -260,11 +260,13 @@ pub enum NotificationFilter {
 }
 
 impl NotificationFilter {
-    pub fn from_filter(f: &Filter<'_>, src: &str) -> NotificationFilter {
-        match f {
-            Filter::Subtree(el) => NotificationFilter::Subtree(el.standalone_text(src)),
+    pub fn from_filter(f: &Filter<'_>, src: &str) -> Result<NotificationFilter, crate::error::RpcError> {
+        Ok(match f {
+            Filter::Subtree(el) => {
+                NotificationFilter::Subtree(el.standalone_text(src).map_err(crate::netconf::rpc::too_big)?)
+            }
             Filter::XPath(x) => NotificationFilter::XPath(x.clone()),
-        }
+        })
     }
 
     /// Whether the notification matches (the filter selects something of it).

@@ -37,7 +37,8 @@ pub fn server_hello(id: SessionId) -> String {
 /// Checks a client hello; returns whether base:1.1 (chunked framing) was offered.
 fn check_client_hello(msg: &[u8]) -> Result<bool, String> {
     let text = std::str::from_utf8(msg).map_err(|_| "hello is not UTF-8".to_string())?;
-    let root = xml::parse(text).map_err(|e| format!("hello is not well-formed: {e}"))?;
+    let root = xml::parse_with(text, crate::config::message_limits::get())
+        .map_err(|e| format!("hello is not well-formed: {e}"))?;
     if !root.is(NS_BASE, "hello") {
         return Err(format!("expected <hello>, got <{}>", root.name));
     }

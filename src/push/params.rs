@@ -193,7 +193,8 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
         if in_ns(c, NS_SN, "stream") {
             stream = Some(c.trimmed().to_owned());
         } else if in_ns(c, NS_SN, "stream-subtree-filter") {
-            stream_filter = Some(Filter::Subtree(c.clone(), c.children_text(src)));
+            stream_filter =
+                Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") {
             stream_filter = Some(xpath(c, "stream-xpath-filter")?);
         } else if in_ns(c, NS_SN, "stream-filter-name") {
@@ -230,7 +231,7 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
             }
             datastore = Some(if ds == Datastore::Intended { Datastore::Running } else { ds });
         } else if in_ns(c, NS_YP, "datastore-subtree-filter") {
-            selection = Some(Filter::Subtree(c.clone(), c.children_text(src)));
+            selection = Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
         } else if in_ns(c, NS_YP, "datastore-xpath-filter") {
             selection = Some(xpath(c, "datastore-xpath-filter")?);
         } else if in_ns(c, NS_YP, "selection-filter-ref") {
@@ -363,7 +364,8 @@ pub fn modify(op: &Element, src: &str) -> Result<Modify, RpcError> {
         if in_ns(c, NS_SN, "id") {
             id = Some(uint(c, "id")?);
         } else if in_ns(c, NS_SN, "stream-subtree-filter") || in_ns(c, NS_YP, "datastore-subtree-filter") {
-            m.filter = Some(Some(Filter::Subtree(c.clone(), c.children_text(src))));
+            m.filter =
+                Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?)));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") || in_ns(c, NS_YP, "datastore-xpath-filter") {
             m.filter = Some(Some(xpath(c, &c.name)?));
         } else if in_ns(c, NS_SN, "stream-filter-name") || in_ns(c, NS_YP, "selection-filter-ref") {

@@ -240,9 +240,28 @@ impl Restconf {
         self.close(&caller);
         match result {
             Ok(r) => r,
-            Err((f, enc)) => error_reply(&f, enc),
+            Err((f, enc)) => {
+                refused_input(&caller, &f);
+                error_reply(&f, enc)
+            }
         }
     }
+}
+
+/// A body refused as not well-formed or over a message limit, in the audit trail (one
+/// record per user and window for a flood).
+fn refused_input(caller: &Caller, f: &Failure) {
+    let Some(e) = f.errors.iter().find(|e| matches!(e.tag, ErrorTag::MalformedMessage | ErrorTag::TooBig)) else {
+        return;
+    };
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+        .outcome("failure")
+        .user(&caller.user)
+        .session(caller.session)
+        .transport("https")
+        .field("status", f.status)
+        .field("reason", e.message.as_str())
+        .emit_aggregated(format!("restconf-input:{}", caller.user));
 }
 
 fn host_meta(method: &Method, json: bool) -> Reply {
@@ -276,7 +295,14 @@ async fn route(rc: &Arc<Restconf>, caller: &Caller, req: Req) -> Result<Reply, (
     if rest.is_empty() || rest == "/" {
         return api_root(&req);
     }
-    let rest = &rest[1..];
+    // Whole segments only: /restconfXdata is not /restconf/data.
+    let Some(rest) = rest.strip_prefix('/') else {
+        return Err(err(Failure::not_found(format!("{path} is not a RESTCONF resource (the API root is /restconf)"))));
+    };
+    // An empty segment (`//`) names nothing; only a trailing `/` is tolerated.
+    if rest.split('/').rev().skip(1).any(str::is_empty) {
+        return Err(err(Failure::bad(ErrorTag::InvalidValue, format!("{path} has an empty path segment"))));
+    }
     let (first, tail) = match rest.split_once('/') {
         Some((a, b)) => (a, Some(b)),
         None => (rest, None),

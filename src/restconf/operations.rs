@@ -37,7 +37,7 @@ fn operations() -> Vec<(String, String, String)> {
 }
 
 pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
-    let tail = tail.trim_end_matches('/');
+    let tail = tail.strip_suffix('/').unwrap_or(tail);
     if tail.is_empty() {
         if !matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return Err(Failure::method(

@@ -210,7 +210,8 @@ fn establish(
 /// GET `{+restconf}/subscriptions/<id>`: the subscription's notifications as SSE.
 pub fn handle(rc: &Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
     let id: u32 = tail
-        .trim_end_matches('/')
+        .strip_suffix('/')
+        .unwrap_or(tail)
         .parse()
         .map_err(|_| Failure::not_found(format!("\"{tail}\" is not a subscription of this server")))?;
     if req.method != Method::GET {

@@ -127,7 +127,7 @@ fn rename_wd(op: &Element) -> Element {
     let mut e = op.clone();
     for c in &mut e.children {
         if c.name == "with-defaults" {
-            c.ns = Some(NS_WITH_DEFAULTS.to_owned());
+            c.ns = Some(NS_WITH_DEFAULTS.into());
         }
     }
     e

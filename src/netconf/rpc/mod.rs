@@ -120,15 +120,13 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         ctx.info.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
         (errors_reply(ctx, attrs, &errors), After::Continue)
     };
-    let root = match xml::parse(src) {
+    let root = match xml::parse_with(src, crate::config::message_limits::get()) {
         Ok(r) => r,
         Err(e) => {
+            refused_input(ctx, &e);
             // RFC 6241 Appendix A: malformed-message is base:1.1 only.
             let tag = if ctx.base11 { ErrorTag::MalformedMessage } else { ErrorTag::OperationFailed };
-            return bad(
-                vec![RpcError::new(tag, ErrorType::Rpc, format!("the message is not well-formed XML: {e}"))],
-                "",
-            );
+            return bad(vec![RpcError::new(tag, ErrorType::Rpc, format!("the message cannot be parsed: {e}"))], "");
         }
     };
     if !root.is(NS_BASE, "rpc") {
@@ -139,7 +137,7 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
             RpcError::new(ErrorTag::UnknownElement, ErrorType::Rpc, format!("expected <rpc>, got <{}>", root.name))
                 .with_bad_element(root.name.clone())
         };
-        if let Some(ns) = root.ns.clone().filter(|ns| ns != NS_BASE) {
+        if let Some(ns) = root.ns.as_deref().filter(|ns| *ns != NS_BASE).map(str::to_owned) {
             let mut e = e;
             e.bad_namespace = Some(ns);
             return bad(vec![e], "");
@@ -192,6 +190,21 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         Ok(Body::Data(d)) => (format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}>{d}</rpc-reply>"), after),
         Err(errors) => (errors_reply(ctx, &attrs, &errors), after),
     }
+}
+
+/// A message that is not well-formed or over a message limit, in the audit trail: one
+/// record per session and window however many follow (a flood is one line and a count).
+fn refused_input(ctx: &SessionCtx, e: &xml::XmlError) {
+    let mut ev = crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+        .outcome("failure")
+        .user(&ctx.info.username)
+        .session(ctx.id)
+        .transport("ssh")
+        .field("reason", e.0.as_str());
+    if let Some(src) = ctx.info.source {
+        ev = ev.source(src);
+    }
+    ev.emit_aggregated(format!("netconf-input:{}", ctx.id));
 }
 
 fn errors_reply(ctx: &SessionCtx, attrs: &str, errors: &[RpcError]) -> String {
@@ -325,7 +338,7 @@ fn app_rpc(ctx: &SessionCtx, module: &str, op: &Element, src: &str) -> OpResult 
         )
         .with_bad_element(op.name.clone())]);
     };
-    let mut text = op.standalone_text(src).into_bytes();
+    let mut text = op.standalone_text(src).map_err(|e| vec![too_big(e)])?.into_bytes();
     text.push(0);
     let input = DataTree::parse_op_string(
         crate::yang::context(),
@@ -474,8 +487,14 @@ pub(crate) fn filter_param(op: &Element) -> Result<Option<Filter<'_>>, Vec<RpcEr
 }
 
 /// The content of a `<config>` parameter, standalone, ready for libyang.
-pub(crate) fn config_text(config: &Element, src: &str) -> String {
-    config.children_text(src)
+pub(crate) fn config_text(config: &Element, src: &str) -> Result<String, Vec<RpcError>> {
+    config.children_text(src).map_err(|e| vec![too_big(e)])
+}
+
+/// Content that cannot be extracted within the message's own size (RFC 6241 Appendix A:
+/// too-big, "the request is too large for the implementation to handle").
+pub fn too_big(e: xml::XmlError) -> RpcError {
+    RpcError::new(ErrorTag::TooBig, ErrorType::Rpc, e.0)
 }
 
 /// Adds the bad-element libyang cannot name to errors about the content of `config`
