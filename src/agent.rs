@@ -47,7 +47,8 @@ impl Agent {
         datastores.register_consumer(nacm.clone());
         datastores.set_write_guard(nacm.clone());
         datastores.register_state_provider(nacm.clone());
-        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
+        let limits = crate::mgmt::auth_limits::Limits::new(boot.limits.clone(), &users);
+        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
         let cps = start_cps(&datastores, &server, &engine)?;
         let restconf = if boot.restconf.enabled {
@@ -141,7 +142,7 @@ async fn start_engine(
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
         Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
-    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx));
+    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx, server.limits.sci_http.clone()));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
     let bound = *bound_rx.borrow();

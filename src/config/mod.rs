@@ -30,6 +30,9 @@ pub struct Bootstrap {
     pub recovery_user: Option<String>,
     /// RESTCONF (RFC 8040) over HTTPS.
     pub restconf: RestconfSettings,
+    /// What a peer may cost before it authenticates, per listener (`[limits.ssh]`,
+    /// `[limits.restconf]`, `[limits.sci_http]`), and the password-check pool.
+    pub limits: crate::mgmt::auth_limits::LimitsSettings,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -192,6 +195,7 @@ impl Bootstrap {
                 m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
             }
         }
+        self.limits.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
