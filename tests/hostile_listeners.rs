@@ -8,11 +8,12 @@
 //! Attackers connect from other loopback addresses (127.0.0.x) than the admin (127.0.0.1),
 //! so per-source limits can be told from listener-wide ones.
 //!
-//! Hostile inputs in this file (25): idle TCP x3, slowloris header x3, slowloris body x2,
+//! Hostile inputs in this file (27): idle TCP x3, slowloris header x3, slowloris body x2,
 //! SSH without authentication, TLS without request, unauthenticated requests on a kept
 //! connection x2, per-source pending cap x3, listener pending cap x3, per-source connection
 //! cap, 200 parallel wrong SSH passwords, password queue overflow, wrong passwords for
-//! known and unknown users x2, repeated failures (back-off) x2.
+//! known and unknown users over RESTCONF and SSH x4, repeated failures (back-off) x2.
+//! Refusals, timeouts and logins are also checked in the audit trail (`audit.log`).
 
 mod common;
 
@@ -118,6 +119,23 @@ fn field(line: &str, name: &str) -> u64 {
         .and_then(|r| r.split([' ', ',']).next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
+/// Waits (up to 30 s) for an audit record (state/audit.log) with all of `fields`.
+async fn audit_record(agent: &AgentProcess, fields: &[(&str, &str)]) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(agent.state_dir.join("audit.log")).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|r| fields.iter().all(|(k, v)| r[*k].as_str() == Some(*v)));
+        if let Some(r) = found {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "no audit record with {fields:?} in {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 // ----- clients -----------------------------------------------------------------------------
@@ -298,6 +316,7 @@ async fn class5_idle_tcp_connections_are_closed_on_every_listener() {
     log_line(&agent, &["connection closed: handshake timeout", "listener=\"ssh\""]).await;
     log_line(&agent, &["connection closed: handshake timeout", "listener=\"restconf\""]).await;
     log_line(&agent, &["connection closed: header read timeout", "listener=\"sci-http\""]).await;
+    audit_record(&agent, &[("category", "connection-refused"), ("outcome", "closed"), ("transport", "ssh")]).await;
     still_serves(&agent, "10.5.0.1:80", 1).await;
 }
 
@@ -641,8 +660,9 @@ async fn class5_a_source_that_keeps_failing_is_backed_off_on_both_transports() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start(&dir, &limits(SHORT, "backoff_after_failures = 3\nbackoff_initial_ms = 120000"));
     let attacker = "127.0.0.12";
-    let mut h = Https::open(attacker, &agent).await;
     for _ in 0..3 {
+        // A connection each: one that never authenticates is cut at the auth deadline.
+        let mut h = Https::open(attacker, &agent).await;
         assert_eq!(h.call("GET", "/yang-library-version", Some(("admin", "guess")), "").await.0, 401);
     }
     log_line(&agent, &["source backed off", attacker]).await;
@@ -653,10 +673,24 @@ async fn class5_a_source_that_keeps_failing_is_backed_off_on_both_transports() {
     assert!(line.contains("hashed=false"), "{line}");
     assert!(Netconf::login(attacker, agent.addr, "admin", PASSWORD).await.is_err());
     log_line(&agent, &["login failed", "outcome=\"source-backed-off\"", "transport=\"ssh\""]).await;
+    // The audit trail has the failures (aggregated per source), the back-off, and successes.
+    let r = audit_record(
+        &agent,
+        &[("category", "login"), ("outcome", "failure"), ("transport", "restconf"), ("source", attacker)],
+    )
+    .await;
+    assert_eq!((r["user"].as_str(), r["method"].as_str()), (Some("admin"), Some("password")), "{r}");
+    audit_record(&agent, &[("category", "login"), ("outcome", "backed-off"), ("source", attacker)]).await;
     // Everyone else is not.
     still_serves_ssh(&agent).await;
     let mut h = Https::open("127.0.0.1", &agent).await;
     assert_eq!(h.call("GET", "/yang-library-version", admin(), "").await.0, 200);
+    audit_record(
+        &agent,
+        &[("category", "login"), ("outcome", "success"), ("transport", "ssh"), ("source", "127.0.0.1")],
+    )
+    .await;
+    audit_record(&agent, &[("category", "login"), ("outcome", "success"), ("transport", "restconf")]).await;
 }
 
 // ----- measurement (docs/performance.md) ---------------------------------------------------

@@ -33,6 +33,8 @@ pub struct Bootstrap {
     /// What a peer may cost before it authenticates, per listener (`[limits.ssh]`,
     /// `[limits.restconf]`, `[limits.sci_http]`), and the password-check pool.
     pub limits: crate::mgmt::auth_limits::LimitsSettings,
+    /// The audit trail (`audit.log` in the state directory).
+    pub audit: crate::mgmt::audit::AuditSettings,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -196,6 +198,7 @@ impl Bootstrap {
             }
         }
         self.limits.check()?;
+        self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {

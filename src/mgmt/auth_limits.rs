@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tracing::{info, warn};
 
+use crate::mgmt::audit::{self, Category};
 use crate::users::UserStore;
 
 // ----- configuration ---------------------------------------------------------------------
@@ -385,6 +386,12 @@ impl Gate {
                 }))
             }
             Some(r) => {
+                audit::event(Category::ConnectionRefused)
+                    .outcome("refused")
+                    .source(source)
+                    .transport(self.listener)
+                    .field("reason", r.as_str())
+                    .emit_aggregated(format!("{} refused {source} {:?}", self.listener, r));
                 let total = bump(match r {
                     Refusal::Pending => &c.refused_pending,
                     Refusal::SourcePending => &c.refused_source_pending,
@@ -415,6 +422,12 @@ impl Gate {
             Timeout::Body => &c.body_timeouts,
         });
         let source = source_key(peer.ip());
+        audit::event(Category::ConnectionRefused)
+            .outcome("closed")
+            .source(source)
+            .transport(self.listener)
+            .field("reason", format!("{} timeout", what.as_str()))
+            .emit_aggregated(format!("{} timeout {source} {what:?}", self.listener));
         if let Some(n) = self.log.hit(source, what.as_str()) {
             info!(
                 listener = self.listener,
@@ -707,6 +720,7 @@ impl PasswordPool {
         let c = &self.counters.password;
         let hashes = c.hashes.load(Ordering::Relaxed);
         let source = source.map(|s| s.to_string()).unwrap_or_default();
+        login_audit(verdict, user, &source, transport, "password");
         match verdict {
             Verdict::Accepted => {
                 bump(&c.successes);
@@ -775,8 +789,8 @@ impl PasswordPool {
             if ok {
                 b.succeeded(s);
             } else if b.failed(s, Instant::now()) {
-                bump(&self.counters.password.backoffs);
-                warn!(source = %s, "source backed off after repeated login failures");
+                drop(b);
+                self.backed_off(s);
             }
         }
         if ok {
@@ -798,16 +812,38 @@ impl PasswordPool {
         Some(Share { pool: self, source: Some(s) })
     }
 
+    fn backed_off(&self, s: IpAddr) {
+        bump(&self.counters.password.backoffs);
+        warn!(source = %s, "source backed off after repeated login failures");
+        audit::event(Category::Login)
+            .outcome("backed-off")
+            .source(s)
+            .field("reason", "repeated login failures: password attempts refused for a while")
+            .emit_aggregated(format!("login backoff {s}"));
+    }
+
     /// Records a failed login that did not go through the pool (a refused public key), so
     /// it counts towards the source's back-off.
     pub fn record_failure(&self, peer: Option<SocketAddr>) {
         if let Some(p) = peer {
             let s = source_key(p.ip());
             if self.backoff.lock().unwrap_or_else(|e| e.into_inner()).failed(s, Instant::now()) {
-                bump(&self.counters.password.backoffs);
-                warn!(source = %s, "source backed off after repeated login failures");
+                self.backed_off(s);
             }
         }
+    }
+}
+
+/// The audit record of a login: every success; failures (which a peer causes at will)
+/// aggregated per source and transport.
+pub fn login_audit(verdict: Verdict, user: &str, source: &str, transport: &'static str, method: &'static str) {
+    let ev = audit::event(Category::Login).user(user).source(source).transport(transport).field("method", method);
+    if verdict == Verdict::Accepted {
+        ev.outcome("success").emit();
+    } else {
+        let ev = ev.outcome("failure").field("reason", verdict.as_str());
+        let ev = if method == "password" { ev.field("hashed", verdict == Verdict::Rejected) } else { ev };
+        ev.emit_aggregated(format!("login failure {transport} {source}"));
     }
 }
 

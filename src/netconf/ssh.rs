@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use super::Server;
-use crate::mgmt::auth_limits::{Permit, Timeout, Verdict};
+use crate::mgmt::auth_limits::{login_audit, Permit, Timeout, Verdict};
 
 fn methods() -> MethodSet {
     MethodSet::from(&[MethodKind::Password, MethodKind::PublicKey][..])
@@ -75,11 +75,15 @@ impl russh::server::Handler for Connection {
         if self.server.users.accepts_key(user, key.public_key) {
             self.user = Some(user.to_owned());
             self.permit.establish();
-            info!(transport = "ssh", user = ?user, source = %self.peer.map(|p| p.ip().to_string()).unwrap_or_default(), method = "publickey", "login succeeded");
+            let source = self.peer.map(|p| p.ip().to_string()).unwrap_or_default();
+            login_audit(Verdict::Accepted, user, &source, "ssh", "publickey");
+            info!(transport = "ssh", user = ?user, source = %source, method = "publickey", "login succeeded");
             Ok(Auth::Accept)
         } else {
             self.server.limits.passwords.record_failure(self.peer);
-            warn!(transport = "ssh", user = ?user, source = %self.peer.map(|p| p.ip().to_string()).unwrap_or_default(), method = "publickey", "login failed");
+            let source = self.peer.map(|p| p.ip().to_string()).unwrap_or_default();
+            login_audit(Verdict::Rejected, user, &source, "ssh", "publickey");
+            warn!(transport = "ssh", user = ?user, source = %source, method = "publickey", "login failed");
             Ok(Auth::Reject { proceed_with_methods: Some(methods()), partial_success: false })
         }
     }
