@@ -29,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Short deadlines and small caps, on every listener.
-const SHORT: &str = "handshake_timeout_secs = 2\nauth_timeout_secs = 4\nheader_read_timeout_secs = 2\n\
+const SHORT: &str = "handshake_timeout_secs = 3\nauth_timeout_secs = 8\nheader_read_timeout_secs = 2\n\
                      body_read_timeout_secs = 2\nmax_pending = 40\nmax_pending_per_source = 20\n\
                      max_connections_per_source = 40\n";
 
@@ -420,7 +420,8 @@ async fn class5_ssh_without_authentication_is_closed_at_the_auth_deadline() {
     log_line(&agent, &["authentication timeout", "listener=\"ssh\""]).await;
     // A session that did authenticate outlives the deadline.
     let mut nc = Netconf::login("127.0.0.1", agent.addr, "admin", PASSWORD).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Past its own authentication deadline (auth_timeout_secs = 8).
+    tokio::time::sleep(Duration::from_secs(9)).await;
     assert!(nc.rpc(2, "<get-config><source><running/></source></get-config>").await.contains("<data"));
 }
 
