@@ -55,6 +55,9 @@ impl Agent {
         let names = nacm.clone();
         crate::mgmt::audit::set_user_resolver(move |s| names.user_of(s));
         let limits = crate::mgmt::auth_limits::Limits::new(boot.limits.clone(), &users);
+        datastores.register_state_provider(Arc::new(crate::mgmt::auth_limits::LimitsState {
+            limits: Arc::downgrade(&limits),
+        }));
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
         let cps = start_cps(&datastores, &server, &engine)?;

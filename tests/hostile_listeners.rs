@@ -519,6 +519,14 @@ async fn class5_per_source_pending_cap_refuses_the_surplus_at_once_on_every_list
         assert!(served(&agent, listener, "127.0.0.8").await, "{listener}: another source refused");
     }
     still_serves(&agent, "10.5.0.4:80", 1).await;
+    // The counters in the operational state.
+    let v = Curl::new(&agent).get("/data/cats-sma:cats-sma/listener-limits").json();
+    let listeners = v["cats-sma:listener-limits"]["listener"].as_array().unwrap_or_else(|| panic!("{v}")).clone();
+    for name in ["ssh", "restconf", "sci-http"] {
+        let l = listeners.iter().find(|l| l["name"] == name).unwrap_or_else(|| panic!("{name} in {v}"));
+        assert_eq!(l["refused-source-pending"], "1", "{name}: {l}");
+        assert_eq!(l["pending"], 4, "{name}: 3 + 1 held open: {l}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -654,6 +662,9 @@ async fn class5_unknown_and_known_users_both_take_the_argon2_path() {
         assert_eq!(hashes, last + 1, "exactly one argon2 run for {user} over {transport}: {line}");
         last = hashes;
     }
+    let v = Curl::new(&agent).get("/data/cats-sma:cats-sma/listener-limits/password-checks").json();
+    let p = &v["cats-sma:password-checks"];
+    assert_eq!(p["dummy-hashes"], "2", "the unknown user over RESTCONF and SSH: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

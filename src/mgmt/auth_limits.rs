@@ -18,7 +18,8 @@
 //! - [`Backoff`]: a bounded table of sources that keep failing; past a number of failures a
 //!   source's password attempts are refused (without hashing) for an exponentially growing
 //!   time.
-//! - [`Counters`]: atomics for all of the above, for logs now and operational state later.
+//! - [`Counters`]: atomics for all of the above, in the operational state
+//!   (`/cats-sma:cats-sma/listener-limits`, [`LimitsState`]), the log and the audit trail.
 //!
 //! IPv6 sources are grouped by /64 (one host usually owns a whole /64), IPv4 by address.
 
@@ -890,6 +891,58 @@ impl Limits {
             counters,
             settings,
         })
+    }
+}
+
+/// The counters in the operational state, `/cats-sma:cats-sma/listener-limits`.
+pub struct LimitsState {
+    pub limits: std::sync::Weak<Limits>,
+}
+
+impl crate::datastore::StateProvider for LimitsState {
+    fn render(
+        &self,
+        tree: &mut yang2::data::DataTree<'static>,
+        xpath: Option<&str>,
+    ) -> Result<(), crate::error::RpcError> {
+        use crate::datastore::tree::set;
+        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+            return Ok(());
+        }
+        let Some(l) = self.limits.upgrade() else { return Ok(()) };
+        let base = "/cats-sma:cats-sma/listener-limits";
+        for gate in [&l.ssh, &l.restconf, &l.sci_http] {
+            let c = gate.counters();
+            let entry = format!("{base}/listener[name='{}']", gate.listener);
+            set(tree, &format!("{entry}/pending"), Some(&gate.pending().min(u32::MAX as usize).to_string()))?;
+            for (leaf, v) in [
+                ("accepted", &c.accepted),
+                ("established", &c.established),
+                ("refused-pending", &c.refused_pending),
+                ("refused-source-pending", &c.refused_source_pending),
+                ("refused-source-connections", &c.refused_source_connections),
+                ("handshake-timeouts", &c.handshake_timeouts),
+                ("auth-timeouts", &c.auth_timeouts),
+                ("header-timeouts", &c.header_timeouts),
+                ("body-timeouts", &c.body_timeouts),
+            ] {
+                set(tree, &format!("{entry}/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()))?;
+            }
+        }
+        let p = &l.counters.password;
+        for (leaf, v) in [
+            ("hashes", &p.hashes),
+            ("dummy-hashes", &p.dummy_hashes),
+            ("successes", &p.successes),
+            ("failures", &p.failures),
+            ("queue-full", &p.queue_full),
+            ("source-busy", &p.source_busy),
+            ("backoff-refusals", &p.backoff_refusals),
+            ("backoffs", &p.backoffs),
+        ] {
+            set(tree, &format!("{base}/password-checks/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()))?;
+        }
+        Ok(())
     }
 }
 
