@@ -278,5 +278,13 @@ mod tests {
         )
         .unwrap();
         assert!(b.check().unwrap_err().contains("fingerprint"));
+        let b: Bootstrap = toml::from_str("[limits.ssh]\nmax_pending = 0").unwrap();
+        assert!(b.check().unwrap_err().contains("limits.ssh.max_pending"));
+        let b: Bootstrap = toml::from_str("[limits]\npassword_workers = 0").unwrap();
+        assert!(b.check().unwrap_err().contains("limits.password_workers"));
+        assert!(toml::from_str::<Bootstrap>("[limits.ssh]\nmax_pendin = 3").is_err(), "typo refused");
+        let b: Bootstrap = toml::from_str("[limits.restconf]\nauth_timeout_secs = 5").unwrap();
+        assert_eq!(b.limits.restconf.auth_timeout_secs, 5);
+        assert_eq!(b.limits.restconf.max_pending, 256, "the rest keeps its default");
     }
 }
