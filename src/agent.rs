@@ -55,7 +55,11 @@ impl Agent {
         datastores.register_state_provider(Arc::new(crate::mgmt::audit::AuditState));
         let names = nacm.clone();
         crate::mgmt::audit::set_user_resolver(move |s| names.user_of(s));
-        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
+        let limits = crate::mgmt::auth_limits::Limits::new(boot.limits.clone(), &users);
+        datastores.register_state_provider(Arc::new(crate::mgmt::auth_limits::LimitsState {
+            limits: Arc::downgrade(&limits),
+        }));
+        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
         server.events.configure(&boot.peer_limits);
         crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen, &boot.peer_limits).await?;
@@ -154,7 +158,7 @@ async fn start_engine(
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
         Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
-    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx));
+    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx, server.limits.sci_http.clone()));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
     let bound = *bound_rx.borrow();

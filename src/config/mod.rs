@@ -34,6 +34,9 @@ pub struct Bootstrap {
     pub restconf: RestconfSettings,
     /// What SCIs, brokers, pull targets and C-PSes can cost (`[peer_limits]`).
     pub peer_limits: peer_limits::PeerLimits,
+    /// What a peer may cost before it authenticates, per listener (`[limits.ssh]`,
+    /// `[limits.restconf]`, `[limits.sci_http]`), and the password-check pool.
+    pub limits: crate::mgmt::auth_limits::LimitsSettings,
     /// The audit trail (`audit.log` in the state directory).
     pub audit: crate::mgmt::audit::AuditSettings,
     /// Structural limits on every received management message.
@@ -202,6 +205,7 @@ impl Bootstrap {
             }
         }
         self.peer_limits.check()?;
+        self.limits.check()?;
         self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
@@ -282,5 +286,13 @@ mod tests {
         )
         .unwrap();
         assert!(b.check().unwrap_err().contains("fingerprint"));
+        let b: Bootstrap = toml::from_str("[limits.ssh]\nmax_pending = 0").unwrap();
+        assert!(b.check().unwrap_err().contains("limits.ssh.max_pending"));
+        let b: Bootstrap = toml::from_str("[limits]\npassword_workers = 0").unwrap();
+        assert!(b.check().unwrap_err().contains("limits.password_workers"));
+        assert!(toml::from_str::<Bootstrap>("[limits.ssh]\nmax_pendin = 3").is_err(), "typo refused");
+        let b: Bootstrap = toml::from_str("[limits.restconf]\nauth_timeout_secs = 5").unwrap();
+        assert_eq!(b.limits.restconf.auth_timeout_secs, 5);
+        assert_eq!(b.limits.restconf.max_pending, 256, "the rest keeps its default");
     }
 }

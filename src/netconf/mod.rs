@@ -124,6 +124,8 @@ pub struct Server {
     pub app_rpcs: std::sync::RwLock<Option<Arc<dyn AppRpc>>>,
     /// YANG-Push dynamic subscriptions (RFC 8639/8641).
     pub push: Arc<crate::push::Push>,
+    /// Connection gates, the password-check pool and their counters (all listeners).
+    pub limits: Arc<crate::mgmt::auth_limits::Limits>,
 }
 
 impl Server {
@@ -132,6 +134,7 @@ impl Server {
         users: UserStore,
         settings: NetconfSettings,
         nacm: Arc<crate::nacm::Nacm>,
+        limits: Arc<crate::mgmt::auth_limits::Limits>,
     ) -> Arc<Server> {
         let server = Arc::new(Server {
             datastores,
@@ -147,6 +150,7 @@ impl Server {
             events: Default::default(),
             app_rpcs: Default::default(),
             push: Default::default(),
+            limits,
         });
         server
             .datastores
