@@ -30,6 +30,9 @@ pub struct Bootstrap {
     pub recovery_user: Option<String>,
     /// RESTCONF (RFC 8040) over HTTPS.
     pub restconf: RestconfSettings,
+    /// What one filter may cost (XPath / subtree filters, YANG-Push selections,
+    /// notification filters): see docs/security.md, "Filters and access control".
+    pub filters: crate::netconf::filter::FilterLimits,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).

@@ -226,8 +226,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Str
 async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: SubscriptionSpec, tx: mpsc::Sender<String>) {
     let (replay, mut rx) = server.events.subscribe(spec.start);
     let wanted = |ev: &notifications::Event| {
-        spec.filter.as_ref().is_none_or(|f| f.matches(ev))
-            && server.nacm.may_notify(&info.username, &ev.module, &ev.name)
+        server.nacm.may_notify(&info.username, &ev.module, &ev.name)
+            && spec.filter.as_ref().is_none_or(|f| f.matches(ev, &server.nacm, &info.username))
     };
     let send = |msg: String| {
         let tx = tx.clone();

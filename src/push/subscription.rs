@@ -468,7 +468,12 @@ pub struct StreamSelector {
     pub filter: Option<Filter>,
     /// Whether the receiver may see module:name (NACM, RFC 8341 section 3.4.6).
     pub allowed: NotifyCheck,
+    /// The notification content the receiver may read (NACM read rules on its nodes).
+    pub readable: ReadableCheck,
 }
+
+/// Prunes a notification's content for the receiver.
+pub type ReadableCheck = Box<dyn Fn(DataTree<'static>) -> crate::netconf::filter::Readable + Send + Sync>;
 
 impl StreamSelector {
     pub fn wants(&self, ev: &Event) -> bool {
@@ -486,9 +491,11 @@ impl StreamSelector {
         else {
             return false;
         };
+        // The filter sees only the content the receiver may read (RFC 8341 3.4.6).
+        let tree = (self.readable)(tree);
         match f {
-            Filter::XPath(x) => xpath::apply(x, &tree).is_ok_and(|t| t.reference().is_some()),
-            Filter::Subtree(el, _) => subtree::apply(el, &tree).is_ok_and(|t| t.reference().is_some()),
+            Filter::XPath(x) => xpath::selects(x, &tree).unwrap_or(false),
+            Filter::Subtree(el, _) => subtree::apply(el, &tree).is_ok_and(|t| !t.is_empty()),
         }
     }
 }

@@ -163,6 +163,8 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
     let filter = match &p.filter {
         Some(x) => {
             // Checked once now, so a bad expression is a 400 and not a silent nothing.
+            crate::netconf::filter::check_xpath(x)
+                .map_err(|e| Failure::status(413, ErrorTag::ResourceDenied, e.message))?;
             crate::yang::context()
                 .find_xpath(x)
                 .map_err(|e| Failure::bad(ErrorTag::InvalidValue, format!("filter \"{x}\": {e}")))?;
@@ -192,7 +194,8 @@ struct Delivery {
 
 impl Delivery {
     fn wanted(&self, ev: &Event) -> bool {
-        self.nacm.may_notify(&self.user, &ev.module, &ev.name) && self.filter.as_ref().is_none_or(|f| f.matches(ev))
+        self.nacm.may_notify(&self.user, &ev.module, &ev.name)
+            && self.filter.as_ref().is_none_or(|f| f.matches(ev, &self.nacm, &self.user))
     }
 }
 
