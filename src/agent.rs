@@ -34,6 +34,10 @@ impl Agent {
         let state_path = boot.state_dir();
         let state =
             StateDir::open(&state_path).map_err(|e| format!("state directory {}: {e}", state_path.display()))?;
+        let audit = crate::mgmt::audit::Audit::open(&state.path, boot.audit.clone())
+            .map_err(|e| format!("audit trail in {}: {e}", state.path.display()))?;
+        crate::mgmt::audit::install(audit);
+        state.audit_tightened();
         let host_key = state.host_key().map_err(|e| format!("SSH host key: {e}"))?;
         let (mut entries, first) = state.credentials().map_err(|e| format!("credentials: {e}"))?;
         entries.extend(boot.users.iter().cloned());
@@ -48,6 +52,9 @@ impl Agent {
         datastores.register_consumer(nacm.clone());
         datastores.set_write_guard(nacm.clone());
         datastores.register_state_provider(nacm.clone());
+        datastores.register_state_provider(Arc::new(crate::mgmt::audit::AuditState));
+        let names = nacm.clone();
+        crate::mgmt::audit::set_user_resolver(move |s| names.user_of(s));
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
         let cps = start_cps(&datastores, &server, &engine)?;

@@ -13,6 +13,7 @@ pub mod cps;
 pub mod datastore;
 pub mod engine;
 pub mod error;
+pub mod mgmt;
 pub mod nacm;
 pub mod netconf;
 pub mod push;

@@ -33,6 +33,8 @@ pub struct Bootstrap {
     /// What one filter may cost (XPath / subtree filters, YANG-Push selections,
     /// notification filters): see docs/security.md, "Filters and access control".
     pub filters: crate::netconf::filter::FilterLimits,
+    /// The audit trail (`audit.log` in the state directory).
+    pub audit: crate::mgmt::audit::AuditSettings,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -195,6 +197,7 @@ impl Bootstrap {
                 m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
             }
         }
+        self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {

@@ -536,7 +536,9 @@ impl Datastores {
         }
         let result = match target {
             Datastore::Running => self.run_consumers(&changes, ed.target, session),
-            _ if !changes.is_empty() => self.persist_startup(ed.target),
+            _ if !changes.is_empty() => self
+                .persist_startup(ed.target)
+                .map(|()| crate::mgmt::audit::config_change(session, target.name(), &changes)),
             _ => Ok(()),
         };
         if let Err(e) = result {
@@ -597,7 +599,7 @@ impl Datastores {
         session: SessionId,
     ) -> Result<(), RpcError> {
         let consumers = self.consumers.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if consumers.is_empty() || changes.is_empty() {
+        if changes.is_empty() {
             return Ok(());
         }
         let tx = Transaction { changes, config, session };
@@ -612,6 +614,7 @@ impl Datastores {
         for c in &consumers {
             c.apply(&tx);
         }
+        crate::mgmt::audit::config_change(session, Datastore::Running.name(), changes);
         Ok(())
     }
 
@@ -749,6 +752,7 @@ impl Datastores {
                 self.check_guard(session, target, &changes)?;
                 self.persist_startup(&new)?;
                 inner.startup = new;
+                crate::mgmt::audit::config_change(session, target.name(), &changes);
                 Ok(changes)
             }
             Datastore::Candidate => {
@@ -779,9 +783,11 @@ impl Datastores {
             Datastore::Startup => {
                 Self::check_writable(&inner, session, target)?;
                 let empty = DataTree::new(self.ctx);
-                self.check_guard(session, target, &diff_changes(&inner.startup, &empty)?)?;
+                let changes = diff_changes(&inner.startup, &empty)?;
+                self.check_guard(session, target, &changes)?;
                 self.persist_startup(&empty)?;
                 inner.startup = empty;
+                crate::mgmt::audit::config_change(session, target.name(), &changes);
                 Ok(())
             }
             Datastore::Candidate => {

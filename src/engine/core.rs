@@ -219,6 +219,21 @@ impl Core {
                 Some(site) => {
                     let ema = self.ema.entry(cs.clone()).or_default();
                     let out = self.policy.apply_site(&site, ema, &ctx);
+                    if !out.fired.is_empty() && out.metrics != site {
+                        // Seed 004: policy decisions that change what is advertised are
+                        // audited (one record per service and rule set per window).
+                        let rules: Vec<&str> = self.policy.fired_names(&out.fired).collect();
+                        crate::mgmt::audit::event(crate::mgmt::audit::Category::PolicyApplied)
+                            .outcome("changed")
+                            .field("cs-id", cs.as_str())
+                            .field("rules", rules.clone())
+                            .field("gas", format!("{} -> {}", site.gas, out.metrics.gas))
+                            .field(
+                                "computing-time",
+                                format!("{} -> {}", site.computing_time_ms, out.metrics.computing_time_ms),
+                            )
+                            .emit_aggregated(format!("{}|{}", cs.as_str(), rules.join(",")));
+                    }
                     self.reported.insert(cs, (out.metrics, out.suppress_updates));
                 }
                 None => {
@@ -327,6 +342,7 @@ impl Core {
         match verdict {
             Verdict::Reject { reason, detail, anomaly } => {
                 if let Some(a) = anomaly {
+                    audit_anomaly(&raw.csci_id, &a, "reject");
                     self.events.push(EngineEvent::MetricAnomaly {
                         csci_id: raw.csci_id.clone(),
                         anomaly: a,
@@ -336,6 +352,7 @@ impl Core {
                 Err((self.reject(reason, &raw.csci_id, &detail), detail))
             }
             Verdict::Quarantine { report, anomaly } => {
+                audit_anomaly(&raw.csci_id, &anomaly, "quarantine");
                 self.events.push(EngineEvent::MetricAnomaly {
                     csci_id: raw.csci_id.clone(),
                     anomaly,
@@ -352,6 +369,7 @@ impl Core {
             }
             Verdict::Accept { report, warning } => {
                 if let Some(a) = warning {
+                    audit_anomaly(&raw.csci_id, &a, "accept-with-warning");
                     self.events.push(EngineEvent::MetricAnomaly {
                         csci_id: raw.csci_id.clone(),
                         anomaly: a,
@@ -402,6 +420,14 @@ impl Core {
         let (released, kept): (Vec<_>, Vec<_>) =
             self.quarantine.drain(..).partition(|q| csci_id.is_none_or(|c| q.report.csci_id == c));
         self.quarantine = kept.into();
+        for q in &released {
+            crate::mgmt::audit::event(crate::mgmt::audit::Category::Quarantine)
+                .outcome(if accept { "released" } else { "discarded" })
+                .field("quarantine-id", q.id)
+                .field("csci-id", q.report.csci_id.as_str())
+                .field("sequence-number", q.report.sequence)
+                .emit();
+        }
         if accept {
             let (now, wall) = (self.clock.now(), self.clock.wall());
             for q in &released {
@@ -516,6 +542,16 @@ impl Core {
             });
         }
     }
+}
+
+/// An anomalous metric change in the audit trail (seed 004: log anomalous metric changes);
+/// one record per SCI and action per window, so a flapping SCI cannot flood the trail.
+fn audit_anomaly(csci_id: &str, anomaly: &validate::Anomaly, action: &'static str) {
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::MetricAnomaly)
+        .outcome(action)
+        .field("csci-id", csci_id)
+        .field("anomaly", format!("{anomaly:?}"))
+        .emit_aggregated(format!("{csci_id}|{action}"));
 }
 
 /// The YANG notification body for an engine event, if it is one (cats-sma module).

@@ -115,7 +115,10 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
         return Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{name} is not available yet")).into());
     };
     let (m, r) = (module.to_owned(), rpc.to_owned());
-    let output = tokio::task::block_in_place(|| handler.call(&m, &r, &input))?;
+    let result = tokio::task::block_in_place(|| handler.call(&m, &r, &input));
+    let tag = result.as_ref().err().map(|e| e.tag.as_str());
+    crate::mgmt::audit::operation("restconf", &caller.user, caller.session, &name, tag);
+    let output = result?;
     if output.is_empty() {
         return Ok(no_content(204));
     }

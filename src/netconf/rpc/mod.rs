@@ -181,6 +181,11 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
     };
+    if changes_state(op) {
+        let tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag.as_str());
+        let name = if op.ns.as_deref() == Some(NS_BASE) { op.name.clone() } else { qualified(op) };
+        crate::mgmt::audit::operation("netconf", &ctx.info.username, ctx.id, &name, tag);
+    }
     let after = if op.is(NS_BASE, "close-session") && result.is_ok() { After::Close } else { After::Continue };
     match result {
         Ok(Body::Ok) => (format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}><ok/></rpc-reply>"), after),
@@ -193,6 +198,38 @@ fn errors_reply(ctx: &SessionCtx, attrs: &str, errors: &[RpcError]) -> String {
     ctx.server.stats.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     ctx.info.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     reply_errors(attrs, errors)
+}
+
+/// Operations that change the datastores, the sessions or what the engine believes, and so
+/// go into the audit trail (reads and subscriptions do not).
+fn changes_state(op: &Element) -> bool {
+    match op.ns.as_deref() {
+        Some(NS_BASE) => matches!(
+            op.name.as_str(),
+            "edit-config"
+                | "copy-config"
+                | "delete-config"
+                | "lock"
+                | "unlock"
+                | "kill-session"
+                | "commit"
+                | "cancel-commit"
+                | "discard-changes"
+        ),
+        Some(NS_NMDA) => op.name == "edit-data",
+        Some(crate::push::NS_SN) => op.name == "kill-subscription",
+        Some(ns) => ns.starts_with("urn:cats-sma:"),
+        None => false,
+    }
+}
+
+/// `module:name` of an operation outside the base namespace.
+fn qualified(op: &Element) -> String {
+    let ns = op.ns.as_deref().unwrap_or("");
+    match crate::yang::context().get_module_latest_ns(ns) {
+        Some(m) => format!("{}:{}", m.name(), op.name),
+        None => op.name.clone(),
+    }
 }
 
 /// NACM exec check (RFC 8341 section 3.4.4) before any operation runs.
