@@ -147,6 +147,12 @@ async fn agent(write_default: &str, extra_rules: &str, toml: &str) -> (tempfile:
     (dir, agent)
 }
 
+/// The audit trail's records (JSON lines, written before the reply goes out).
+fn audit(agent: &AgentProcess) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(agent.state_dir.join("audit.log")).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
 /// The admin is still served (and sees the secrets bob cannot).
 async fn admin_still_served(agent: &AgentProcess) {
     let mut admin = Nc::open(agent, "admin", PASSWORD).await;
@@ -466,6 +472,9 @@ async fn issue11_class3_expensive_filters_are_resource_denied() {
     let c = Curl::new(&agent).as_user("bob", BOB_PW);
     let r = c.get("/streams/NETCONF/xml?filter=//*%5Bcount(//*)%3E=0%5D");
     assert_eq!((r.status, r.error_tag().as_str()), (413, "resource-denied"), "{}", r.body);
+    // Refusals are audited (aggregated per reason).
+    let trail = audit(&agent);
+    assert!(trail.iter().any(|r| r["category"] == "input-refused" && r["input"] == "filter"), "{trail:#?}");
     // The session goes on.
     let r = bob.call(&xpath_get_config("/c:cats-sma/c:scis/c:sci/c:csci-id")).await;
     assert!(r.contains("sci-a"), "{r}");
@@ -519,6 +528,13 @@ async fn issue11_class4_augmenting_module_rules_match() {
     };
     let r = bob.call(&edit(&peer("evil"))).await;
     assert_eq!(tag(&r), "access-denied", "{r}");
+    let trail = audit(&agent);
+    assert!(
+        trail.iter().any(|r| r["category"] == "nacm-denial"
+            && r["user"] == "bob"
+            && r["path"].as_str().is_some_and(|p| p.contains("cats-sma-cps:c-ps"))),
+        "{trail:#?}"
+    );
     let r = bob
         .call(&edit(&format!(
             "<cats-sma xmlns=\"{CATS}\"><c-ps xmlns=\"{CPS}\"><peer><name>p1</name><url>http://127.0.0.1:10/</url></peer></c-ps></cats-sma>"
@@ -612,6 +628,14 @@ async fn issue11_class4_engine_rpcs_are_default_deny() {
     ] {
         let r = c.send_json("POST", &format!("/operations/cats-sma:{op}"), body);
         assert_eq!((r.status, r.error_tag().as_str()), (403, "access-denied"), "{op}: {}", r.body);
+    }
+    // Every denial is in the audit trail, with the user and the operation.
+    let trail = audit(&agent);
+    for op in ["cats-sma:clear-quarantine", "cats-sma:probe-sci"] {
+        assert!(
+            trail.iter().any(|r| r["category"] == "nacm-denial" && r["user"] == "bob" && r["operation"] == op),
+            "{op}: {trail:#?}"
+        );
     }
     // The admin (recovery user) may.
     let mut admin = Nc::open(&agent, "admin", PASSWORD).await;

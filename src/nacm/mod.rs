@@ -13,6 +13,7 @@ use crate::datastore::{
     Change, ChangeOp, ConfigConsumer, Datastore, Datastores, SessionId, StateProvider, Transaction, WriteGuard,
 };
 use crate::error::{ErrorTag, RpcError};
+use crate::mgmt::audit::{self, Category};
 use crate::netconf::filter::Readable;
 
 /// Identities of NETCONF sessions (RFC 6241 session-id).
@@ -572,6 +573,12 @@ impl Nacm {
         };
         if !allowed {
             self.denied_operations.fetch_add(1, Ordering::Relaxed);
+            audit::event(Category::NacmDenial)
+                .outcome("denied")
+                .user(user)
+                .field("access", "exec")
+                .field("operation", format!("{module}:{rpc}"))
+                .emit_aggregated(format!("exec {user} {module}:{rpc}"));
         }
         allowed
     }
@@ -593,6 +600,12 @@ impl Nacm {
         let allowed = decision.map(|a| a == Action::Permit).unwrap_or(policy.read_default == Action::Permit);
         if !allowed {
             self.denied_notifications.fetch_add(1, Ordering::Relaxed);
+            audit::event(Category::NacmDenial)
+                .outcome("denied")
+                .user(user)
+                .field("access", "notification")
+                .field("notification", format!("{module}:{name}"))
+                .emit_aggregated(format!("notify {user} {module}:{name}"));
         }
         allowed
     }
@@ -668,6 +681,12 @@ impl WriteGuard for Nacm {
         // An identity NACM does not know (a closed or never-opened session) may do nothing.
         let Some(user) = self.user_of(session) else {
             self.denied_data_writes.fetch_add(1, Ordering::Relaxed);
+            audit::event(Category::NacmDenial)
+                .outcome("denied")
+                .session(session)
+                .field("access", "write")
+                .field("reason", "unknown session")
+                .emit_aggregated(format!("write unknown {session}"));
             return Err(RpcError::application(ErrorTag::AccessDenied, format!("session {session} is not known")));
         };
         let policy = self.policy();
@@ -683,6 +702,15 @@ impl WriteGuard for Nacm {
             let module = module_of_path(&c.path);
             if !self.data_decision(&policy, &user, access, module, &c.path) {
                 self.denied_data_writes.fetch_add(1, Ordering::Relaxed);
+                let what = format!("{access:?}").to_lowercase();
+                audit::event(Category::NacmDenial)
+                    .outcome("denied")
+                    .user(&user)
+                    .session(session)
+                    .field("access", what.clone())
+                    .field("datastore", format!("{_target:?}").to_lowercase())
+                    .field("path", c.path.clone())
+                    .emit_aggregated(format!("write {user} {what} {}", c.path));
                 return Err(RpcError::application(
                     ErrorTag::AccessDenied,
                     format!("user {user} may not {} {}", format!("{access:?}").to_lowercase(), c.path),

@@ -65,6 +65,13 @@ pub fn limits() -> &'static FilterLimits {
 }
 
 fn denied(why: impl std::fmt::Display) -> RpcError {
+    let why = why.to_string();
+    // Aggregated per reason: a client retrying a refused filter is one record per window.
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+        .outcome("refused")
+        .field("input", "filter")
+        .field("reason", why.clone())
+        .emit_aggregated(format!("filter {why}"));
     RpcError::application(ErrorTag::ResourceDenied, format!("filter refused: {why}")).with_bad_element("filter")
 }
 
