@@ -421,6 +421,37 @@ async fn issue11_class1_notification_filters_see_pruned_content() {
     admin_still_served(&agent).await;
 }
 
+/// RFC 8341 3.4.6: the notifications bob receives carry only the content he may read
+/// (the edit list of netconf-config-change is pruned), over RFC 5277 and RFC 8639.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue11_class1_delivered_notifications_are_pruned() {
+    let (_d, agent) = agent("deny", "", "").await;
+    let mut a = Nc::open(&agent, "bob", BOB_PW).await;
+    let mut b = Nc::open(&agent, "bob", BOB_PW).await;
+    let mut admin = Nc::open(&agent, "admin", PASSWORD).await;
+    let mut watcher = Nc::open(&agent, "admin", PASSWORD).await;
+    let create = format!("<create-subscription xmlns=\"{NOTIF}\"/>");
+    assert!(ok(&a.call(&create).await));
+    assert!(ok(&watcher.call(&create).await));
+    let r = b
+        .call(&format!("<establish-subscription xmlns=\"{SN}\"><stream>NETCONF</stream></establish-subscription>"))
+        .await;
+    assert!(r.contains("<id"), "{r}");
+    let r = admin
+        .call(&edit(&format!(
+            "<cats-sma xmlns=\"{CATS}\"><scis><sci><csci-id>sci-n</csci-id><cs-id>AR1</cs-id></sci></scis></cats-sma>"
+        )))
+        .await;
+    assert!(ok(&r), "{r}");
+    let full = watcher.notification("netconf-config-change").await;
+    assert!(full.contains("<edit>") && full.contains("sci-n"), "{full}");
+    for s in [&mut a, &mut b] {
+        let m = s.notification("netconf-config-change").await;
+        assert!(!m.contains("<edit>") && !m.contains("sci-n") && m.contains("<changed-by>"), "{m}");
+    }
+    admin_still_served(&agent).await;
+}
+
 /// Issue 11 class 3: expensive expressions are refused with resource-denied before they
 /// run, over every way a filter comes in; the session and the admin are still served.
 #[tokio::test(flavor = "multi_thread")]

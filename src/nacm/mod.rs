@@ -15,6 +15,7 @@ use crate::datastore::{
 use crate::error::{ErrorTag, RpcError};
 use crate::mgmt::audit::{self, Category};
 use crate::netconf::filter::Readable;
+use crate::netconf::notifications::Event;
 
 /// Identities of NETCONF sessions (RFC 6241 session-id).
 pub const NETCONF_IDS: std::ops::RangeInclusive<SessionId> = 1..=0x7fff_ffff;
@@ -543,7 +544,7 @@ impl Nacm {
     /// Prunes a tree that does not come from a datastore read (a notification's content, a
     /// pushed change) for `user`.
     pub fn readable(&self, user: &str, mut tree: DataTree<'static>) -> Readable {
-        self.filter_read(user, &mut tree);
+        let _ = self.filter_read(user, &mut tree);
         Readable::pruned(tree)
     }
 
@@ -647,10 +648,10 @@ impl Nacm {
     /// Removes what `user` may not read (section 3.4.5: reads are filtered, not refused).
     /// Private: readers go through [`Nacm::read`] / [`Nacm::readable`], so filters only
     /// ever see pruned data.
-    fn filter_read(&self, user: &str, tree: &mut DataTree<'static>) {
+    fn filter_read(&self, user: &str, tree: &mut DataTree<'static>) -> usize {
         let policy = self.policy();
         if self.unrestricted(user, &policy) {
-            return;
+            return 0;
         }
         let mut doomed = Vec::new();
         if let Some(first) = tree.reference() {
@@ -658,9 +659,44 @@ impl Nacm {
                 self.collect_unreadable(&policy, user, &top, &mut doomed);
             }
         }
+        let n = doomed.len();
         for p in doomed {
             let _ = crate::datastore::tree::remove(tree, &p);
         }
+        n
+    }
+
+    /// A notification as `user` may receive it (RFC 8341 3.4.6): None when the user may
+    /// not receive it at all, else the event with every node the user may not read removed
+    /// from its content (the same event when nothing is removed). Filters run on this.
+    pub fn event_for(&self, user: &str, ev: &Arc<Event>) -> Option<Arc<Event>> {
+        if !self.may_notify(user, &ev.module, &ev.name) {
+            return None;
+        }
+        let policy = self.policy();
+        let has_data_rules =
+            policy.rule_lists.iter().any(|l| l.rules.iter().any(|r| matches!(r.target, Target::Data(_) | Target::Any)));
+        if self.unrestricted(user, &policy) || (policy.read_default == Action::Permit && !has_data_rules) {
+            return Some(ev.clone());
+        }
+        let mut text = ev.body.clone().into_bytes();
+        text.push(0);
+        let flags = yang2::data::DataOperation::NotificationYang;
+        let Ok(mut tree) =
+            DataTree::parse_op_string(crate::yang::context(), &text, yang2::data::DataFormat::XML, flags)
+        else {
+            // Not a notification of a loaded module: nothing in it can be matched by a rule.
+            return Some(ev.clone());
+        };
+        if self.filter_read(user, &mut tree) == 0 {
+            return Some(ev.clone());
+        }
+        tree.reference()?;
+        let body = tree
+            .print_string(yang2::data::DataFormat::XML, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
+            .ok()
+            .flatten()?;
+        Some(Arc::new(Event { seq: ev.seq, time: ev.time, module: ev.module.clone(), name: ev.name.clone(), body }))
     }
 
     fn collect_unreadable(&self, policy: &Policy, user: &str, n: &DataNodeRef<'_, '_>, out: &mut Vec<String>) {

@@ -225,9 +225,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Str
 /// notificationComplete at stopTime (RFC 5277 sections 2.1.1 and 3.3).
 async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: SubscriptionSpec, tx: mpsc::Sender<String>) {
     let (replay, mut rx) = server.events.subscribe(spec.start);
-    let wanted = |ev: &notifications::Event| {
-        server.nacm.may_notify(&info.username, &ev.module, &ev.name)
-            && spec.filter.as_ref().is_none_or(|f| f.matches(ev, &server.nacm, &info.username))
+    // The event as this user may see it (NACM-pruned content), if the filter selects it.
+    let wanted = |ev: &Arc<notifications::Event>| {
+        server
+            .nacm
+            .event_for(&info.username, ev)
+            .filter(|ev| spec.filter.as_ref().is_none_or(|f| f.matches(ev, &server.nacm, &info.username)))
     };
     let send = |msg: String| {
         let tx = tx.clone();
@@ -245,8 +248,10 @@ async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: Subscription
             break;
         }
         last_seq = Some(ev.seq);
-        if wanted(&ev) && !send(ev.message()).await {
-            return;
+        if let Some(ev) = wanted(&ev) {
+            if !send(ev.message()).await {
+                return;
+            }
         }
     }
     if spec.start.is_some() && !send(notifications::marker("replayComplete")).await {
@@ -275,8 +280,10 @@ async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: Subscription
                     if last_seq.is_some_and(|l| ev.seq <= l) {
                         continue;
                     }
-                    if wanted(&ev) && !send(ev.message()).await {
-                        return;
+                    if let Some(ev) = wanted(&ev) {
+                        if !send(ev.message()).await {
+                            return;
+                        }
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {

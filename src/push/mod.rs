@@ -162,7 +162,7 @@ impl Push {
                     module: (stream != "NETCONF").then(|| stream.clone()),
                     filter: filter.clone(),
                     allowed: Box::new(move |m, n| nacm.may_notify(&u, m, n)),
-                    readable: Box::new(move |t| nacm2.readable(&u2, t)),
+                    content: Box::new(move |ev| nacm2.event_for(&u2, ev)),
                 }));
                 selector = Some(sel.clone());
                 let (replay, live) = server.events.subscribe(*replay_start);

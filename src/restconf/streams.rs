@@ -193,9 +193,11 @@ struct Delivery {
 }
 
 impl Delivery {
-    fn wanted(&self, ev: &Event) -> bool {
-        self.nacm.may_notify(&self.user, &ev.module, &ev.name)
-            && self.filter.as_ref().is_none_or(|f| f.matches(ev, &self.nacm, &self.user))
+    /// The event as this user may see it (NACM-pruned content), if the filter selects it.
+    fn wanted(&self, ev: &Arc<Event>) -> Option<Arc<Event>> {
+        self.nacm
+            .event_for(&self.user, ev)
+            .filter(|ev| self.filter.as_ref().is_none_or(|f| f.matches(ev, &self.nacm, &self.user)))
     }
 }
 
@@ -212,7 +214,7 @@ async fn deliver(
             break;
         }
         last_seq = Some(ev.seq);
-        if d.wanted(&ev) {
+        if let Some(ev) = d.wanted(&ev) {
             if let Some(text) = encode(&ev, d.json) {
                 if !sse.send(&text).await {
                     return;
@@ -250,7 +252,7 @@ async fn deliver(
             let _ = sse.send(&marker("notificationComplete", d.json)).await;
             return;
         }
-        if d.wanted(&ev) {
+        if let Some(ev) = d.wanted(&ev) {
             if let Some(text) = encode(&ev, d.json) {
                 if !sse.send(&text).await {
                     return;
