@@ -3,7 +3,10 @@
 with N SCIs in running, alone and while a second user's hostile XPath get-config
 (`//*[count(//*)>=0]`) is in flight. Prints one line per figure (seconds).
 
-    scripts/hostile_filter_latency.py BINARY [N]
+    scripts/hostile_filter_latency.py BINARY [N] [XPATH]
+
+XPATH (default the hostile one) is the filter of the concurrent read; `//*` is a permitted
+but heavy one (every node, copied with its subtree).
 
 Starts BINARY (`cats-sma run`) on ephemeral loopback ports in a temporary state directory;
 needs ncclient (the interop venv: /work/main/.venv/bin/python or scripts/setup.sh)."""
@@ -64,6 +67,7 @@ def commit_once(m, i):
 def main():
     binary = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+    expr = sys.argv[3] if len(sys.argv) > 3 else HOSTILE
     with tempfile.TemporaryDirectory() as d:
         p, port = start(binary, os.path.join(d, "state"))
         try:
@@ -71,7 +75,7 @@ def main():
             scis = "".join(f"<sci><csci-id>s-{i}</csci-id><cs-id>AR1</cs-id></sci>" for i in range(n))
             admin.edit_config(target="running", config=f'<config><cats-sma xmlns="{CATS}"><scis>{scis}</scis></cats-sma></config>')
             base = [commit_once(admin, i) for i in range(5)]
-            print(f"SCIs: {n}")
+            print(f"SCIs: {n}; concurrent read: get-config select=\"{expr}\"")
             print(f"baseline commit (median of 5): {statistics.median(base):.3f}")
             reader = session(port)
             outcome = {}
@@ -79,7 +83,7 @@ def main():
             def hostile():
                 t = time.monotonic()
                 try:
-                    reader.get_config(source="running", filter=("xpath", HOSTILE))
+                    reader.get_config(source="running", filter=("xpath", expr))
                     outcome["reply"] = "data"
                 except Exception as e:  # the fixed agent answers resource-denied
                     outcome["reply"] = type(e).__name__ + ": " + str(e)[:80]

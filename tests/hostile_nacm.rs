@@ -708,3 +708,17 @@ async fn issue11_class4_restconf_identities() {
     let r = admin.call("<get-config><source><running/></source></get-config>").await;
     assert!(!r.contains("race-"), "{r}");
 }
+
+/// Issue 11 class 3: the limits are the bootstrap file's `[filters]` table.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue11_class3_filter_limits_are_configurable() {
+    let (_d, agent) = agent("deny", "", "[filters]\nxpath_max_length = 48\nxpath_max_scans = 1\n").await;
+    let mut bob = Nc::open(&agent, "bob", BOB_PW).await;
+    let r = bob.call(&xpath_get_config("/c:cats-sma/c:scis/c:sci[c:csci-id='sci-a']/c:cs-id")).await;
+    assert_eq!(tag(&r), "resource-denied", "longer than 48 bytes: {r}");
+    let r = bob.call(&xpath_get_config("//c:sci | //c:credential-ref")).await;
+    assert_eq!(tag(&r), "resource-denied", "two scans: {r}");
+    let r = bob.call(&xpath_get_config("//c:sci")).await;
+    assert!(r.contains("sci-a") && !r.contains("sci-b"), "{r}");
+    admin_still_served(&agent).await;
+}

@@ -333,6 +333,16 @@ mod tests {
     }
 
     #[test]
+    fn the_filters_table_parses() {
+        let b: crate::config::Bootstrap =
+            toml::from_str("[filters]\nxpath_max_length = 100\nevaluators = 3\nqueue_timeout_ms = 5\n").unwrap();
+        assert_eq!(b.filters.xpath_max_length, 100);
+        assert_eq!(b.filters.evaluators, 3);
+        assert_eq!(b.filters.subtree_max_nodes, FilterLimits::default().subtree_max_nodes);
+        assert!(toml::from_str::<crate::config::Bootstrap>("[filters]\nno_such_knob = 1\n").is_err());
+    }
+
+    #[test]
     fn the_pool_is_bounded() {
         let pool: &'static Pool = Box::leak(Box::new(Pool::new()));
         let wait = Duration::from_millis(20);
