@@ -408,6 +408,12 @@ async fn issue11_class1_notification_filters_see_pruned_content() {
             ))
             .await;
         assert!(r.contains("<id"), "{r}");
+        // A session start both filters select: from then on the subscriptions are live.
+        let _primer = Nc::open(&agent, "admin", PASSWORD).await;
+        for s in [&mut a, &mut b] {
+            let m = s.next().await;
+            assert!(m.contains("netconf-session-start"), "{m}");
+        }
         let r = admin
             .call(&edit(&format!("<cats-sma xmlns=\"{CATS}\"><scis><sci><csci-id>sci-{guess}</csci-id><cs-id>AR1</cs-id></sci></scis></cats-sma>")))
             .await;
@@ -437,6 +443,11 @@ async fn issue11_class1_delivered_notifications_are_pruned() {
         .call(&format!("<establish-subscription xmlns=\"{SN}\"><stream>NETCONF</stream></establish-subscription>"))
         .await;
     assert!(r.contains("<id"), "{r}");
+    // A session start every subscriber receives: from then on the subscriptions are live.
+    let _primer = Nc::open(&agent, "admin", PASSWORD).await;
+    for s in [&mut a, &mut b, &mut watcher] {
+        s.notification("netconf-session-start").await;
+    }
     let r = admin
         .call(&edit(&format!(
             "<cats-sma xmlns=\"{CATS}\"><scis><sci><csci-id>sci-n</csci-id><cs-id>AR1</cs-id></sci></scis></cats-sma>"
