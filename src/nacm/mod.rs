@@ -332,6 +332,17 @@ fn covers(rule: &str, path: &str, deny: bool) -> bool {
     if rule == "/" {
         return true;
     }
+    if !rule.contains('[') {
+        // No predicates (the common case, and every default-deny subtree): a prefix test on
+        // the path, or on its schema path when the rule crosses a list entry.
+        if let Some(rest) = path.strip_prefix(rule) {
+            if rest.is_empty() || rest.starts_with('/') || rest.starts_with('[') {
+                return true;
+            }
+        }
+        let schema = crate::datastore::change::schema_path_of(path);
+        return schema.strip_prefix(rule).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+    }
     let rs = steps_of(rule);
     let ds = steps_of(path);
     if rs.len() > ds.len() {
@@ -654,9 +665,14 @@ impl Nacm {
             return 0;
         }
         let mut doomed = Vec::new();
+        let predicates = policy
+            .rule_lists
+            .iter()
+            .any(|l| l.rules.iter().any(|r| matches!(&r.target, Target::Data(p) if p.contains('['))));
+        let mut by_schema = (!predicates).then(HashMap::new);
         if let Some(first) = tree.reference() {
             for top in first.inclusive_siblings() {
-                self.collect_unreadable(&policy, user, &top, &mut doomed);
+                self.collect_unreadable(&policy, user, &top, &mut by_schema, &mut doomed);
             }
         }
         let n = doomed.len();
@@ -699,15 +715,32 @@ impl Nacm {
         Some(Arc::new(Event { seq: ev.seq, time: ev.time, module: ev.module.clone(), name: ev.name.clone(), body }))
     }
 
-    fn collect_unreadable(&self, policy: &Policy, user: &str, n: &DataNodeRef<'_, '_>, out: &mut Vec<String>) {
-        let path = n.path();
-        let module = n.schema().module().name().to_owned();
-        if !self.data_decision(policy, user, Access::Read, &module, &path) {
-            out.push(path);
+    /// Collects the paths of the unreadable nodes under `n`. With `by_schema` (no rule path
+    /// has a predicate, so a decision depends on the schema node only), decisions are taken
+    /// once per schema node on its schema path, and data paths are built only for the
+    /// nodes removed.
+    fn collect_unreadable(
+        &self,
+        policy: &Policy,
+        user: &str,
+        n: &DataNodeRef<'_, '_>,
+        by_schema: &mut Option<HashMap<usize, bool>>,
+        out: &mut Vec<String>,
+    ) {
+        let schema = n.schema();
+        let readable = match by_schema {
+            Some(cache) => *cache.entry(schema.as_raw() as usize).or_insert_with(|| {
+                let path = schema.path(yang2::schema::SchemaPathFormat::DATA);
+                self.data_decision(policy, user, Access::Read, schema.module().name(), &path)
+            }),
+            None => self.data_decision(policy, user, Access::Read, schema.module().name(), &n.path()),
+        };
+        if !readable {
+            out.push(n.path());
             return;
         }
         for c in n.children() {
-            self.collect_unreadable(policy, user, &c, out);
+            self.collect_unreadable(policy, user, &c, by_schema, out);
         }
     }
 }
