@@ -517,6 +517,15 @@ async fn issue11_class3_expensive_filters_are_resource_denied() {
     // Refusals are audited (aggregated per reason).
     let trail = audit(&agent);
     assert!(trail.iter().any(|r| r["category"] == "input-refused" && r["input"] == "filter"), "{trail:#?}");
+    // RFC 8650 establish-subscription over RESTCONF with such a selection: 413 as well.
+    for x in ["//*[count(//*)>=0]", "/cats-sma:cats-sma/scis/sci[count(../sci) > 0]"] {
+        let body = format!(
+            r#"{{"ietf-subscribed-notifications:input":{{"ietf-yang-push:datastore":"ietf-datastores:running",
+            "ietf-yang-push:datastore-xpath-filter":"{x}","ietf-yang-push:periodic":{{"period":100}}}}}}"#
+        );
+        let r = c.send_json("POST", "/operations/ietf-subscribed-notifications:establish-subscription", &body);
+        assert_eq!((r.status, r.error_tag().as_str()), (413, "resource-denied"), "{x}: {}", r.body);
+    }
     // The session goes on.
     let r = bob.call(&xpath_get_config("/c:cats-sma/c:scis/c:sci/c:csci-id")).await;
     assert!(r.contains("sci-a"), "{r}");

@@ -111,7 +111,7 @@ pub fn operation(
     match rpc {
         "establish-subscription" => establish(rc, caller, req, &op, &xml),
         "modify-subscription" => {
-            let m = params::modify(&op, &xml)?;
+            let m = params::modify(&op, &xml).map_err(filter_refusal)?;
             let session = rc.subscriptions.session_of(m.id, &caller.user).ok_or_else(|| no_such(m.id))?;
             let apply = push.modify(&rc.netconf, session, m)?;
             apply();
@@ -155,7 +155,7 @@ fn establish(
     op: &crate::netconf::xml::Element,
     xml: &str,
 ) -> Result<Reply, Failure> {
-    let p = params::establish(op, xml)?;
+    let p = params::establish(op, xml).map_err(filter_refusal)?;
     // The subscription's own identity, held until it ends (released with `release`).
     let session = rc
         .netconf
@@ -280,5 +280,15 @@ async fn deliver(sse: SseStream, mut rx: mpsc::Receiver<String>, mut shutdown: t
             }
             None => return,
         }
+    }
+}
+
+/// A filter refused for its cost is 413 (issue 11 class 3), like a stream filter; other
+/// errors keep their RFC 8040 status.
+fn filter_refusal(e: RpcError) -> Failure {
+    if e.tag == ErrorTag::ResourceDenied && e.bad_element.as_deref().is_some_and(|b| b.contains("filter")) {
+        Failure { status: 413, errors: vec![e] }
+    } else {
+        e.into()
     }
 }
