@@ -47,6 +47,7 @@ impl Agent {
         let datastores =
             Arc::new(Datastores::open(ctx, Some(state.startup_file())).map_err(|e| format!("datastores: {e}"))?);
         let recovery = boot.recovery_user.clone().unwrap_or_else(|| ADMIN_USER.to_owned());
+        crate::netconf::filter::configure(boot.filters.clone());
         let nacm = crate::nacm::Nacm::new(Some(recovery));
         datastores.with_tree(crate::datastore::Datastore::Running, |t| nacm.load(t)).map_err(|e| e.to_string())?;
         datastores.register_consumer(nacm.clone());

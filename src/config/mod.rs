@@ -37,6 +37,9 @@ pub struct Bootstrap {
     /// What a peer may cost before it authenticates, per listener (`[limits.ssh]`,
     /// `[limits.restconf]`, `[limits.sci_http]`), and the password-check pool.
     pub limits: crate::mgmt::auth_limits::LimitsSettings,
+    /// What one filter may cost (XPath / subtree filters, YANG-Push selections,
+    /// notification filters): see docs/security.md, "Filters and access control".
+    pub filters: crate::netconf::filter::FilterLimits,
     /// The audit trail (`audit.log` in the state directory).
     pub audit: crate::mgmt::audit::AuditSettings,
     /// Structural limits on every received management message.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
-use yang2::data::{Data, DataFormat, DataOperation, DataTree};
+use yang2::data::{DataFormat, DataOperation, DataTree};
 
 use super::error::xml_path;
 use super::filter::Filter;
@@ -269,18 +269,20 @@ impl NotificationFilter {
         })
     }
 
-    /// Whether the notification matches (the filter selects something of it).
-    pub fn matches(&self, ev: &Event) -> bool {
+    /// Whether the notification matches (the filter selects something of the part of its
+    /// content `user` may read: NACM prunes the content before the filter runs).
+    pub fn matches(&self, ev: &Event, nacm: &crate::nacm::Nacm, user: &str) -> bool {
         let ctx = crate::yang::context();
         let mut text = ev.body.clone().into_bytes();
         text.push(0);
         let Ok(tree) = DataTree::parse_op_string(ctx, &text, DataFormat::XML, DataOperation::NotificationYang) else {
             return false;
         };
+        let tree = nacm.readable(user, tree);
         match self {
-            NotificationFilter::XPath(x) => tree.find_xpath(x).is_ok_and(|mut s| s.next().is_some()),
+            NotificationFilter::XPath(x) => super::filter::xpath::selects(x, &tree).unwrap_or(false),
             NotificationFilter::Subtree(f) => match super::xml::parse(f) {
-                Ok(el) => super::filter::subtree::apply(&el, &tree).is_ok_and(|t| t.reference().is_some()),
+                Ok(el) => super::filter::subtree::apply(&el, &tree).is_ok_and(|t| !t.is_empty()),
                 Err(_) => false,
             },
         }

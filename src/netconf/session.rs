@@ -239,9 +239,12 @@ async fn forward(
     tx: mpsc::Sender<String>,
 ) {
     let (replay, mut rx) = stream;
-    let wanted = |ev: &notifications::Event| {
-        spec.filter.as_ref().is_none_or(|f| f.matches(ev))
-            && server.nacm.may_notify(&info.username, &ev.module, &ev.name)
+    // The event as this user may see it (NACM-pruned content), if the filter selects it.
+    let wanted = |ev: &Arc<notifications::Event>| {
+        server
+            .nacm
+            .event_for(&info.username, ev)
+            .filter(|ev| spec.filter.as_ref().is_none_or(|f| f.matches(ev, &server.nacm, &info.username)))
     };
     let send = |msg: String| {
         let tx = tx.clone();
@@ -259,8 +262,10 @@ async fn forward(
             break;
         }
         last_seq = Some(ev.seq);
-        if wanted(&ev) && !send(ev.message()).await {
-            return;
+        if let Some(ev) = wanted(&ev) {
+            if !send(ev.message()).await {
+                return;
+            }
         }
     }
     if spec.start.is_some() && !send(notifications::marker("replayComplete")).await {
@@ -289,8 +294,10 @@ async fn forward(
                     if last_seq.is_some_and(|l| ev.seq <= l) {
                         continue;
                     }
-                    if wanted(&ev) && !send(ev.message()).await {
-                        return;
+                    if let Some(ev) = wanted(&ev) {
+                        if !send(ev.message()).await {
+                            return;
+                        }
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {

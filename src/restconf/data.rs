@@ -182,9 +182,9 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         Store::Nmda(ds) => ds,
     };
     let xpath = if target.is_root() { None } else { Some(target.data_path()?) };
-    let datastores = &rc.netconf.datastores;
-    let mut tree = datastores.read(ds, xpath.as_deref())?;
-    rc.netconf.nacm.filter_read(&caller.user, &mut tree);
+    // NACM prunes the snapshot before the target, content, depth and fields look at it, so
+    // none of them can tell apart data the caller may not read (issue 11 class 1).
+    let mut tree = rc.netconf.nacm.read(&rc.netconf.datastores, &caller.user, ds, xpath.as_deref())?.into_tree();
     let mut doomed = Vec::new();
     if let Some(first) = tree.reference() {
         for top in first.inclusive_siblings() {

@@ -23,7 +23,6 @@ pub mod yangdata;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -47,9 +46,6 @@ use crate::netconf;
 
 /// RFC 8525 revision announced as yang-library-version (RFC 8040 section 3.3.3).
 pub const YANG_LIBRARY_VERSION: &str = "2019-01-04";
-/// RESTCONF sessions get NACM identities from this range, far from NETCONF session ids.
-const FIRST_SESSION: SessionId = 0x8000_0000;
-
 /// When running last changed, for Last-Modified (RFC 8040 section 3.4.1.1); kept by a
 /// configuration consumer so NETCONF commits count as much as RESTCONF edits.
 #[derive(Default)]
@@ -98,7 +94,16 @@ pub struct Restconf {
     pub cert_names: HashMap<[u8; 32], String>,
     pub last_modified: Arc<LastModified>,
     pub subscriptions: subscriptions::Subscriptions,
-    next_session: AtomicU32,
+}
+
+/// Releases a request's NACM identity however the request ends (also when the client goes
+/// and the request future is dropped).
+pub(crate) struct IdentityGuard(pub(crate) Arc<crate::nacm::Nacm>, pub(crate) SessionId);
+
+impl Drop for IdentityGuard {
+    fn drop(&mut self) {
+        self.0.session_closed(self.1);
+    }
 }
 
 /// Who is asking, and how to answer.
@@ -162,18 +167,14 @@ impl Restconf {
             cert_names,
             last_modified,
             subscriptions: Default::default(),
-            next_session: AtomicU32::new(FIRST_SESSION),
         })
     }
 
-    fn open(&self, user: String) -> Caller {
-        let session = self.next_session.fetch_add(1, Ordering::Relaxed).max(FIRST_SESSION);
-        self.netconf.nacm.session_opened(session, &user);
-        Caller { user, session }
-    }
-
-    fn close(&self, c: &Caller) {
-        self.netconf.nacm.session_closed(c.session);
+    /// A fresh NACM identity for one request (never one that is live, see
+    /// `Nacm::open_identity`); None when every RESTCONF identity is in use.
+    fn open(&self, user: String) -> Option<(Caller, IdentityGuard)> {
+        let session = self.netconf.nacm.open_identity(&crate::nacm::RESTCONF_IDS, &user)?;
+        Some((Caller { user, session }, IdentityGuard(self.netconf.nacm.clone(), session)))
     }
 
     /// One HTTP request, end to end. Never fails: every problem is an RFC 8040 error reply.
@@ -254,11 +255,14 @@ impl Restconf {
             Err(f) => return error_reply(&f, accept),
         };
         let req = Req { method: parts.method, path, query, headers: parts.headers, body, accept };
-        let caller = self.open(user);
+        let Some((caller, identity)) = self.open(user) else {
+            let f = Failure::status(503, ErrorTag::ResourceDenied, "no request identity is free; try again later");
+            return error_reply(&f, accept);
+        };
         debug!(user = %caller.user, method = %req.method, path = %req.path, "RESTCONF request");
         let this = self.clone();
         let result = route(&this, &caller, req).await;
-        self.close(&caller);
+        drop(identity);
         match result {
             Ok(r) => r,
             Err((f, enc)) => {

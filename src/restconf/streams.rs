@@ -157,6 +157,8 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
     let filter = match &p.filter {
         Some(x) => {
             // Checked once now, so a bad expression is a 400 and not a silent nothing.
+            crate::netconf::filter::check_xpath(x)
+                .map_err(|e| Failure::status(413, ErrorTag::ResourceDenied, e.message))?;
             crate::yang::context()
                 .find_xpath(x)
                 .map_err(|e| Failure::bad(ErrorTag::InvalidValue, format!("filter \"{x}\": {e}")))?;
@@ -185,8 +187,11 @@ struct Delivery {
 }
 
 impl Delivery {
-    fn wanted(&self, ev: &Event) -> bool {
-        self.nacm.may_notify(&self.user, &ev.module, &ev.name) && self.filter.as_ref().is_none_or(|f| f.matches(ev))
+    /// The event as this user may see it (NACM-pruned content), if the filter selects it.
+    fn wanted(&self, ev: &Arc<Event>) -> Option<Arc<Event>> {
+        self.nacm
+            .event_for(&self.user, ev)
+            .filter(|ev| self.filter.as_ref().is_none_or(|f| f.matches(ev, &self.nacm, &self.user)))
     }
 }
 
@@ -203,7 +208,7 @@ async fn deliver(
             break;
         }
         last_seq = Some(ev.seq);
-        if d.wanted(&ev) {
+        if let Some(ev) = d.wanted(&ev) {
             if let Some(text) = encode(&ev, d.json) {
                 if !sse.send(&text).await {
                     return;
@@ -241,7 +246,7 @@ async fn deliver(
             let _ = sse.send(&marker("notificationComplete", d.json)).await;
             return;
         }
-        if d.wanted(&ev) {
+        if let Some(ev) = d.wanted(&ev) {
             if let Some(text) = encode(&ev, d.json) {
                 if !sse.send(&text).await {
                     return;

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use yang2::data::{Data, DataPrinterFlags, DataTree};
 
 use super::error::reply_errors;
-use super::filter::Filter;
+use super::filter::{Filter, Readable};
 use super::xml::{self, escape_attr, Element};
 use super::{Server, SessionInfo, NS_BASE, NS_MONITORING, NS_NMDA, NS_WITH_DEFAULTS};
 use crate::datastore::{Datastore, SessionId};
@@ -268,9 +268,10 @@ fn exec_allowed(ctx: &SessionCtx, op: &Element) -> Result<(), RpcError> {
     }
 }
 
-/// Removes what the session's user may not read (RFC 8341 3.4.5).
-pub(crate) fn nacm_filter(ctx: &SessionCtx, tree: &mut DataTree<'static>) {
-    ctx.server.nacm.filter_read(&ctx.info.username, tree);
+/// What the session's user may read of a datastore (RFC 8341 3.4.5): the only input the
+/// filters of get, get-config and get-data see.
+pub(crate) fn readable(ctx: &SessionCtx, ds: crate::datastore::Datastore) -> Result<Readable, Vec<RpcError>> {
+    ctx.server.nacm.read(&ctx.server.datastores, &ctx.info.username, ds, None).map_err(one)
 }
 
 fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
