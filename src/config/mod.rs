@@ -4,8 +4,8 @@
 //! Agent behaviour (SCIs, policies, C-PSes) is configured through the datastores instead.
 
 pub mod cli;
-pub mod peer_limits;
 pub mod message_limits;
+pub mod peer_limits;
 pub mod state;
 
 use std::net::SocketAddr;

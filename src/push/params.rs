@@ -196,7 +196,8 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
             stream = Some(c.trimmed().to_owned());
         } else if in_ns(c, NS_SN, "stream-subtree-filter") {
             crate::netconf::filter::check_subtree(c)?;
-            stream_filter = Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
+            stream_filter =
+                Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") {
             stream_filter = Some(xpath(c, "stream-xpath-filter")?);
         } else if in_ns(c, NS_SN, "stream-filter-name") {
@@ -368,7 +369,8 @@ pub fn modify(op: &Element, src: &str) -> Result<Modify, RpcError> {
             id = Some(uint(c, "id")?);
         } else if in_ns(c, NS_SN, "stream-subtree-filter") || in_ns(c, NS_YP, "datastore-subtree-filter") {
             crate::netconf::filter::check_subtree(c)?;
-            m.filter = Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?)));
+            m.filter =
+                Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?)));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") || in_ns(c, NS_YP, "datastore-xpath-filter") {
             m.filter = Some(Some(xpath(c, &c.name)?));
         } else if in_ns(c, NS_SN, "stream-filter-name") || in_ns(c, NS_YP, "selection-filter-ref") {

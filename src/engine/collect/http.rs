@@ -102,7 +102,11 @@ async fn handle_report(
             count(&engine, Rejection::Malformed).await;
             let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
             return if too_big {
-                refusal(StatusCode::PAYLOAD_TOO_LARGE, Rejection::Malformed, format!("body larger than {max_body} bytes"))
+                refusal(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Rejection::Malformed,
+                    format!("body larger than {max_body} bytes"),
+                )
             } else {
                 refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, format!("reading the body failed: {e}"))
             };
