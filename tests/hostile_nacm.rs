@@ -532,6 +532,44 @@ async fn issue11_class3_expensive_filters_are_resource_denied() {
     admin_still_served(&agent).await;
 }
 
+/// Issue 11 class 2 ("one message kills the process"), found by the xpath_filter fuzz target:
+/// a location path applied to a number, a string or a function result (`2//o`, `1/a`) made
+/// libyang assert and the whole agent abort. Every reader refuses them with invalid-value
+/// before libyang sees them, and the agent keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue11_class2_xpath_type_errors_that_aborted_libyang_are_refused() {
+    let (_d, agent) = agent("deny", "", "").await;
+    let mut bob = Nc::open(&agent, "bob", BOB_PW).await;
+    let exprs = ["2//o", "1/a", "'a'/b", "count(/c:cats-sma)/c:x", "(1)/a", "-1/a", "string(/c:cats-sma)//c:x"];
+    for x in exprs {
+        let x = x.replace('\'', "&apos;");
+        for op in [xpath_get_config(&x), xpath_get(&x), xpath_get_data("operational", &x)] {
+            let r = bob.call(&op).await;
+            assert_eq!(tag(&r), "invalid-value", "{x}: {r}");
+        }
+        let r = bob
+            .call(&establish(&format!(
+                "<yp:datastore>ds:running</yp:datastore>{}<yp:periodic><yp:period>100</yp:period></yp:periodic>",
+                selection(&x)
+            )))
+            .await;
+        assert!(r.contains("rpc-error"), "{x}: {r}");
+        let r = bob
+            .call(&format!(
+                "<create-subscription xmlns=\"{NOTIF}\"><filter type=\"xpath\" xmlns:c=\"{CATS}\" select=\"{x}\"/></create-subscription>"
+            ))
+            .await;
+        assert!(r.contains("rpc-error"), "{x}: {r}");
+    }
+    let c = Curl::new(&agent).as_user("bob", BOB_PW);
+    let r = c.get("/streams/NETCONF/xml?filter=1%2Fa");
+    assert!((400..500).contains(&r.status), "{} {}", r.status, r.body);
+    // Still alive, for bob and for everyone else.
+    let r = bob.call(&xpath_get_config("/c:cats-sma/c:scis/c:sci/c:csci-id")).await;
+    assert!(r.contains("sci-a"), "{r}");
+    admin_still_served(&agent).await;
+}
+
 /// Issue 11 class 3: with many SCIs, an admin's edit+commit sent after bob's hostile filter
 /// and while bob keeps a big (permitted) read running completes with <ok/>; filters are
 /// evaluated on a snapshot, outside the datastore lock.

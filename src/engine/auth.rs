@@ -136,7 +136,8 @@ impl AuthTable {
         let ts_val: i64 = ts
             .parse()
             .map_err(|_| fail(claimed, format!("timestamp {:?} is not unix seconds", crate::text::truncate(ts, 32))))?;
-        let skew = (now.timestamp() - ts_val).unsigned_abs();
+        // Saturating: an unauthenticated sender picks ts (i64::MIN overflowed; fuzz finding).
+        let skew = now.timestamp().saturating_sub(ts_val).unsigned_abs();
         if skew > self.window.as_secs() {
             return Err(fail(
                 claimed,
@@ -189,11 +190,13 @@ impl AuthTable {
         let now_s = now.timestamp();
         match claims.get("exp").and_then(|v| v.as_i64()) {
             None => return Err(fail(claimed, "JWT has no exp claim".into())),
-            Some(exp) if exp <= now_s => return Err(fail(claimed, format!("JWT expired {} s ago", now_s - exp))),
+            Some(exp) if exp <= now_s => {
+                return Err(fail(claimed, format!("JWT expired {} s ago", now_s.saturating_sub(exp))))
+            }
             Some(_) => {}
         }
         if let Some(nbf) = claims.get("nbf").and_then(|v| v.as_i64()) {
-            if nbf > now_s + self.window.as_secs() as i64 {
+            if nbf > now_s.saturating_add(self.window.as_secs() as i64) {
                 return Err(fail(claimed, "JWT is not valid yet (nbf)".into()));
             }
         }

@@ -98,8 +98,10 @@ pub struct AuditSettings {
     pub max_file_size: u64,
     /// Rotated files kept besides the current one (the oldest is deleted).
     pub max_files: u32,
-    /// Also send every record to the local syslog daemon (`/dev/log`, facility authpriv).
+    /// Also send every record to the local syslog daemon (facility authpriv).
     pub syslog: bool,
+    /// The syslog daemon's datagram socket.
+    pub syslog_socket: PathBuf,
     /// Seconds of one aggregation window for floods (auth failures per source, refused
     /// connections per source).
     pub aggregation_window_secs: u64,
@@ -114,6 +116,7 @@ impl Default for AuditSettings {
             max_file_size: 16 * 1024 * 1024,
             max_files: 4,
             syslog: false,
+            syslog_socket: PathBuf::from("/dev/log"),
             aggregation_window_secs: 10,
             aggregation_sources: 4096,
         }
@@ -192,10 +195,13 @@ impl Audit {
         };
         let syslog = if settings.syslog {
             let s = UnixDatagram::unbound()?;
-            match s.connect("/dev/log") {
+            match s.connect(&settings.syslog_socket) {
                 Ok(()) => Some(s),
                 Err(e) => {
-                    tracing::warn!("audit: syslog requested but /dev/log is not usable: {e}");
+                    tracing::warn!(
+                        "audit: syslog requested but {} is not usable: {e}",
+                        settings.syslog_socket.display()
+                    );
                     None
                 }
             }
@@ -705,6 +711,21 @@ mod tests {
         // Two keys tracked and one shared "(other sources)" key: three records written.
         assert_eq!(a.recent().len(), 3);
         assert_eq!(a.counters.suppressed.load(Ordering::Relaxed), 997);
+    }
+
+    #[test]
+    fn records_also_go_to_syslog_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("log");
+        let daemon = UnixDatagram::bind(&sock).unwrap();
+        let a =
+            Audit::open(dir.path(), AuditSettings { syslog: true, syslog_socket: sock, ..Default::default() }).unwrap();
+        a.record(event(Category::Login).outcome("success").user("admin"));
+        let mut buf = [0u8; 2048];
+        let n = daemon.recv(&mut buf).unwrap();
+        let msg = std::str::from_utf8(&buf[..n]).unwrap();
+        assert!(msg.starts_with("<85>cats-sma["), "{msg}");
+        assert!(msg.contains("\"category\":\"login\""), "{msg}");
     }
 
     #[test]

@@ -277,6 +277,29 @@ fn prefix_candidates(raw: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// Whether `c` is an XML 1.0 `Char` (surrogates cannot occur in a `char`).
+pub fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{FFFE}' && c != '\u{FFFF}')
+}
+
+/// The byte offset of the first character XML 1.0 does not allow, if any.
+fn forbidden_char(src: &str) -> Option<usize> {
+    let b = src.as_bytes();
+    // Fast path: the C0 controls are single bytes; U+FFFE and U+FFFF are EF BF BE / EF BF BF.
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c < 0x20 && !matches!(c, b'\t' | b'\n' | b'\r') {
+            return Some(i);
+        }
+        if c == 0xEF && b.get(i + 1) == Some(&0xBF) && matches!(b.get(i + 2), Some(0xBE | 0xBF)) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Parses a message into its root element with the default [`XmlLimits`]. No DOCTYPE, one
 /// root, well-formed.
 pub fn parse(src: &str) -> Result<Element, XmlError> {
@@ -286,6 +309,12 @@ pub fn parse(src: &str) -> Result<Element, XmlError> {
 /// Parses a message into its root element, refusing it as soon as it exceeds `limits`.
 /// Namespace resolution is quick-xml's ([`NsReader`]); nothing here recurses.
 pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
+    // XML 1.0 section 2.2: characters outside `Char` make a message not well-formed. They
+    // are refused here, raw or as references, because what follows hands names, values and
+    // namespaces to libyang through C strings (a NUL panicked in yang2: fuzz finding).
+    if let Some(at) = forbidden_char(src) {
+        return Err(XmlError(format!("at byte {at}: a character XML 1.0 does not allow")));
+    }
     let mut reader = NsReader::from_str(src);
     reader.config_mut().check_end_names = true;
     reader.resolver_mut().set_max_namespace_bindings(limits.max_namespace_declarations);
@@ -338,6 +367,9 @@ pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
             }
             Event::GeneralRef(r) => {
                 let ch = match r.resolve_char_ref().map_err(|e| XmlError(e.to_string()))? {
+                    Some(c) if !is_xml_char(c) => {
+                        return Err(XmlError(format!("&#{}; is not a character XML 1.0 allows", c as u32)))
+                    }
                     Some(c) => c,
                     None => match &*r {
                         "lt" => '<',
@@ -435,6 +467,9 @@ impl Parser<'_> {
                 .normalized_value(quick_xml::XmlVersion::Implicit1_0)
                 .map_err(|err| XmlError(format!("bad attribute value: {err}")))?
                 .into_owned();
+            if !value.chars().all(is_xml_char) {
+                return Err(XmlError("an attribute value holds a character XML 1.0 does not allow".into()));
+            }
             if let Some(d) = a.key.as_namespace_binding() {
                 if decls.len() == l.max_namespace_declarations_per_element {
                     return Err(XmlError(format!(
@@ -515,6 +550,33 @@ pub fn escape_attr(s: &str) -> std::borrow::Cow<'_, str> {
         return s.into();
     }
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").into()
+}
+
+#[cfg(test)]
+mod forbidden_chars {
+    use super::*;
+
+    #[test]
+    fn characters_outside_xml_1_0_are_not_well_formed() {
+        // A NUL reached yang2's CString::new(..).unwrap() through an XPath prefix's
+        // namespace (fuzz finding subtree_filter/xpath-prefix-ns-nul).
+        for bad in [
+            "<rpc xmlns:n=\"a\u{0}b\"/>",
+            "<rpc>a\u{1}b</rpc>",
+            "<rpc>&#0;</rpc>",
+            "<rpc>&#x1F;</rpc>",
+            "<rpc a=\"&#0;\"/>",
+            "<rpc>\u{FFFE}</rpc>",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let ok = parse("<rpc xmlns=\"urn:x\" a=\"&#9;\">\t\r\n&#x10FFFF;\u{e9}</rpc>").unwrap();
+        assert_eq!(ok.attr("a"), Some("\t"));
+        // An escaped NUL in a namespace declaration stays text: no NUL reaches a namespace.
+        if let Ok(r) = parse("<rpc xmlns=\"a&#0;b\"/>") {
+            assert!(!r.ns.as_deref().unwrap_or_default().contains('\0'));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -106,6 +106,10 @@ pub fn check_xpath_with(expr: &str, l: &FilterLimits) -> Result<(), RpcError> {
     let b = expr.as_bytes();
     // Open brackets: true for a predicate '[', false for a parenthesis.
     let mut stack: Vec<bool> = Vec::new();
+    // The function name of each open parenthesis ("" for a plain group), and of the group
+    // closed last: a location path may only follow a group that yields a node-set.
+    let mut groups: Vec<String> = Vec::new();
+    let mut closed_group: Option<String> = None;
     let mut scans = 0usize;
     // The last significant character outside literals, and the last word.
     let mut prev: u8 = 0;
@@ -132,12 +136,35 @@ pub fn check_xpath_with(expr: &str, l: &FilterLimits) -> Result<(), RpcError> {
                 if in_pred && matches!(last_word.as_str(), "current" | "deref") {
                     return Err(denied(format_args!("{last_word}() inside a predicate")));
                 }
+                let name = if prev.is_ascii_alphanumeric() { last_word.clone() } else { String::new() };
+                groups.push(name);
                 stack.push(false);
             }
             b']' | b')' => {
-                stack.pop();
+                if stack.pop() == Some(false) {
+                    closed_group = groups.pop();
+                }
             }
             b'/' => {
+                // A location path applied to a number, a string or the result of a function
+                // that is not a node-set is a type error in XPath 1.0; libyang does not report
+                // it but asserts, which aborts the whole process (found by the xpath_filter
+                // fuzz target: `2//o`). Refused before libyang sees it.
+                // Names never start with a digit, '.' or '-': such a word is a number.
+                let number = last_word.trim_start_matches('-');
+                let after_number = prev.is_ascii_digit()
+                    && number.bytes().any(|d| d.is_ascii_digit())
+                    && number.bytes().all(|d| d.is_ascii_digit() || d == b'.');
+                let after_group =
+                    prev == b')' && !closed_group.as_deref().is_some_and(|f| matches!(f, "current" | "deref"));
+                if prev == b'\'' || after_number || after_group {
+                    return Err(RpcError::protocol(
+                        ErrorTag::InvalidValue,
+                        "a location path may only follow a node-set (a path, current() or deref()), \
+                         not a number, a string, a function result or a parenthesized expression",
+                    )
+                    .with_bad_element("filter"));
+                }
                 let descendant = b.get(i + 1) == Some(&b'/');
                 // A location path starts here when nothing before it can end a step.
                 let starts_path =
@@ -304,6 +331,31 @@ mod tests {
             "/a:b[count(c) > 2 * 3]",
         ] {
             assert!(ok(x), "{x}");
+        }
+    }
+
+    #[test]
+    fn paths_after_non_node_sets_are_refused_before_libyang_aborts() {
+        // Each of these made libyang assert and the whole agent abort (SIGABRT).
+        for x in [
+            "2//o",
+            "1/a",
+            "'a'/b",
+            "\"a\"//b",
+            "count(/x)/y",
+            "(1)/a",
+            "string(/a)//b",
+            "-1/a",
+            "(/a)/b",
+            "1.5/a",
+            ".5/a",
+            "- 1/a",
+        ] {
+            let e = check_xpath_with(x, &FilterLimits::default()).unwrap_err();
+            assert_eq!(e.tag, ErrorTag::InvalidValue, "{x}");
+        }
+        for x in ["./a", "/a/b2/c", "/a[1]/b", "current()/a", "deref(../x)/y", "/a[x='1']/b", "/a/b-1/c", "/x:a1/b"] {
+            assert!(check_xpath_with(x, &FilterLimits::default()).is_ok(), "{x}");
         }
     }
 
