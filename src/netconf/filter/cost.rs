@@ -140,11 +140,8 @@ pub fn check_xpath_with(expr: &str, l: &FilterLimits) -> Result<(), RpcError> {
                 groups.push(name);
                 stack.push(false);
             }
-            b']' | b')' => {
-                if stack.pop() == Some(false) {
-                    closed_group = groups.pop();
-                }
-            }
+            b']' | b')' if stack.pop() == Some(false) => closed_group = groups.pop(),
+            b']' | b')' => {}
             b'/' => {
                 // A location path applied to a number, a string or the result of a function
                 // that is not a node-set is a type error in XPath 1.0; libyang does not report
