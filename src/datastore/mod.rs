@@ -12,6 +12,7 @@ pub mod persist;
 pub mod tree;
 mod validate;
 
+use crate::yang::PrintText as _;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -836,7 +837,7 @@ pub fn print_xml(tree: &DataTree<'static>) -> Result<String, RpcError> {
         return Ok(String::new());
     }
     Ok(tree
-        .print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::WD_EXPLICIT)
+        .print_text(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::WD_EXPLICIT)
         .map_err(ly)?
         .unwrap_or_default())
 }

@@ -3,6 +3,7 @@
 //! (exec), data reads (denied nodes are removed, not refused) and data writes
 //! (access-denied). The recovery user and the agent itself bypass NACM (section 3.2).
 
+use crate::yang::PrintText as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -709,7 +710,7 @@ impl Nacm {
         }
         tree.reference()?;
         let body = tree
-            .print_string(yang2::data::DataFormat::XML, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
+            .print_text(yang2::data::DataFormat::XML, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
             .ok()
             .flatten()?;
         Some(Arc::new(Event { seq: ev.seq, time: ev.time, module: ev.module.clone(), name: ev.name.clone(), body }))

@@ -3,6 +3,7 @@
 //! subscription's selection filter and the subscriber's NACM read rules (RFC 8641 section
 //! 3.9: a node the receiver may not read is never pushed).
 
+use crate::yang::PrintText as _;
 use std::sync::Arc;
 
 use yang2::data::{Data, DataFormat, DataPrinterFlags, DataTree};
@@ -71,7 +72,7 @@ fn print(tree: &DataTree<'static>, siblings: bool) -> Result<String, RpcError> {
     if tree.reference().is_none() {
         return Ok(String::new());
     }
-    Ok(tree.print_string(DataFormat::XML, flags).map_err(|e| RpcError::from_libyang(&e))?.unwrap_or_default())
+    Ok(tree.print_text(DataFormat::XML, flags).map_err(|e| RpcError::from_libyang(&e))?.unwrap_or_default())
 }
 
 impl DatastoreView {

@@ -6,6 +6,7 @@
 //! and handed to [`Datastores::edit`] (or `copy` for a whole-datastore PUT), so the same
 //! validation, NACM write checks, consumers (the engine) and errors apply as for NETCONF.
 
+use crate::yang::PrintText as _;
 use hyper::header::HeaderValue;
 use hyper::Method;
 use yang2::data::{Data, DataNodeRef, DataPrinterFlags, DataTree};
@@ -323,7 +324,7 @@ fn finish_xml(s: String, wd: WithDefaults) -> String {
 /// The datastore resource: `{"ietf-restconf:data": {...}}` / `<data xmlns=…restconf>`.
 fn print_root(tree: &DataTree<'static>, enc: Encoding, wd: WithDefaults, keep_empty: bool) -> Result<String, Failure> {
     let printed = if tree.reference().is_some() {
-        tree.print_string(enc.format(), printer_flags(wd, keep_empty) | DataPrinterFlags::WITH_SIBLINGS)
+        tree.print_text(enc.format(), printer_flags(wd, keep_empty) | DataPrinterFlags::WITH_SIBLINGS)
             .map_err(ly)?
             .unwrap_or_default()
     } else {
@@ -349,7 +350,7 @@ fn print_nodes(
     let mut parts = Vec::with_capacity(paths.len());
     for p in paths {
         let node = tree.find_path(p).map_err(ly)?;
-        let printed = node.print_string(enc.format(), printer_flags(wd, keep_empty)).map_err(ly)?.unwrap_or_default();
+        let printed = node.print_text(enc.format(), printer_flags(wd, keep_empty)).map_err(ly)?.unwrap_or_default();
         let t = printed.trim();
         if t.is_empty() || t == "{}" {
             // A container holding only defaults the mode hides: still the resource, empty.

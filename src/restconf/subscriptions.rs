@@ -9,13 +9,14 @@
 //! `restconf.subscription_attach_timeout_secs` is deleted. Only the user who established a subscription may read,
 //! modify or delete it.
 
+use crate::yang::PrintText as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::Method;
 use tokio::sync::mpsc;
-use yang2::data::{Data, DataFormat, DataPrinterFlags};
+use yang2::data::{DataFormat, DataPrinterFlags};
 
 use super::error::Failure;
 use super::media::Encoding;
@@ -102,7 +103,7 @@ pub fn operation(
 ) -> Result<Reply, Failure> {
     // The registry reads the NETCONF form of the input: print the validated tree as XML.
     let xml = input
-        .print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS)
+        .print_text(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS)
         .map_err(|e| RpcError::from_libyang(&e))?
         .unwrap_or_default();
     let op = crate::netconf::xml::parse(&xml)

@@ -2,6 +2,7 @@
 //! of an existing node (a RESTCONF body is the target resource, not a whole datastore),
 //! operation / insert metadata on edit nodes, and RESTCONF-encoded RPC input and output.
 
+use crate::yang::PrintText as _;
 use std::ffi::CString;
 
 use yang2::data::{Data, DataFormat, DataTree};
@@ -170,7 +171,7 @@ pub fn rpc_output(module: &str, name: &str, children_xml: &str, json: bool) -> R
     let input = Input::new(xml.as_bytes())?;
     parse_op_under(op, &input, DataFormat::XML, ffi::lyd_type::LYD_TYPE_REPLY_RESTCONF)?;
     let printed = tree
-        .print_string(DataFormat::JSON, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
+        .print_text(DataFormat::JSON, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
         .map_err(|e| RpcError::from_libyang(&e))?
         .unwrap_or_default();
     // libyang prints the operation node with its output children; RESTCONF names it

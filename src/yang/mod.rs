@@ -2,6 +2,10 @@
 //! are implemented with which features, their embedded source text (for get-schema), and
 //! the RFC 8525 yang-library content generated from the loaded context.
 
+pub mod print;
+
+pub use print::PrintText;
+
 use std::collections::HashMap;
 use std::sync::OnceLock;
 

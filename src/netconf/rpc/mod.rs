@@ -22,11 +22,12 @@ mod resync_subscription;
 mod unlock;
 mod validate;
 
+use crate::yang::PrintText as _;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use yang2::data::{Data, DataPrinterFlags, DataTree};
+use yang2::data::{DataPrinterFlags, DataTree};
 
 use super::error::reply_errors;
 use super::filter::{Filter, Readable};
@@ -472,7 +473,7 @@ pub(crate) fn print_data(
         return Ok("<data/>".into());
     }
     let body = tree
-        .print_string(yang2::data::DataFormat::XML, flags)
+        .print_text(yang2::data::DataFormat::XML, flags)
         .map_err(|e| vec![RpcError::from_libyang(&e)])?
         .unwrap_or_default();
     let body = if wd == WithDefaults::ReportAllTagged { fix_default_attribute_ns(body) } else { body };
