@@ -197,7 +197,6 @@ fn query(q: Option<&str>) -> BTreeMap<String, String> {
 async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
     state.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_owned();
     // Body first (bounded): the signature covers it.
     let raw = match Limited::new(body, MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
@@ -206,6 +205,13 @@ async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
             return error(StatusCode::PAYLOAD_TOO_LARGE, "too-large", e.to_string());
         }
     };
+    respond(state, &parts, raw)
+}
+
+/// Answers one request whose body has been read (synchronous from here on; the fuzz
+/// target `cps_wire` calls it directly).
+pub fn respond(state: &CpsState, parts: &hyper::http::request::Parts, raw: Bytes) -> Reply {
+    let path = parts.uri.path().to_owned();
     match (&parts.method, path.as_str()) {
         (&Method::GET, "/cats/select") => {
             let q = query(parts.uri.query());
