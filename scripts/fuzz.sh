@@ -6,8 +6,9 @@
 # Needs `cargo install cargo-fuzz`. The toolchain is stable: RUSTC_BOOTSTRAP=1 lets
 # cargo-fuzz pass -Zsanitizer=address, for this build only (never for the normal build).
 # New inputs go to fuzz/work/<target>/ (not committed); crashes to fuzz/artifacts/<target>/.
-# Afterwards `scripts/fuzz.sh cmin <target>` merges fuzz/work/<target> into the committed
-# corpus fuzz/corpus/<target>/, minimised (the hand-made seed-* files are always kept).
+# Afterwards `scripts/fuzz.sh cmin <target> [N]` merges fuzz/work/<target> into the
+# committed corpus fuzz/corpus/<target>/: the hand-made seed-* files plus the N inputs (30)
+# that add the most coverage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,15 +40,23 @@ dict() {
 export RUSTC_BOOTSTRAP=1
 
 if [ "${1:-}" = cmin ]; then
+    # Merge (coverage edges only) what was found with the committed corpus, then keep the
+    # seeds plus at most N (default 30) inputs chosen by coverage gain (fuzz/select.py), so
+    # the committed corpora stay a few hundred small files in all.
     t=$2
-    mkdir -p "fuzz/work/$t"
-    cp -n "fuzz/corpus/$t"/* "fuzz/work/$t"/ 2>/dev/null || true
-    rm -rf "fuzz/work/$t.min" && mkdir -p "fuzz/work/$t.min"
-    (cd fuzz && nice -n 10 cargo fuzz run "$t" "work/$t.min" "work/$t" -- -merge=1 \
-        -max_len="$(max_len "$t")" -rss_limit_mb=2048 -timeout=10)
-    cp "fuzz/corpus/$t"/seed-* "fuzz/work/$t.min"/
-    rm -rf "fuzz/corpus/$t" && mv "fuzz/work/$t.min" "fuzz/corpus/$t"
-    echo "$t: $(ls "fuzz/corpus/$t" | wc -l) files, $(du -sh "fuzz/corpus/$t" | cut -f1)"
+    n=${3:-30}
+    bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release/$t"
+    work="fuzz/work/$t"
+    mkdir -p "$work"
+    rm -rf "$work.min" "$work.control" && mkdir -p "$work.min"
+    nice -n 10 "$bin" -merge=1 -use_counters=0 -merge_control_file="$work.control" \
+        -max_len="$(max_len "$t")" -rss_limit_mb=2048 -timeout=10 "$work.min" "fuzz/corpus/$t" "$work" \
+        >"$work.cmin.log" 2>&1
+    python3 fuzz/select.py "$work.control" "$n" >"$work.chosen"
+    rm -rf "$work.min" && mkdir -p "$work.min"
+    xargs -a "$work.chosen" -d '\n' cp -t "$work.min"
+    rm -rf "fuzz/corpus/$t" && mv "$work.min" "fuzz/corpus/$t"
+    echo "$t: $(ls "fuzz/corpus/$t" | wc -l) files, $(du -sb "fuzz/corpus/$t" | cut -f1) bytes"
     exit 0
 fi
 
