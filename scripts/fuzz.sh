@@ -38,6 +38,8 @@ dict() {
 }
 
 export RUSTC_BOOTSTRAP=1
+# The one-time yang2 leak when the YANG context is built (see fuzz/lsan.supp).
+export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
 if [ "${1:-}" = cmin ]; then
     # Merge (coverage edges only) what was found with the committed corpus, then keep the
