@@ -88,6 +88,15 @@ fn text(data: &[u8]) -> Option<&str> {
     std::str::from_utf8(data).ok()
 }
 
+/// With `CATS_SMA_FUZZ_SKIP_NUL` set (fuzz runs only), XML inputs holding a NUL byte are
+/// skipped: they panic in yang2 (an open finding, listed in tests/fuzz_corpora.rs) and
+/// would otherwise stop or swamp the runs of every XML-and-libyang target. The replay
+/// test never sets it.
+fn skip_known_open(s: &str) -> bool {
+    static SKIP: OnceLock<bool> = OnceLock::new();
+    *SKIP.get_or_init(|| std::env::var_os("CATS_SMA_FUZZ_SKIP_NUL").is_some()) && s.contains('\0')
+}
+
 /// Checks a NETCONF reply is one well-formed `<rpc-reply>`: attacker text that reached it
 /// unescaped would break it.
 fn check_reply(reply: &str) {
@@ -151,6 +160,9 @@ fn filter_server() -> &'static Arc<netconf::Server> {
 /// Runs one read operation carrying `filter` on the shared populated server, as the
 /// recovery user or as a user NACM applies to.
 fn read_with_filter(sel: u8, filter: &str) {
+    if skip_known_open(filter) {
+        return;
+    }
     let server = filter_server();
     let op = match sel % 3 {
         0 => format!("<get-config><source><running/></source>{filter}</get-config>"),
@@ -423,7 +435,7 @@ pub fn cps_wire(data: &[u8]) {
 /// YANG-Push parameters (RFC 8639/8641): the input is an `<establish-subscription>` or
 /// `<modify-subscription>` element (or any element: the parsers check what it is).
 pub fn push_params(data: &[u8]) {
-    let Some(s) = text(data) else { return };
+    let Some(s) = text(data).filter(|s| !skip_known_open(s)) else { return };
     let Ok(op) = crate::netconf::xml::parse(s) else { return };
     let _ = crate::push::params::establish(&op, s);
     let _ = crate::push::params::modify(&op, s);
@@ -482,7 +494,7 @@ pub fn policy(data: &[u8]) {
 /// reply must be well-formed XML.
 pub fn rpc(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else { return };
-    let Some(s) = text(rest) else { return };
+    let Some(s) = text(rest).filter(|s| !skip_known_open(s)) else { return };
     let server = populated_server();
     let rt = runtime();
     let _enter = rt.enter();

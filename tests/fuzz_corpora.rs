@@ -26,6 +26,13 @@ const OPEN: &[(&str, &str, &str)] = &[
          characters outside XML 1.0 Char, or the filter code must check for NUL before calling libyang",
     ),
     (
+        "xpath_filter",
+        "xpath-nul",
+        "an XPath expression holding NUL (select=\"/c:cats-sma…\\0…\") panics in yang2 \
+         DataTree::find_xpath (CString::new(..).unwrap()), called from src/netconf/filter/mod.rs \
+         select_xpath; same root cause and fix as xpath-prefix-ns-nul (src/netconf/xml.rs / filter/)",
+    ),
+    (
         "push_params",
         "xpath-prefix-ns-nul",
         "the same NUL-namespace panic through establish-subscription's stream-xpath-filter \
