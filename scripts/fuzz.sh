@@ -47,6 +47,8 @@ if [ "${1:-}" = cmin ]; then
     # the committed corpora stay a few hundred small files in all.
     t=$2
     n=${3:-30}
+    # Without the skip, inputs that hit an open finding crash the merge and are left out.
+    unset CATS_SMA_FUZZ_SKIP_NUL
     bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release/$t"
     work="fuzz/work/$t"
     mkdir -p "$work"
@@ -62,6 +64,10 @@ if [ "${1:-}" = cmin ]; then
     exit 0
 fi
 
+# While the NUL findings are open (tests/fuzz_corpora.rs, OPEN), the XML targets that
+# reach libyang skip inputs holding NUL; FUZZ_ARGS adds libFuzzer flags (e.g. -fork=1
+# -ignore_crashes=1 to go on after a known crash).
+export CATS_SMA_FUZZ_SKIP_NUL=${CATS_SMA_FUZZ_SKIP_NUL-1}
 targets=${1:-all}
 [ "$targets" = all ] && targets=$ALL
 seconds=${2:-600}
@@ -74,5 +80,5 @@ for t in $targets; do
     # "Done N runs in S second(s)" is what docs/security.md records.
     (cd fuzz && nice -n 10 cargo fuzz run "$t" "work/$t" "corpus/$t" -- \
         -max_len="$(max_len "$t")" -rss_limit_mb=2048 -timeout=10 -max_total_time="$seconds" \
-        -dict="dict/$(dict "$t").dict" -print_final_stats=1) 2>&1 | tee "fuzz/work/$t.log" | grep -E "^(Done|stat::|==|SUMMARY)|panicked" || true
+        -dict="dict/$(dict "$t").dict" -print_final_stats=1 ${FUZZ_ARGS:-}) 2>&1 | tee "fuzz/work/$t.log" | grep -E "^(Done|stat::|==|SUMMARY)|panicked" || true
 done
