@@ -31,9 +31,14 @@ pub struct Agent {
 impl Agent {
     /// Starts everything; returns once the NETCONF listeners are bound.
     pub async fn start(boot: Bootstrap) -> Result<Agent, String> {
+        crate::config::message_limits::install(boot.message_limits.clone());
         let state_path = boot.state_dir();
         let state =
             StateDir::open(&state_path).map_err(|e| format!("state directory {}: {e}", state_path.display()))?;
+        let audit = crate::mgmt::audit::Audit::open(&state.path, boot.audit.clone())
+            .map_err(|e| format!("audit trail in {}: {e}", state.path.display()))?;
+        crate::mgmt::audit::install(audit);
+        state.audit_tightened();
         let host_key = state.host_key().map_err(|e| format!("SSH host key: {e}"))?;
         let (mut entries, first) = state.credentials().map_err(|e| format!("credentials: {e}"))?;
         entries.extend(boot.users.iter().cloned());
@@ -42,14 +47,26 @@ impl Agent {
         let datastores =
             Arc::new(Datastores::open(ctx, Some(state.startup_file())).map_err(|e| format!("datastores: {e}"))?);
         let recovery = boot.recovery_user.clone().unwrap_or_else(|| ADMIN_USER.to_owned());
+        crate::netconf::filter::configure(boot.filters.clone());
         let nacm = crate::nacm::Nacm::new(Some(recovery));
         datastores.with_tree(crate::datastore::Datastore::Running, |t| nacm.load(t)).map_err(|e| e.to_string())?;
         datastores.register_consumer(nacm.clone());
         datastores.set_write_guard(nacm.clone());
         datastores.register_state_provider(nacm.clone());
-        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm);
-        let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen).await?;
-        let cps = start_cps(&datastores, &server, &engine)?;
+        datastores.register_state_provider(Arc::new(crate::mgmt::audit::AuditState));
+        let names = nacm.clone();
+        crate::mgmt::audit::set_user_resolver(move |s| names.user_of(s));
+        let limits = crate::mgmt::auth_limits::Limits::new(boot.limits.clone(), &users);
+        datastores.register_state_provider(Arc::new(crate::mgmt::auth_limits::LimitsState {
+            limits: Arc::downgrade(&limits),
+        }));
+        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
+        server.events.configure(&boot.peer_limits);
+        crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
+        let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen, &boot.peer_limits).await?;
+        let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path)
+            .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
+        let cps = start_cps(&datastores, &server, &engine, keys)?;
         let restconf = if boot.restconf.enabled {
             Some(crate::restconf::start(server.clone(), boot.restconf.clone(), &state.path).await?)
         } else {
@@ -101,6 +118,7 @@ async fn start_engine(
     datastores: &Arc<Datastores>,
     server: &Arc<netconf::Server>,
     sci_listen: Option<SocketAddr>,
+    limits: &crate::config::peer_limits::PeerLimits,
 ) -> Result<(crate::engine::Engine, Option<SocketAddr>), String> {
     use crate::engine::collect::http;
     use crate::engine::northbound::{config, state};
@@ -110,7 +128,7 @@ async fn start_engine(
             s.events.publish(module, name, body);
         }
     });
-    let engine = crate::engine::Engine::start(crate::engine::clock::Clock::new(), sink);
+    let engine = crate::engine::Engine::start_with(crate::engine::clock::Clock::new(), sink, limits.clone());
     server.push.set_engine(engine.changes.clone());
     let (mut settings, mqtt_settings, pull_settings) = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| {
@@ -141,7 +159,7 @@ async fn start_engine(
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
         Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
-    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx));
+    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx, server.limits.sci_http.clone()));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
     let bound = *bound_rx.borrow();
@@ -155,6 +173,7 @@ fn start_cps(
     datastores: &Arc<Datastores>,
     server: &Arc<netconf::Server>,
     engine: &crate::engine::Engine,
+    keys: crate::cps::NorthboundKeys,
 ) -> Result<Arc<crate::cps::Adapters>, String> {
     use crate::cps::session::{Hooks, Identity};
     use crate::engine::update::UpdateEvent;
@@ -165,7 +184,7 @@ fn start_cps(
             let _ = updates.send(UpdateEvent::Resync { peer: Some(peer.to_owned()) });
         }),
         unreachable: Arc::new(move |u: &crate::cps::session::Unreachable| {
-            let esc = |s: &str| crate::netconf::xml::escape_text(s).into_owned();
+            let esc = |s: &str| crate::text::xml(s).into_owned();
             let body = format!(
                 "<c-ps-unreachable xmlns=\"urn:cats-sma:yang:cats-sma\"><c-ps>{}</c-ps><url>{}</url>\
                  <backoff>{}</backoff><buffered-updates>{}</buffered-updates></c-ps-unreachable>",
@@ -181,6 +200,7 @@ fn start_cps(
     };
     let placeholder = Identity { csma_id: String::new(), site_id: String::new() };
     let adapters = crate::cps::Adapters::start(placeholder, engine.updates.subscribe(), hooks);
+    adapters.set_keys(keys);
     let consumer = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| crate::cps::config::CpsConfig::load(adapters.clone(), t))
         .map_err(|e| e.to_string())?;

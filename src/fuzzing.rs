@@ -45,7 +45,8 @@ fn new_server() -> Arc<netconf::Server> {
     datastores.set_write_guard(nacm.clone());
     datastores.register_state_provider(nacm.clone());
     let users = crate::users::UserStore::from_entries(&[]).expect("no users is a valid user store");
-    netconf::Server::new(datastores, users, crate::config::NetconfSettings::default(), nacm)
+    let limits = crate::mgmt::auth_limits::Limits::new(Default::default(), &users);
+    netconf::Server::new(datastores, users, crate::config::NetconfSettings::default(), nacm, limits)
 }
 
 /// The recovery user (NACM does not apply) and a user NACM applies to.
@@ -429,7 +430,8 @@ pub fn cps_wire(data: &[u8]) {
     let Ok(req) = req.body(()) else { return };
     let Ok(state) = CpsState::new(config) else { return };
     let (parts, ()) = req.into_parts();
-    let _ = crate::cps::reference::server::respond(&state, &parts, bytes::Bytes::copy_from_slice(body));
+    let raw = bytes::Bytes::copy_from_slice(body);
+    let _ = crate::cps::reference::server::route(&state, &parts, &raw, &mut None);
 }
 
 /// YANG-Push parameters (RFC 8639/8641): the input is an `<establish-subscription>` or

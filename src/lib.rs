@@ -15,9 +15,11 @@ pub mod engine;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod mgmt;
 pub mod nacm;
 pub mod netconf;
 pub mod push;
 pub mod restconf;
+pub mod text;
 pub mod users;
 pub mod yang;

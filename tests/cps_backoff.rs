@@ -38,7 +38,12 @@ impl Transport for Scripted {
                 .unwrap(),
                 _ => serde_json::to_vec(&Ack { acked_sequence: 1, ..Ack::default() }).unwrap(),
             };
-            Ok(Response { status: 200, body })
+            // A C-PS sharing the session's PSK signs its replies (seed 004, C-PS Authentication).
+            let nonce: u64 = req.headers.iter().find(|(k, _)| *k == "x-cats-nonce").unwrap().1.parse().unwrap();
+            let mut resp = Response::new(200, body);
+            let sig = cats_sma::cps::auth::sign_reply(cps_support::SECRET, 200, cps_support::CSMA, nonce, &resp.body);
+            resp.headers.push((cats_sma::cps::auth::H_REPLY_SIGNATURE.into(), sig));
+            Ok(resp)
         })
     }
 }
@@ -62,6 +67,7 @@ async fn retries_after_1_2_4_8_16_32_then_every_60_seconds_and_resets_on_success
         transport: transport.clone(),
         hooks: ctl.hooks(),
         nonces: Arc::new(NonceSource::new()),
+        signing: None,
     };
     // The dispatcher's job: the controller's advertisements into the peer's buffer.
     let mut rx = ctl.tx.subscribe();

@@ -29,7 +29,12 @@ fn b64(k: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn sci_reports_are_authenticated_per_credential() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0"]);
+    // Auth failures are aggregated per source (issue 11): a one-second window keeps the
+    // wait for the summary short.
+    let boot = dir.path().join("boot.toml");
+    std::fs::write(&boot, "[peer_limits]\nauth_failure_window_secs = 1\n").unwrap();
+    let agent =
+        start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0", "--config", boot.to_str().unwrap()]);
     let sci = agent.sci_addr.unwrap();
     let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     nc.hello(true).await;
@@ -129,10 +134,14 @@ async fn sci_reports_are_authenticated_per_credential() {
     assert_eq!(st, 422, "{b}");
     assert!(b.contains("authentication is required"), "{b}");
 
-    // Every failure is notified (seed 004: all authentication failures logged).
-    let got = String::from_utf8_lossy(&events.read_until(b"window").await).to_string();
+    // Every failure is notified (seed 004: all authentication failures logged): the first
+    // from this source at once, the others summed into one summary per window (issue 11).
+    let got = String::from_utf8_lossy(&events.read_until(b"</auth-failure>").await).to_string();
     assert!(got.contains("<auth-failure") && got.contains("<source-address>127.0.0.1</source-address>"), "{got}");
     assert!(got.contains("<claimed-csci-id>sci-a</claimed-csci-id>") && got.contains("<transport>http</transport>"));
+    assert!(got.contains("a-psk") && !got.contains("aggregated-count"), "{got}");
+    let got = String::from_utf8_lossy(&events.read_until(b"</aggregated-count>").await).to_string();
+    assert!(got.contains("<aggregated-count>9</aggregated-count>"), "{got}");
 
     // Counted by reason in the operational state: 1 unsigned + 3 bad HMAC + 1 foreign
     // report + 3 bad tokens + 1 token for another SCI + 1 required = 10.

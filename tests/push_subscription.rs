@@ -286,6 +286,7 @@ async fn stream_replay_then_replay_completed_then_live() {
         module: Some("cats-sma".into()),
         filter: None,
         allowed: Box::new(|_, _| true),
+        content: Box::new(|ev| Some(ev.clone())),
     }));
     tokio::spawn(subscription::run_stream(selector, replay, true, live, None, ctrl_rx, out));
     ctrl.send(Control::Start).unwrap();

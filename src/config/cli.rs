@@ -118,7 +118,7 @@ pub fn main() -> i32 {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::text::log_writer).try_init();
 }
 
 fn run(boot: Bootstrap) -> i32 {

@@ -4,6 +4,8 @@
 //! Agent behaviour (SCIs, policies, C-PSes) is configured through the datastores instead.
 
 pub mod cli;
+pub mod message_limits;
+pub mod peer_limits;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -30,6 +32,18 @@ pub struct Bootstrap {
     pub recovery_user: Option<String>,
     /// RESTCONF (RFC 8040) over HTTPS.
     pub restconf: RestconfSettings,
+    /// What SCIs, brokers, pull targets and C-PSes can cost (`[peer_limits]`).
+    pub peer_limits: peer_limits::PeerLimits,
+    /// What a peer may cost before it authenticates, per listener (`[limits.ssh]`,
+    /// `[limits.restconf]`, `[limits.sci_http]`), and the password-check pool.
+    pub limits: crate::mgmt::auth_limits::LimitsSettings,
+    /// What one filter may cost (XPath / subtree filters, YANG-Push selections,
+    /// notification filters): see docs/security.md, "Filters and access control".
+    pub filters: crate::netconf::filter::FilterLimits,
+    /// The audit trail (`audit.log` in the state directory).
+    pub audit: crate::mgmt::audit::AuditSettings,
+    /// Structural limits on every received management message.
+    pub message_limits: message_limits::MessageLimits,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).
@@ -168,6 +182,7 @@ impl Bootstrap {
         if self.netconf.max_message_size < 4096 {
             return Err("netconf.max_message_size must be at least 4096 bytes".into());
         }
+        self.message_limits.check()?;
         let r = &self.restconf;
         if r.enabled {
             if r.listen.is_empty() {
@@ -192,6 +207,9 @@ impl Bootstrap {
                 m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
             }
         }
+        self.peer_limits.check()?;
+        self.limits.check()?;
+        self.audit.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -271,5 +289,13 @@ mod tests {
         )
         .unwrap();
         assert!(b.check().unwrap_err().contains("fingerprint"));
+        let b: Bootstrap = toml::from_str("[limits.ssh]\nmax_pending = 0").unwrap();
+        assert!(b.check().unwrap_err().contains("limits.ssh.max_pending"));
+        let b: Bootstrap = toml::from_str("[limits]\npassword_workers = 0").unwrap();
+        assert!(b.check().unwrap_err().contains("limits.password_workers"));
+        assert!(toml::from_str::<Bootstrap>("[limits.ssh]\nmax_pendin = 3").is_err(), "typo refused");
+        let b: Bootstrap = toml::from_str("[limits.restconf]\nauth_timeout_secs = 5").unwrap();
+        assert_eq!(b.limits.restconf.auth_timeout_secs, 5);
+        assert_eq!(b.limits.restconf.max_pending, 256, "the rest keeps its default");
     }
 }

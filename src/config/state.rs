@@ -19,6 +19,8 @@ pub const ADMIN_USER: &str = "admin";
 
 pub struct StateDir {
     pub path: PathBuf,
+    /// What [`StateDir::open`] had to tighten (path, old mode), for the audit trail.
+    pub tightened: Vec<(PathBuf, u32)>,
 }
 
 /// What the first start created, to tell the operator.
@@ -42,10 +44,53 @@ struct StoredUser {
 }
 
 impl StateDir {
-    /// Creates the directory (and parents) if needed, private to the agent's user.
+    /// Creates the directory (and parents) if needed, private to the agent's user, and
+    /// makes sure it stays private: the directory 0700 and every file in it 0600, tightened
+    /// (and reported in the log and the audit trail) when someone loosened them. A symlink
+    /// in the directory is refused: the agent never writes a secret through one.
     pub fn open(path: &Path) -> io::Result<StateDir> {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(path)?;
-        Ok(StateDir { path: path.to_owned() })
+        let mut dir = StateDir { path: path.to_owned(), tightened: Vec::new() };
+        dir.tightened = dir.enforce_modes()?;
+        Ok(dir)
+    }
+
+    /// Tightens the modes of the directory and its files; returns what it changed.
+    pub fn enforce_modes(&self) -> io::Result<Vec<(PathBuf, u32)>> {
+        let mut changed = Vec::new();
+        let meta = fs::symlink_metadata(&self.path)?;
+        if meta.file_type().is_symlink() || !meta.is_dir() {
+            return Err(io::Error::other(format!("{} is not a directory", self.path.display())));
+        }
+        tighten(&self.path, meta.permissions().mode(), 0o700, &mut changed)?;
+        for e in fs::read_dir(&self.path)? {
+            let e = e?;
+            let p = e.path();
+            let m = fs::symlink_metadata(&p)?;
+            if m.file_type().is_symlink() {
+                return Err(io::Error::other(format!(
+                    "{} is a symbolic link: the state directory holds secrets and must hold only regular files",
+                    p.display()
+                )));
+            }
+            let want = if m.is_dir() { 0o700 } else { 0o600 };
+            tighten(&p, m.permissions().mode(), want, &mut changed)?;
+        }
+        for (p, old) in &changed {
+            tracing::warn!("state directory: {} had mode {:o}; tightened", p.display(), old & 0o7777);
+        }
+        Ok(changed)
+    }
+
+    /// Writes what [`StateDir::open`] tightened into the audit trail (once it is open).
+    pub fn audit_tightened(&self) {
+        for (p, old) in &self.tightened {
+            crate::mgmt::audit::event(crate::mgmt::audit::Category::StateFile)
+                .outcome("tightened")
+                .field("path", p.display().to_string())
+                .field("old-mode", format!("{:o}", old & 0o7777))
+                .emit();
+        }
     }
 
     pub fn startup_file(&self) -> PathBuf {
@@ -118,8 +163,17 @@ impl StateDir {
 }
 
 pub(crate) fn write_private(path: &Path, content: &[u8]) -> io::Result<()> {
-    write_atomic(path, content)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+    // write_atomic creates every file 0600.
+    write_atomic(path, content)
+}
+
+/// Sets `path` to `want` when it grants anything more (group, others, or set-id bits).
+fn tighten(path: &Path, mode: u32, want: u32, changed: &mut Vec<(PathBuf, u32)>) -> io::Result<()> {
+    if mode & 0o7777 & !want != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode & want))?;
+        changed.push((path.to_owned(), mode));
+    }
+    Ok(())
 }
 
 /// 20 characters from an unambiguous alphabet (~115 bits).
@@ -143,6 +197,24 @@ mod tests {
         let mode = fs::metadata(s.host_key_file()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(fs::metadata(&s.path).unwrap().permissions().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn loosened_modes_are_tightened_on_open_and_symlinks_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = dir.path().join("st");
+        let s = StateDir::open(&st).unwrap();
+        s.host_key().unwrap();
+        fs::write(st.join("startup.xml"), "<x/>").unwrap();
+        fs::set_permissions(st.join("startup.xml"), fs::Permissions::from_mode(0o644)).unwrap();
+        fs::set_permissions(&st, fs::Permissions::from_mode(0o755)).unwrap();
+        let reopened = StateDir::open(&st).unwrap();
+        assert_eq!(reopened.tightened.len(), 2, "{:?}", reopened.tightened);
+        assert!(reopened.enforce_modes().unwrap().is_empty());
+        assert_eq!(fs::metadata(st.join("startup.xml")).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&st).unwrap().permissions().mode() & 0o777, 0o700);
+        std::os::unix::fs::symlink("/etc/passwd", st.join("credentials.toml")).unwrap();
+        assert!(StateDir::open(&st).is_err());
     }
 
     #[test]

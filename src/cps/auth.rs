@@ -65,18 +65,104 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 /// Nonces for requests: strictly increasing over the process, started at the wall-clock
-/// time in microseconds so they also increase across restarts (while the clock does not
-/// step back).
-pub struct NonceSource(AtomicU64);
+/// time in microseconds. With a file ([`NonceSource::persistent`]) they also increase across
+/// restarts when the clock stepped back: the file holds a ceiling reserved ahead (a block
+/// of [`NONCE_BLOCK`]), and a restart starts above it.
+pub struct NonceSource {
+    next: AtomicU64,
+    ceiling: AtomicU64,
+    file: Option<(std::path::PathBuf, std::sync::Mutex<()>)>,
+}
+
+/// Nonces reserved per write of the ceiling file.
+pub const NONCE_BLOCK: u64 = 1 << 20;
 
 impl NonceSource {
+    /// Nonces that rise within the process and with the clock across restarts.
     pub fn new() -> NonceSource {
-        NonceSource(AtomicU64::new(chrono::Utc::now().timestamp_micros().max(1) as u64))
+        let start = chrono::Utc::now().timestamp_micros().max(1) as u64;
+        NonceSource { next: AtomicU64::new(start), ceiling: AtomicU64::new(u64::MAX), file: None }
+    }
+
+    /// Nonces that rise across restarts whatever the clock does, through `path`.
+    pub fn persistent(path: &std::path::Path) -> std::io::Result<NonceSource> {
+        let stored = match std::fs::read_to_string(path) {
+            Ok(s) => s.trim().parse::<u64>().map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        let now = chrono::Utc::now().timestamp_micros().max(1) as u64;
+        if stored > now {
+            tracing::warn!(
+                stored,
+                now,
+                "C-PS nonces: the clock is behind the last reserved nonce; continuing above it"
+            );
+        }
+        let start = now.max(stored);
+        let ceiling = start.saturating_add(NONCE_BLOCK);
+        crate::datastore::persist::write_atomic(path, ceiling.to_string().as_bytes())?;
+        Ok(NonceSource {
+            next: AtomicU64::new(start),
+            ceiling: AtomicU64::new(ceiling),
+            file: Some((path.to_owned(), std::sync::Mutex::new(()))),
+        })
     }
 
     pub fn next(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::Relaxed) + 1
+        let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.ceiling.load(Ordering::Acquire) {
+            self.reserve(n);
+        }
+        n
     }
+
+    /// Moves the ceiling past `n` (rare: once per NONCE_BLOCK nonces).
+    fn reserve(&self, n: u64) {
+        let Some((path, lock)) = &self.file else { return };
+        let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if n < self.ceiling.load(Ordering::Acquire) {
+            return;
+        }
+        let ceiling = n.saturating_add(NONCE_BLOCK);
+        if let Err(e) = crate::datastore::persist::write_atomic(path, ceiling.to_string().as_bytes()) {
+            tracing::error!("C-PS nonces: cannot reserve in {}: {e}", path.display());
+        }
+        self.ceiling.store(ceiling, Ordering::Release);
+    }
+}
+
+/// The reply header with the C-PS's HMAC over its reply (PSK mode).
+pub const H_REPLY_SIGNATURE: &str = "x-cats-reply-signature";
+
+fn reply_mac(secret: &[u8], status: u16, csma_id: &str, request_nonce: u64, body: &[u8]) -> HmacSha256 {
+    let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key length");
+    m.update(format!("reply\n{status}\n{csma_id}\n{request_nonce}\n").as_bytes());
+    m.update(body);
+    m
+}
+
+/// The C-PS's reply signature: an HMAC under the request's key over the status, the C-SMA
+/// id, the nonce of the request it answers and the reply body. The nonce binds the reply to
+/// its request, so an old reply replayed (or one to another request) does not verify.
+pub fn sign_reply(secret: &[u8], status: u16, csma_id: &str, request_nonce: u64, body: &[u8]) -> String {
+    hex(&reply_mac(secret, status, csma_id, request_nonce, body).finalize().into_bytes())
+}
+
+/// Checks a reply's signature (constant-time).
+pub fn verify_reply(
+    secret: &[u8],
+    status: u16,
+    csma_id: &str,
+    request_nonce: u64,
+    presented: Option<&str>,
+    body: &[u8],
+) -> Result<(), AuthError> {
+    let sig = unhex(presented.ok_or(AuthError::MissingHeader(H_REPLY_SIGNATURE))?)
+        .ok_or(AuthError::MalformedHeader(H_REPLY_SIGNATURE))?;
+    reply_mac(secret, status, csma_id, request_nonce, body).verify_slice(&sig).map_err(|_| AuthError::BadSignature)
 }
 
 impl Default for NonceSource {
@@ -151,6 +237,28 @@ impl Verifier {
         body: &[u8],
         now_ms: i64,
     ) -> Result<(), AuthError> {
+        let accepted = self.check(method, path, csma_id, p, body, now_ms)?;
+        self.accept(accepted);
+        Ok(())
+    }
+
+    /// Records the nonce of a request [`Verifier::check`] passed. Kept apart so that a
+    /// request carrying several proofs burns its nonce only once all of them passed.
+    pub fn accept(&mut self, a: Accepted) {
+        let last = self.last_nonce.entry((a.key_id, a.csma_id)).or_insert(0);
+        *last = (*last).max(a.nonce);
+    }
+
+    /// Every check of [`Verifier::verify`], recording nothing.
+    pub fn check(
+        &self,
+        method: &str,
+        path: &str,
+        csma_id: &str,
+        p: &Presented<'_>,
+        body: &[u8],
+        now_ms: i64,
+    ) -> Result<Accepted, AuthError> {
         let key_id = p.key_id.ok_or(AuthError::MissingHeader("x-cats-key-id"))?;
         let ts: i64 = p
             .timestamp
@@ -173,13 +281,20 @@ impl Verifier {
         if skew.saturating_abs() > self.window_ms {
             return Err(AuthError::StaleTimestamp { skew_ms: skew, window_ms: self.window_ms });
         }
-        let last = self.last_nonce.entry((key_id.to_owned(), csma_id.to_owned())).or_insert(0);
-        if nonce <= *last {
-            return Err(AuthError::ReplayedNonce { nonce, last: *last });
+        let last = self.last_nonce.get(&(key_id.to_owned(), csma_id.to_owned())).copied().unwrap_or(0);
+        if nonce <= last {
+            return Err(AuthError::ReplayedNonce { nonce, last });
         }
-        *last = nonce;
-        Ok(())
+        Ok(Accepted { key_id: key_id.to_owned(), csma_id: csma_id.to_owned(), nonce })
     }
+}
+
+/// A request that passed its checks, whose nonce is recorded on [`Verifier::accept`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    pub key_id: String,
+    pub csma_id: String,
+    pub nonce: u64,
 }
 
 #[cfg(test)]
@@ -240,6 +355,51 @@ mod tests {
         assert_eq!(v.verify("GET", "/", "c", &p, b"", 1), Err(AuthError::MalformedHeader("x-cats-timestamp")));
         let p = Presented { key_id: None, timestamp: None, nonce: None, signature: None };
         assert_eq!(v.verify("GET", "/", "c", &p, b"", 1).unwrap_err().reason(), "malformed-auth");
+    }
+
+    #[test]
+    fn persisted_nonces_rise_across_restarts_even_when_the_clock_steps_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nonce");
+        // A previous run reserved far in the future (a clock that was ahead, then fixed).
+        let future = chrono::Utc::now().timestamp_micros() as u64 + 3_600_000_000;
+        std::fs::write(&path, future.to_string()).unwrap();
+        let n = NonceSource::persistent(&path).unwrap();
+        let a = n.next();
+        assert!(a > future);
+        let reserved: u64 = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        assert!(reserved > a);
+        drop(n);
+        let again = NonceSource::persistent(&path).unwrap();
+        assert!(again.next() > a, "a restart continues above what was handed out");
+        // Crossing a block reserves the next one first.
+        for _ in 0..NONCE_BLOCK + 1 {
+            again.next();
+        }
+        let reserved2: u64 = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        assert!(reserved2 > reserved);
+    }
+
+    #[test]
+    fn seed_cps_authentication_replies_are_bound_to_their_request() {
+        let k = b"0123456789abcdef";
+        let sig = sign_reply(k, 200, "c1", 42, b"{\"acked-sequence\":9}");
+        assert_eq!(verify_reply(k, 200, "c1", 42, Some(&sig), b"{\"acked-sequence\":9}"), Ok(()));
+        assert_eq!(
+            verify_reply(k, 200, "c1", 43, Some(&sig), b"{\"acked-sequence\":9}"),
+            Err(AuthError::BadSignature),
+            "another request's reply"
+        );
+        assert_eq!(
+            verify_reply(k, 200, "c1", 42, Some(&sig), b"{\"acked-sequence\":99}"),
+            Err(AuthError::BadSignature)
+        );
+        assert_eq!(verify_reply(k, 404, "c1", 42, Some(&sig), b"{\"acked-sequence\":9}"), Err(AuthError::BadSignature));
+        assert_eq!(
+            verify_reply(b"another-key-here", 200, "c1", 42, Some(&sig), b"{\"acked-sequence\":9}"),
+            Err(AuthError::BadSignature)
+        );
+        assert!(matches!(verify_reply(k, 200, "c1", 42, None, b""), Err(AuthError::MissingHeader(_))));
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod queue;
 pub mod reference;
 pub mod selection;
 pub mod session;
+pub mod signing;
 pub mod state;
 pub mod transport;
 pub mod wire;
@@ -33,6 +34,32 @@ use self::session::{lock, Hooks, Peer, PeerSettings, Registry, Session};
 use self::transport::Transport;
 use crate::engine::update::Advertisement;
 
+/// What the sessions sign with: the nonce source (persisted by the agent) and the C-SMA's
+/// private key.
+#[derive(Clone)]
+pub struct NorthboundKeys {
+    pub nonces: Arc<NonceSource>,
+    pub signing: Option<Arc<signing::SigningKey>>,
+}
+
+impl NorthboundKeys {
+    /// In memory only: a fresh key, nonces from the clock.
+    pub fn ephemeral() -> NorthboundKeys {
+        NorthboundKeys {
+            nonces: Arc::new(NonceSource::new()),
+            signing: Some(Arc::new(signing::SigningKey::ephemeral())),
+        }
+    }
+
+    /// The agent's: the key and the nonce ceiling kept in the state directory.
+    pub fn from_state_dir(dir: &std::path::Path) -> std::io::Result<NorthboundKeys> {
+        Ok(NorthboundKeys {
+            nonces: Arc::new(NonceSource::persistent(&dir.join("cps_nonce"))?),
+            signing: Some(Arc::new(signing::SigningKey::load_or_generate(dir)?)),
+        })
+    }
+}
+
 /// A session's stop switch and task.
 type SessionTask = (watch::Sender<bool>, JoinHandle<()>);
 
@@ -40,7 +67,7 @@ type SessionTask = (watch::Sender<bool>, JoinHandle<()>);
 pub struct Adapters {
     pub registry: Arc<Registry>,
     hooks: Hooks,
-    nonces: Arc<NonceSource>,
+    keys: std::sync::RwLock<NorthboundKeys>,
     sessions: Mutex<HashMap<String, SessionTask>>,
     dispatcher: JoinHandle<()>,
 }
@@ -57,7 +84,7 @@ impl Adapters {
         Arc::new(Adapters {
             registry,
             hooks,
-            nonces: Arc::new(NonceSource::new()),
+            keys: std::sync::RwLock::new(NorthboundKeys::ephemeral()),
             sessions: Mutex::new(HashMap::new()),
             dispatcher,
         })
@@ -83,12 +110,14 @@ impl Adapters {
         }
         self.registry.peers.write().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), peer.clone());
         let (stop_tx, stop_rx) = watch::channel(false);
+        let keys = self.keys();
         let session = Session {
             peer,
             registry: self.registry.clone(),
             transport,
             hooks: self.hooks.clone(),
-            nonces: self.nonces.clone(),
+            nonces: keys.nonces,
+            signing: keys.signing,
         };
         let task = tokio::spawn(session.run(stop_rx));
         lock(&self.sessions).insert(name, (stop_tx, task));
@@ -104,6 +133,15 @@ impl Adapters {
         let peer = self.registry.peers.write().unwrap_or_else(|e| e.into_inner()).remove(name);
         self.registry.changed.send_modify(|g| *g += 1);
         peer
+    }
+
+    /// Sets what later sessions sign with (the agent does so before any peer starts).
+    pub fn set_keys(&self, keys: NorthboundKeys) {
+        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+    }
+
+    pub fn keys(&self) -> NorthboundKeys {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn set_identity(&self, identity: session::Identity) {

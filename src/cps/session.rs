@@ -23,9 +23,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::auth::{sign, NonceSource, Psk, Signed};
+use super::auth::{sign, verify_reply, NonceSource, Psk, Signed, H_REPLY_SIGNATURE};
 use super::backoff::Backoff;
 use super::queue::Queue;
+use super::signing::{RequestBinding, SigningKey, H_JWS};
 use super::transport::{Request, Response, Transport, TransportError};
 use super::wire::{
     self, Ack, ErrorBody, MetricBatch, MetricReport, ReportKind, SiteSnapshot, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE,
@@ -242,6 +243,9 @@ pub struct Session {
     pub transport: Arc<dyn Transport>,
     pub hooks: Hooks,
     pub nonces: Arc<NonceSource>,
+    /// The C-SMA's private key: every request carries a JWS under it (seed 004, Metric
+    /// Integrity). None only in tests that drive a session by hand.
+    pub signing: Option<Arc<SigningKey>>,
 }
 
 impl Session {
@@ -456,8 +460,8 @@ impl Session {
             return Ok((true, false));
         }
         check_status("GET", &path, &resp)?;
-        let state: SiteState =
-            serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply("GET", e.to_string()))?;
+        let state: SiteState = serde_json::from_slice(&resp.body)
+            .map_err(|e| DeliveryError::BadReply("GET", crate::text::printable(&e.to_string(), 200)))?;
         let (gap, full_arrived) = {
             let mut q = lock(&self.peer.queue);
             let full = q.already_acked(state.acked_sequence);
@@ -495,10 +499,11 @@ impl Session {
                 ("POST", METRICS_PATH.to_owned(), serde_json::to_vec(&b))
             }
         };
-        let body = body.map_err(|e| DeliveryError::BadReply(method, e.to_string()))?;
+        let body = body.map_err(|e| DeliveryError::BadReply(method, crate::text::printable(&e.to_string(), 200)))?;
         let resp = self.request(method, path.clone(), body, None).await?;
         check_status(method, &path, &resp)?;
-        serde_json::from_slice(&resp.body).map_err(|e| DeliveryError::BadReply(method, e.to_string()))
+        serde_json::from_slice(&resp.body)
+            .map_err(|e| DeliveryError::BadReply(method, crate::text::printable(&e.to_string(), 200)))
     }
 
     async fn request(
@@ -525,16 +530,56 @@ impl Session {
         if let Some(seq) = sequence {
             headers.push((H_SEQUENCE, seq.to_string()));
         }
-        if let Some(psk) = &s.psk {
-            let ts = Utc::now().timestamp_millis();
-            let nonce = self.nonces.next();
-            let signed = Signed { method, path: &path, csma_id: &id.csma_id, timestamp_ms: ts, nonce };
-            headers.push((H_KEY_ID, psk.key_id.clone()));
+        // One timestamp and nonce per request, covered by the PSK MAC and the JWS alike.
+        let ts = Utc::now().timestamp_millis();
+        let nonce = self.nonces.next();
+        if s.psk.is_some() || self.signing.is_some() {
             headers.push((H_TIMESTAMP, ts.to_string()));
             headers.push((H_NONCE, nonce.to_string()));
+        }
+        if let Some(psk) = &s.psk {
+            let signed = Signed { method, path: &path, csma_id: &id.csma_id, timestamp_ms: ts, nonce };
+            headers.push((H_KEY_ID, psk.key_id.clone()));
             headers.push((H_SIGNATURE, sign(&psk.secret, &signed, &body)));
         }
-        Ok(self.transport.send(Request { method, path, headers, body }).await?)
+        if let Some(key) = &self.signing {
+            let binding = RequestBinding {
+                method: method.into(),
+                path: path.clone(),
+                csma_id: id.csma_id.clone(),
+                timestamp: ts,
+                nonce,
+            };
+            headers.push((H_JWS, key.sign(&binding, &body)));
+        }
+        let path_for_errors = path.clone();
+        let resp = self.transport.send(Request { method, path, headers, body }).await?;
+        if let Some(psk) = &s.psk {
+            // Seed 004, C-PS Authentication: in PSK mode the C-PS proves its replies too. A
+            // reply that does not verify is a failed request: nothing in it (acknowledged
+            // sequence, full-sync request, the site's state) is believed.
+            if let Err(e) =
+                verify_reply(&psk.secret, resp.status, &id.csma_id, nonce, resp.header(H_REPLY_SIGNATURE), &resp.body)
+            {
+                // A C-PS cannot sign its refusal of a request it could not authenticate (a
+                // wrong key): an error reply is reported with its unverified reason, as a
+                // refusal; a success reply that does not verify is an impostor's.
+                let unverified = |reason: String| format!("{reason} (reply not authenticated: {e})");
+                return Err(match check_status(method, &path_for_errors, &resp) {
+                    Err(DeliveryError::Rejected { method, path, status, reason }) => {
+                        DeliveryError::Rejected { method, path, status, reason: unverified(reason) }
+                    }
+                    Err(DeliveryError::Server { method, path, status, reason }) => {
+                        DeliveryError::Server { method, path, status, reason: unverified(reason) }
+                    }
+                    _ => DeliveryError::BadReply(
+                        method,
+                        format!("reply (status {}) not authenticated: {e}", resp.status),
+                    ),
+                });
+            }
+        }
+        Ok(resp)
     }
 }
 
@@ -542,9 +587,11 @@ fn check_status(method: &'static str, path: &str, resp: &Response) -> Result<(),
     if (200..300).contains(&resp.status) {
         return Ok(());
     }
+    // The C-PS's text: escaped and bounded before it is logged or kept as last-error.
     let reason = serde_json::from_slice::<ErrorBody>(&resp.body)
         .map(|e| if e.detail.is_empty() { e.error } else { format!("{}: {}", e.error, e.detail) })
-        .unwrap_or_else(|_| String::from_utf8_lossy(&resp.body).chars().take(200).collect());
+        .unwrap_or_else(|_| String::from_utf8_lossy(&resp.body).into_owned());
+    let reason = crate::text::printable(&reason, 200);
     let path = path.to_owned();
     Err(if (400..500).contains(&resp.status) {
         DeliveryError::Rejected { method, path, status: resp.status, reason }

@@ -21,6 +21,14 @@ impl StateProvider for CpsState {
         if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
             return Ok(());
         }
+        if let Some(k) = self.adapters.keys().signing {
+            use base64ct::{Base64, Encoding};
+            let base = format!("{C_PS}/signing-key");
+            set(tree, &format!("{base}/algorithm"), Some("EdDSA"))?;
+            set(tree, &format!("{base}/key-id"), Some(k.key_id()))?;
+            set(tree, &format!("{base}/public-key"), Some(&Base64::encode_string(k.public_key())))?;
+            set(tree, &format!("{base}/jwk"), Some(&k.jwk()))?;
+        }
         let now = tokio::time::Instant::now();
         for peer in self.adapters.registry.peers() {
             let st = lock(&peer.status).clone();

@@ -15,7 +15,19 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use super::wire::MAX_BODY;
+/// Largest C-PS reply body read (`peer_limits.cps_reply_bytes`): replies are small JSON
+/// acknowledgements, so a C-PS that answers a gigabyte is cut off after this much. Replies
+/// are read as sent (no content coding is asked for or decoded), so a compressed reply
+/// cannot expand past it either.
+static REPLY_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1024 * 1024);
+
+pub fn set_reply_limit(bytes: usize) {
+    REPLY_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn reply_limit() -> usize {
+    REPLY_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// One request, path relative to the C-PS base URL.
 #[derive(Clone, Debug)]
@@ -26,10 +38,22 @@ pub struct Request {
     pub body: Vec<u8>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The reply headers the adapter reads (names in lowercase): the reply signature.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Response {
+    pub fn new(status: u16, body: Vec<u8>) -> Response {
+        Response { status, body, headers: Vec::new() }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -210,7 +234,19 @@ impl HttpTransport {
         let request = b.body(Full::new(Bytes::from(req.body))).map_err(|e| TransportError::Http(e.to_string()))?;
         let resp = sender.send_request(request).await.map_err(|e| TransportError::Http(e.to_string()))?;
         let status = resp.status().as_u16();
-        let body = Limited::new(resp.into_body(), MAX_BODY)
+        let headers = [crate::cps::auth::H_REPLY_SIGNATURE]
+            .iter()
+            .filter_map(|h| {
+                resp.headers().get(*h).and_then(|v| v.to_str().ok()).map(|v| ((*h).to_owned(), v.to_owned()))
+            })
+            .collect();
+        let limit = reply_limit();
+        let declared =
+            resp.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(TransportError::Http(format!("reply body larger than {limit} bytes")));
+        }
+        let body = Limited::new(resp.into_body(), limit)
             .collect()
             .await
             .map_err(|e| TransportError::Http(format!("reply body: {e}")))?
@@ -218,7 +254,7 @@ impl HttpTransport {
             .to_vec();
         // Only a connection that completed an exchange is kept.
         *guard = Some(sender);
-        Ok(Response { status, body })
+        Ok(Response { status, body, headers })
     }
 }
 

@@ -89,11 +89,18 @@ impl MetricReport {
         let services: Vec<ServiceMetrics> =
             ad.sites.iter().filter(|s| allowed(&s.cs_id)).map(ServiceMetrics::from).collect();
         let withdrawn: Vec<String> = ad.withdrawn.iter().filter(|c| allowed(c)).cloned().collect();
+        // An SCI's withdrawal names it: only a C-PS allowed one of its services learns it.
+        let sci_withdrawn: Vec<String> = ad
+            .sci_withdrawn
+            .iter()
+            .filter(|w| w.cs_ids.iter().any(|c| allowed(c)))
+            .map(|w| w.csci_id.clone())
+            .collect();
         let kind = match ad.kind {
             AdvertisementKind::Full => ReportKind::Full,
             AdvertisementKind::Delta => ReportKind::Delta,
         };
-        if kind == ReportKind::Delta && services.is_empty() && withdrawn.is_empty() && ad.sci_withdrawn.is_empty() {
+        if kind == ReportKind::Delta && services.is_empty() && withdrawn.is_empty() && sci_withdrawn.is_empty() {
             return None;
         }
         Some(MetricReport {
@@ -103,7 +110,7 @@ impl MetricReport {
             generated_at: ad.generated_at,
             services,
             withdrawn,
-            sci_withdrawn: ad.sci_withdrawn.clone(),
+            sci_withdrawn,
         })
     }
 }
@@ -225,6 +232,25 @@ mod tests {
         assert!(none.is_none(), "a delta with nothing allowed is not sent");
         let full = MetricReport::for_peer(&ad(AdvertisementKind::Full, vec![site("LLM1", 1)]), &|c| c == "AR1");
         assert_eq!(full.unwrap().kind, ReportKind::Full, "a full snapshot always goes, even empty");
+    }
+
+    #[test]
+    fn an_sci_withdrawal_reaches_only_peers_allowed_one_of_its_services() {
+        // seed 004, C-PS Authentication: a C-PS learns nothing of CS-IDs it is not allowed,
+        // the CSCI-IDs serving them included.
+        use crate::engine::update::SciWithdrawal;
+        let mut a = ad(AdvertisementKind::Delta, vec![]);
+        a.withdrawn.clear();
+        a.sci_withdrawn = vec![
+            SciWithdrawal::new("llm-sci", ["LLM1".to_string()]),
+            SciWithdrawal::new("both-sci", ["AR1".to_string(), "LLM1".to_string()]),
+        ];
+        let ar = MetricReport::for_peer(&a, &|c| c == "AR1").unwrap();
+        assert_eq!(ar.sci_withdrawn, ["both-sci"]);
+        let llm = MetricReport::for_peer(&a, &|c| c == "LLM1").unwrap();
+        assert_eq!(llm.sci_withdrawn, ["llm-sci", "both-sci"]);
+        a.sci_withdrawn.remove(1);
+        assert!(MetricReport::for_peer(&a, &|c| c == "AR1").is_none(), "nothing for AR1: no request at all");
     }
 
     #[test]

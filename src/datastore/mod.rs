@@ -321,10 +321,21 @@ impl Datastores {
         Ok(f(tree))
     }
 
-    /// A copy of a datastore's content, optionally only the nodes an XPath selects (with
-    /// their ancestors and descendants). The operational datastore is running plus what the
-    /// state providers render.
+    /// A copy of a datastore's content, optionally only the subtree at an instance path
+    /// (with its ancestors). The operational datastore is running plus what the state
+    /// providers render. The datastore lock is held only to copy (or, for an instance path,
+    /// to find and copy the subtree, which costs a lookup per step): filters are evaluated
+    /// by the readers on the copy, after NACM pruned it (see `crate::nacm::Nacm::read`), so
+    /// no expression a reader writes runs under the lock commits need.
     pub fn read(&self, ds: Datastore, xpath: Option<&str>) -> Result<DataTree<'static>, RpcError> {
+        if let Some(p) = xpath {
+            if !is_instance_path(p) {
+                return Err(RpcError::application(
+                    ErrorTag::InvalidValue,
+                    format!("\"{p}\" is not an instance path (keys only)"),
+                ));
+            }
+        }
         let full = match ds {
             Datastore::Operational => {
                 let mut tree = self.with_tree(Datastore::Running, |t| t.duplicate())?.map_err(ly)?;
@@ -525,7 +536,9 @@ impl Datastores {
         }
         let result = match target {
             Datastore::Running => self.run_consumers(&changes, ed.target, session),
-            _ if !changes.is_empty() => self.persist_startup(ed.target),
+            _ if !changes.is_empty() => self
+                .persist_startup(ed.target)
+                .map(|()| crate::mgmt::audit::config_change(session, target.name(), &changes)),
             _ => Ok(()),
         };
         if let Err(e) = result {
@@ -586,7 +599,7 @@ impl Datastores {
         session: SessionId,
     ) -> Result<(), RpcError> {
         let consumers = self.consumers.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if consumers.is_empty() || changes.is_empty() {
+        if changes.is_empty() {
             return Ok(());
         }
         let tx = Transaction { changes, config, session };
@@ -601,6 +614,7 @@ impl Datastores {
         for c in &consumers {
             c.apply(&tx);
         }
+        crate::mgmt::audit::config_change(session, Datastore::Running.name(), changes);
         Ok(())
     }
 
@@ -738,6 +752,7 @@ impl Datastores {
                 self.check_guard(session, target, &changes)?;
                 self.persist_startup(&new)?;
                 inner.startup = new;
+                crate::mgmt::audit::config_change(session, target.name(), &changes);
                 Ok(changes)
             }
             Datastore::Candidate => {
@@ -768,9 +783,11 @@ impl Datastores {
             Datastore::Startup => {
                 Self::check_writable(&inner, session, target)?;
                 let empty = DataTree::new(self.ctx);
-                self.check_guard(session, target, &diff_changes(&inner.startup, &empty)?)?;
+                let changes = diff_changes(&inner.startup, &empty)?;
+                self.check_guard(session, target, &changes)?;
                 self.persist_startup(&empty)?;
                 inner.startup = empty;
+                crate::mgmt::audit::config_change(session, target.name(), &changes);
                 Ok(())
             }
             Datastore::Candidate => {
@@ -822,6 +839,57 @@ pub fn print_xml(tree: &DataTree<'static>) -> Result<String, RpcError> {
         .print_string(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::WD_EXPLICIT)
         .map_err(ly)?
         .unwrap_or_default())
+}
+
+/// Whether `p` is an instance path: `/step/step…`, each step a (prefixed) name with only
+/// key tests `[name='v']` / `[.='v']` (or a position), so evaluating it costs a lookup per
+/// step whatever the data. The agent builds these itself (RESTCONF targets).
+pub fn is_instance_path(p: &str) -> bool {
+    let b = p.as_bytes();
+    if b.first() != Some(&b'/') || p.contains('\0') {
+        return false;
+    }
+    let name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b':');
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'/' {
+            return false;
+        }
+        i += 1;
+        let start = i;
+        while i < b.len() && name(b[i]) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+        while i < b.len() && b[i] == b'[' {
+            i += 1;
+            let k = i;
+            while i < b.len() && name(b[i]) {
+                i += 1;
+            }
+            if i == k {
+                return false;
+            }
+            if b.get(i) == Some(&b']') && b[k..i].iter().all(u8::is_ascii_digit) {
+                i += 1;
+                continue;
+            }
+            if b.get(i) != Some(&b'=') {
+                return false;
+            }
+            i += 1;
+            let Some(&q) = b.get(i).filter(|q| **q == b'\'' || **q == b'"') else { return false };
+            let Some(len) = b[i + 1..].iter().position(|c| *c == q) else { return false };
+            i += 1 + len + 1;
+            if b.get(i) != Some(&b']') {
+                return false;
+            }
+            i += 1;
+        }
+    }
+    true
 }
 
 /// The nodes an XPath selects, with ancestors and subtrees, as a new tree.

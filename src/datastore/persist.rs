@@ -1,21 +1,32 @@
 //! Durable files: write to a temporary file in the same directory, fsync it, rename it over
 //! the old one, fsync the directory. A crash (kill -9, power loss after the fsyncs) at any
-//! moment leaves either the old or the new content, never a torn file.
+//! moment leaves either the old or the new content, never a torn file. Every file is private
+//! (0600: the startup datastore holds SCI keys and C-PS PSKs), and the temporary is created
+//! exclusively under an unpredictable name without following symlinks, so nobody who can
+//! write the directory can make the agent write through a planted link.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// Atomically replaces `path` with `content`.
+use rand::RngExt;
+
+/// O_NOFOLLOW on Linux (the agent's platform); std has no constant for it.
+pub const O_NOFOLLOW: i32 = 0o400000;
+
+/// Atomically replaces `path` with `content`, mode 0600.
 pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
+    let nonce: u64 = rand::rng().random();
+    let tmp = dir.join(format!(".{}.tmp.{}.{nonce:016x}", name.to_string_lossy(), std::process::id()));
     let result = (|| {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        // create_new = O_CREAT|O_EXCL: never an existing file, never through a symlink.
+        let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(O_NOFOLLOW).open(&tmp)?;
         f.write_all(content)?;
         f.sync_all()?;
         drop(f);
@@ -55,5 +66,14 @@ mod tests {
         write_atomic(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("startup.xml");
+        write_atomic(&p, b"secret").unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
     }
 }

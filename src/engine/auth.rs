@@ -22,6 +22,8 @@ use chrono::{DateTime, Utc};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use super::report::{check_id, display_id, IdKind};
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// The scheme name of HMAC-signed messages.
@@ -71,6 +73,21 @@ pub struct AuthFailure {
     pub detail: String,
 }
 
+/// Longest detail an auth failure keeps (it is logged and notified).
+pub const MAX_DETAIL: usize = 512;
+
+impl AuthFailure {
+    /// A failure as it may be kept: the claimed CSCI-ID escaped and cut to its YANG length,
+    /// the detail escaped and cut to [`MAX_DETAIL`] (claimed ids come from unauthenticated
+    /// senders and may be 60 KB of anything).
+    pub fn new(claimed: Option<&str>, detail: &str) -> AuthFailure {
+        AuthFailure {
+            claimed: claimed.map(|c| display_id(IdKind::CsciId, c)),
+            detail: crate::text::printable(detail, MAX_DETAIL),
+        }
+    }
+}
+
 impl AuthTable {
     /// The credential an SCI must prove its messages with, if it has one.
     pub fn credential_of(&self, csci_id: &str) -> Option<(&str, &Credential)> {
@@ -90,18 +107,22 @@ impl AuthTable {
         now: DateTime<Utc>,
     ) -> Result<Option<String>, AuthFailure> {
         let Some(proof) = proof.map(str::trim).filter(|p| !p.is_empty()) else { return Ok(None) };
-        let fail = |claimed: Option<&str>, detail: String| AuthFailure { claimed: claimed.map(str::to_owned), detail };
+        let fail = |claimed: Option<&str>, detail: String| AuthFailure::new(claimed, &detail);
         let (scheme, rest) = proof.split_once(' ').unwrap_or((proof, ""));
         if scheme.eq_ignore_ascii_case("bearer") {
             let claims = self.verify_jwt(rest.trim(), now)?;
             return Ok(Some(claims));
         }
         if !scheme.eq_ignore_ascii_case(HMAC_SCHEME) {
-            return Err(fail(claimed, format!("unsupported authorization scheme \"{scheme}\"")));
+            return Err(fail(
+                claimed,
+                format!("unsupported authorization scheme {:?}", crate::text::truncate(scheme, 32)),
+            ));
         }
         let Some(csci) = claimed else {
             return Err(fail(None, "an HMAC-signed message must contain at least one report".into()));
         };
+        check_id(IdKind::CsciId, csci).map_err(|e| fail(claimed, format!("the claimed {e}")))?;
         let Some((name, cred)) = self.credential_of(csci) else {
             return Err(fail(claimed, format!("{csci} has no credential configured")));
         };
@@ -112,7 +133,9 @@ impl AuthTable {
         let (Some(ts), Some(sig)) = (params.get("ts"), params.get("sig")) else {
             return Err(fail(claimed, format!("{HMAC_SCHEME} needs ts and sig parameters")));
         };
-        let ts_val: i64 = ts.parse().map_err(|_| fail(claimed, format!("timestamp \"{ts}\" is not unix seconds")))?;
+        let ts_val: i64 = ts
+            .parse()
+            .map_err(|_| fail(claimed, format!("timestamp {:?} is not unix seconds", crate::text::truncate(ts, 32))))?;
         let skew = (now.timestamp() - ts_val).unsigned_abs();
         if skew > self.window.as_secs() {
             return Err(fail(
@@ -130,7 +153,7 @@ impl AuthTable {
     }
 
     fn verify_jwt(&self, token: &str, now: DateTime<Utc>) -> Result<String, AuthFailure> {
-        let fail = |claimed: Option<&str>, detail: String| AuthFailure { claimed: claimed.map(str::to_owned), detail };
+        let fail = |claimed: Option<&str>, detail: String| AuthFailure::new(claimed, &detail);
         let mut parts = token.split('.');
         let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(fail(None, "bearer token is not a JWT (header.payload.signature)".into()));
@@ -149,6 +172,7 @@ impl AuthTable {
             return Err(fail(None, "JWT has no sub (CSCI-ID) claim".into()));
         };
         let claimed = Some(sub);
+        check_id(IdKind::CsciId, sub).map_err(|e| fail(claimed, format!("JWT sub: {e}")))?;
         let Some((name, cred)) = self.credential_of(sub) else {
             return Err(fail(claimed, format!("{sub} has no credential configured")));
         };

@@ -104,6 +104,9 @@ pub enum EngineEvent {
         transport: &'static str,
         reason: Rejection,
         detail: String,
+        /// 0 for a single failure; otherwise this is the summary of that many failures from
+        /// the source within the aggregation window, and the other fields are the last one.
+        aggregated: u64,
     },
     /// An accepted report changed an SCI's cache entry; raised only while the change tap
     /// has listeners (`Core::tap`), for YANG-Push on-change.
@@ -157,6 +160,8 @@ pub struct Core {
     /// Someone listens to the typed change stream (`engine/changes.rs`): accepted reports
     /// raise `SciUpdated`. Set by the engine loop before each job.
     pub tap: bool,
+    /// Auth-failure flood control: what is notified and logged at once, what is summed.
+    pub auth_flood: super::auth_failures::Aggregator,
 }
 
 impl Core {
@@ -179,6 +184,7 @@ impl Core {
             auth_required: false,
             smoother: None,
             tap: false,
+            auth_flood: super::auth_failures::Aggregator::new(Duration::from_secs(10), 1024),
         }
     }
 
@@ -219,6 +225,21 @@ impl Core {
                 Some(site) => {
                     let ema = self.ema.entry(cs.clone()).or_default();
                     let out = self.policy.apply_site(&site, ema, &ctx);
+                    if !out.fired.is_empty() && out.metrics != site {
+                        // Seed 004: policy decisions that change what is advertised are
+                        // audited (one record per service and rule set per window).
+                        let rules: Vec<&str> = self.policy.fired_names(&out.fired).collect();
+                        crate::mgmt::audit::event(crate::mgmt::audit::Category::PolicyApplied)
+                            .outcome("changed")
+                            .field("cs-id", cs.as_str())
+                            .field("rules", rules.clone())
+                            .field("gas", format!("{} -> {}", site.gas, out.metrics.gas))
+                            .field(
+                                "computing-time",
+                                format!("{} -> {}", site.computing_time_ms, out.metrics.computing_time_ms),
+                            )
+                            .emit_aggregated(format!("{}|{}", cs.as_str(), rules.join(",")));
+                    }
                     self.reported.insert(cs, (out.metrics, out.suppress_updates));
                 }
                 None => {
@@ -240,7 +261,7 @@ impl Core {
         let i = reason.index();
         self.stats.rejected[i] += 1;
         self.stats.last_rejection[i] = Some(self.clock.wall());
-        tracing::info!(csci_id, reason = reason.identity(), "SCI report rejected: {detail}");
+        tracing::info!(csci_id = ?csci_id, reason = reason.identity(), "SCI report rejected: {detail:?}");
         reason
     }
 
@@ -249,34 +270,90 @@ impl Core {
     pub fn auth_failure(&mut self, sender: &Sender, claimed: Option<CsciId>, detail: String, reports: usize) {
         for _ in 0..reports.max(1) {
             self.stats.received += 1;
-            self.reject(Rejection::Unauthenticated, claimed.as_deref().unwrap_or(sender.transport), &detail);
+            self.count_only(Rejection::Unauthenticated);
+        }
+        self.notify_auth_failure(sender, claimed, Rejection::Unauthenticated, detail);
+    }
+
+    /// Counts a rejection without logging it (the caller logs, or aggregates).
+    fn count_only(&mut self, reason: Rejection) {
+        let i = reason.index();
+        self.stats.rejected[i] += 1;
+        self.stats.last_rejection[i] = Some(self.clock.wall());
+    }
+
+    /// Logs and notifies an auth failure, or sums it into its source's next summary when
+    /// the source already failed within the window (`auth_failures.rs`).
+    fn notify_auth_failure(&mut self, sender: &Sender, claimed: Option<CsciId>, reason: Rejection, detail: String) {
+        use super::auth_failures::{Failure, Source, Verdict};
+        // The audit trail records every failure, aggregated per source by its own windows.
+        let transport = if sender.transport == "http" { "sci-http" } else { sender.transport };
+        let source_text = sender.address.map(|a| a.to_string()).unwrap_or_else(|| "in-process".into());
+        let mut rec = crate::mgmt::audit::event(crate::mgmt::audit::Category::SciAuthFailure)
+            .outcome("failure")
+            .source(&source_text)
+            .transport(transport)
+            .field("reason", reason.identity())
+            .field("detail", detail.as_str());
+        if let Some(c) = &claimed {
+            rec = rec.field("claimed-csci-id", c.as_str());
+        }
+        rec.emit_aggregated(format!("{transport}/{source_text}"));
+        let source = Source::new(sender.address, sender.transport);
+        let failure = Failure { address: sender.address, claimed, reason, detail };
+        if self.auth_flood.record(source, failure.clone(), self.clock.now()) == Verdict::Aggregated {
+            return;
         }
         tracing::warn!(
             transport = sender.transport,
             source = ?sender.address,
-            claimed = claimed.as_deref().unwrap_or(""),
-            "SCI authentication failed: {detail}"
+            claimed = ?failure.claimed.as_deref().unwrap_or(""),
+            reason = reason.identity(),
+            "SCI authentication failed: {:?}",
+            failure.detail
         );
         self.events.push(EngineEvent::AuthFailure {
-            source: sender.address,
-            claimed,
+            source: failure.address,
+            claimed: failure.claimed,
             transport: sender.transport,
-            reason: Rejection::Unauthenticated,
-            detail,
+            reason,
+            detail: failure.detail,
+            aggregated: 0,
         });
     }
 
+    /// Emits the auth-failure summaries whose window ended.
+    fn auth_summaries(&mut self) {
+        for (src, count, last) in self.auth_flood.due(self.clock.now()) {
+            tracing::warn!(
+                transport = src.transport,
+                source = ?last.address,
+                overflow = src.overflow,
+                count,
+                "SCI authentication failures aggregated: {count} more; the last: {:?}",
+                last.detail
+            );
+            self.events.push(EngineEvent::AuthFailure {
+                source: last.address,
+                claimed: last.claimed,
+                transport: src.transport,
+                reason: last.reason,
+                detail: last.detail,
+                aggregated: count,
+            });
+        }
+    }
+
+    /// When the next auth-failure summary is due.
+    pub fn next_auth_summary(&self) -> Option<Instant> {
+        self.auth_flood.next_deadline()
+    }
+
     /// A refusal for who sent a report (unauthenticated, unauthorized CS-ID): counted,
-    /// logged and notified as an auth-failure.
+    /// logged and notified as an auth-failure (aggregated per source).
     fn refuse_sender(&mut self, reason: Rejection, raw: &RawReport, sender: &Sender, detail: String) -> Rejection {
-        self.reject(reason, &raw.csci_id, &detail);
-        self.events.push(EngineEvent::AuthFailure {
-            source: sender.address,
-            claimed: Some(raw.csci_id.clone()),
-            transport: sender.transport,
-            reason,
-            detail,
-        });
+        self.count_only(reason);
+        self.notify_auth_failure(sender, Some(raw.csci_id.clone()), reason, detail);
         reason
     }
 
@@ -292,6 +369,12 @@ impl Core {
     /// for the CS-IDs it is registered for (seed 004, SCI Authentication).
     pub fn ingest_from(&mut self, raw: &RawReport, sender: &Sender) -> Result<(), (Rejection, String)> {
         self.stats.received += 1;
+        // Identifiers first: nothing below may store, log or notify one that is not of its
+        // YANG type.
+        if let Err(d) = raw.check_ids() {
+            let shown = super::report::display_id(super::report::IdKind::CsciId, &raw.csci_id);
+            return Err((self.reject(Rejection::Malformed, &shown, &d), d));
+        }
         if let Some(a) = sender.csci_id.as_deref().filter(|a| *a != raw.csci_id) {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
@@ -327,6 +410,7 @@ impl Core {
         match verdict {
             Verdict::Reject { reason, detail, anomaly } => {
                 if let Some(a) = anomaly {
+                    audit_anomaly(&raw.csci_id, &a, "reject");
                     self.events.push(EngineEvent::MetricAnomaly {
                         csci_id: raw.csci_id.clone(),
                         anomaly: a,
@@ -336,6 +420,7 @@ impl Core {
                 Err((self.reject(reason, &raw.csci_id, &detail), detail))
             }
             Verdict::Quarantine { report, anomaly } => {
+                audit_anomaly(&raw.csci_id, &anomaly, "quarantine");
                 self.events.push(EngineEvent::MetricAnomaly {
                     csci_id: raw.csci_id.clone(),
                     anomaly,
@@ -352,6 +437,7 @@ impl Core {
             }
             Verdict::Accept { report, warning } => {
                 if let Some(a) = warning {
+                    audit_anomaly(&raw.csci_id, &a, "accept-with-warning");
                     self.events.push(EngineEvent::MetricAnomaly {
                         csci_id: raw.csci_id.clone(),
                         anomaly: a,
@@ -402,6 +488,14 @@ impl Core {
         let (released, kept): (Vec<_>, Vec<_>) =
             self.quarantine.drain(..).partition(|q| csci_id.is_none_or(|c| q.report.csci_id == c));
         self.quarantine = kept.into();
+        for q in &released {
+            crate::mgmt::audit::event(crate::mgmt::audit::Category::Quarantine)
+                .outcome(if accept { "released" } else { "discarded" })
+                .field("quarantine-id", q.id)
+                .field("csci-id", q.report.csci_id.as_str())
+                .field("sequence-number", q.report.sequence)
+                .emit();
+        }
         if accept {
             let (now, wall) = (self.clock.now(), self.clock.wall());
             for q in &released {
@@ -491,6 +585,7 @@ impl Core {
     pub fn tick(&mut self) {
         let ev = self.cache.expire(self.clock.now(), self.clock.wall());
         self.absorb(ev);
+        self.auth_summaries();
     }
 
     fn absorb(&mut self, events: Vec<CacheEvent>) {
@@ -518,10 +613,20 @@ impl Core {
     }
 }
 
+/// An anomalous metric change in the audit trail (seed 004: log anomalous metric changes);
+/// one record per SCI and action per window, so a flapping SCI cannot flood the trail.
+fn audit_anomaly(csci_id: &str, anomaly: &validate::Anomaly, action: &'static str) {
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::MetricAnomaly)
+        .outcome(action)
+        .field("csci-id", csci_id)
+        .field("anomaly", format!("{anomaly:?}"))
+        .emit_aggregated(format!("{csci_id}|{action}"));
+}
+
 /// The YANG notification body for an engine event, if it is one (cats-sma module).
 pub fn notification_xml(ev: &EngineEvent) -> Option<(&'static str, String)> {
     const NS: &str = "urn:cats-sma:yang:cats-sma";
-    let esc = |s: &str| crate::netconf::xml::escape_text(s).into_owned();
+    let esc = |s: &str| crate::text::xml(s).into_owned();
     match ev {
         EngineEvent::SciStateChange { csci_id, from, to, reason } => Some((
             "sci-state-change",
@@ -545,7 +650,7 @@ pub fn notification_xml(ev: &EngineEvent) -> Option<(&'static str, String)> {
             let _ = write!(s, "<action>{action}</action></metric-anomaly>");
             Some(("metric-anomaly", s))
         }
-        EngineEvent::AuthFailure { source, claimed, transport, reason, detail } => {
+        EngineEvent::AuthFailure { source, claimed, transport, reason, detail, aggregated } => {
             // source-address is mandatory: in-process callers have none, so report nothing.
             let source = (*source)?;
             let mut s = format!("<auth-failure xmlns=\"{NS}\"><source-address>{source}</source-address>");
@@ -554,10 +659,14 @@ pub fn notification_xml(ev: &EngineEvent) -> Option<(&'static str, String)> {
             }
             let _ = write!(
                 s,
-                "<transport>{transport}</transport><reason xmlns:csmat=\"urn:cats-sma:yang:cats-sma-types\">csmat:{}</reason><detail>{}</detail></auth-failure>",
+                "<transport>{transport}</transport><reason xmlns:csmat=\"urn:cats-sma:yang:cats-sma-types\">csmat:{}</reason><detail>{}</detail>",
                 reason.identity(),
                 esc(detail)
             );
+            if *aggregated > 0 {
+                let _ = write!(s, "<aggregated-count>{aggregated}</aggregated-count>");
+            }
+            s.push_str("</auth-failure>");
             Some(("auth-failure", s))
         }
         _ => None,

@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod auth;
+pub mod auth_failures;
 pub mod cache;
 pub mod changes;
 pub mod clock;
@@ -22,6 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+
+use crate::config::peer_limits::PeerLimits;
 
 use self::clock::Clock;
 use self::core::{Core, EngineEvent, Sender};
@@ -48,11 +51,29 @@ pub struct Engine {
     pub auth: auth::SharedAuth,
     /// The typed change stream (YANG-Push on-change); subscribe to receive change sets.
     pub changes: changes::ChangeTap,
+    /// What peers may cost (`[peer_limits]`).
+    pub limits: Arc<PeerLimits>,
+    /// Slots for collector messages queued to the engine task: a message waits for one,
+    /// so a flood waits at its own connection instead of growing the queue.
+    slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// A collector message's slot in the engine queue, released when its job has run.
+pub type Slot = tokio::sync::OwnedSemaphorePermit;
 
 impl Engine {
     /// Starts the engine task.
     pub fn start(clock: Clock, notify: NotificationSink) -> Engine {
+        Engine::start_with(clock, notify, PeerLimits::default())
+    }
+
+    /// Starts the engine task with these peer limits.
+    pub fn start_with(clock: Clock, notify: NotificationSink, limits: PeerLimits) -> Engine {
+        let flood = auth_failures::Aggregator::new(
+            Duration::from_secs(limits.auth_failure_window_secs),
+            limits.auth_failure_sources,
+        );
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits.collector_queue.max(1)));
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let (updates, _task) = update::spawn(update::UpdateConfig::default(), clock, 1024)
             .expect("the default update-control configuration is valid");
@@ -61,10 +82,14 @@ impl Engine {
         let changes = tap.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
+            core.auth_flood = flood;
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
             let mut maintenance = None;
             loop {
-                let deadline = [core.cache.next_deadline(), core.next_maintenance_edge()].into_iter().flatten().min();
+                let deadline = [core.cache.next_deadline(), core.next_maintenance_edge(), core.next_auth_summary()]
+                    .into_iter()
+                    .flatten()
+                    .min();
                 let sleep = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
@@ -121,12 +146,27 @@ impl Engine {
                 }
             }
         });
-        Engine { jobs: tx, updates, auth: Default::default(), changes }
+        Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), slots }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
     pub fn submit(&self, f: impl FnOnce(&mut Core) + Send + 'static) {
         let _ = self.jobs.send(Box::new(f));
+    }
+
+    /// Waits for a slot in the engine queue for one collector message.
+    pub async fn slot(&self) -> Option<Slot> {
+        self.slots.clone().acquire_owned().await.ok()
+    }
+
+    /// Like [`Engine::submit`] for work a peer caused: waits for a slot first, held until
+    /// the job has run.
+    pub async fn submit_peer(&self, f: impl FnOnce(&mut Core) + Send + 'static) {
+        let slot = self.slot().await;
+        self.submit(move |core| {
+            f(core);
+            drop(slot);
+        });
     }
 
     /// Runs `f` on the engine's state and returns its result.
@@ -169,7 +209,9 @@ impl Engine {
         body: &[u8],
         sender: Sender,
     ) -> Result<IngestResult, auth::AuthFailure> {
-        let sender = self.authenticate(&reports, proof, body, sender)?;
+        // The slot is held until the verdicts are back (or moves into the failure's job).
+        let slot = self.slot().await;
+        let sender = self.authenticate_with(&reports, proof, body, sender, slot)?;
         Ok(self.ingest_from(reports, sender).await)
     }
 
@@ -181,7 +223,18 @@ impl Engine {
         reports: &[RawReport],
         proof: Option<&str>,
         body: &[u8],
+        sender: Sender,
+    ) -> Result<Sender, auth::AuthFailure> {
+        self.authenticate_with(reports, proof, body, sender, None)
+    }
+
+    fn authenticate_with(
+        &self,
+        reports: &[RawReport],
+        proof: Option<&str>,
+        body: &[u8],
         mut sender: Sender,
+        slot: Option<Slot>,
     ) -> Result<Sender, auth::AuthFailure> {
         let claimed = sender.csci_id.clone().or_else(|| reports.first().map(|r| r.csci_id.clone()));
         let verdict = {
@@ -191,10 +244,9 @@ impl Engine {
         // A token proves its own subject: it must be the SCI the transport attributes the
         // message to (topic level, pull target), when it attributes one.
         let verdict = match (verdict, sender.csci_id.as_deref()) {
-            (Ok(Some(p)), Some(a)) if p != a => Err(auth::AuthFailure {
-                claimed: Some(p.clone()),
-                detail: format!("the proof is for {p} but the message came as {a}"),
-            }),
+            (Ok(Some(p)), Some(a)) if p != a => {
+                Err(auth::AuthFailure::new(Some(&p), &format!("the proof is for {p} but the message came as {a}")))
+            }
             (v, _) => v,
         };
         match verdict {
@@ -205,7 +257,10 @@ impl Engine {
             Ok(None) => {}
             Err(f) => {
                 let (n, f2) = (reports.len(), f.clone());
-                self.submit(move |core| core.auth_failure(&sender, f2.claimed, f2.detail, n));
+                self.submit(move |core| {
+                    core.auth_failure(&sender, f2.claimed, f2.detail, n);
+                    drop(slot);
+                });
                 return Err(f);
             }
         }

@@ -26,6 +26,73 @@ pub struct RawReport {
     pub security_label: Option<i64>,
 }
 
+impl RawReport {
+    /// Checks the identifiers against their YANG types (cats-sma-types `csci-id`, `cs-id`)
+    /// before anything stores, logs or notifies them; the reason never repeats the value.
+    pub fn check_ids(&self) -> Result<(), String> {
+        check_id(IdKind::CsciId, &self.csci_id)?;
+        check_id(IdKind::CsId, &self.cs_id)
+    }
+}
+
+/// The identifier types of cats-sma-types that peers send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdKind {
+    CsciId,
+    CsId,
+    SiteId,
+}
+
+impl IdKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            IdKind::CsciId => "csci-id",
+            IdKind::CsId => "cs-id",
+            IdKind::SiteId => "site-id",
+        }
+    }
+
+    /// The YANG `length` maximum, in characters.
+    pub fn max_len(self) -> usize {
+        match self {
+            IdKind::CsciId => 255,
+            IdKind::CsId | IdKind::SiteId => 128,
+        }
+    }
+}
+
+/// An identifier's YANG type, as code: `length "1..max"` (characters) and `pattern
+/// '[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]+'` — no control, format (bidi, zero-width) or line /
+/// paragraph separator characters, which could change the shape of a log line, an SSE
+/// event or an XML document.
+pub fn check_id(kind: IdKind, s: &str) -> Result<(), String> {
+    let name = kind.name();
+    if s.is_empty() {
+        return Err(format!("{name} is empty"));
+    }
+    let mut n = 0;
+    for c in s.chars() {
+        n += 1;
+        if crate::text::is_hostile(c) {
+            return Err(format!(
+                "{name} contains U+{:04X} at character {n} (control, format and line separator characters are not allowed)",
+                c as u32
+            ));
+        }
+    }
+    if n > kind.max_len() {
+        return Err(format!("{name} is {n} characters long (at most {})", kind.max_len()));
+    }
+    Ok(())
+}
+
+/// The form in which an identifier that failed [`check_id`] may still be kept, logged or
+/// notified (as the claimed CSCI-ID of an auth-failure): hostile characters escaped, cut
+/// to the type's length.
+pub fn display_id(kind: IdKind, s: &str) -> String {
+    crate::text::printable(s, kind.max_len())
+}
+
 /// A batch: `{"reports": [...]}`.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -197,6 +264,21 @@ mod tests {
         }
         let unknown = br#"{"csci-id":"a","cs-id":"b","seq":1,"timestamp":"2026-11-30T10:00:00Z","gas":1,"computing-time":1,"health":"HEALTHY","extra":1}"#;
         assert!(decode(unknown, Encoding::Json).is_err(), "unknown fields are refused");
+    }
+
+    #[test]
+    fn identifiers_follow_their_yang_types() {
+        assert!(check_id(IdKind::CsciId, "188.3.67.3:67").is_ok());
+        assert!(check_id(IdKind::CsId, "LLM1").is_ok());
+        for bad in ["", "a\rb", "a\nb", "a\0b", "a\u{1b}[31m", "x\u{202e}y", "l\u{2028}s", "\u{85}"] {
+            let e = check_id(IdKind::CsciId, bad).unwrap_err();
+            assert!(!e.contains(bad) || bad.is_empty(), "{e}");
+        }
+        assert!(check_id(IdKind::CsciId, &"é".repeat(255)).is_ok());
+        assert!(check_id(IdKind::CsciId, &"é".repeat(256)).unwrap_err().contains("256 characters"));
+        assert!(check_id(IdKind::CsId, &"a".repeat(129)).is_err());
+        let shown = display_id(IdKind::CsciId, &format!("a\r\n{}", "x".repeat(60_000)));
+        assert!(check_id(IdKind::CsciId, &shown).is_ok(), "{shown}");
     }
 
     #[test]

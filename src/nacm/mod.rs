@@ -10,19 +10,61 @@ use std::sync::{Arc, RwLock};
 use yang2::data::{Data, DataNodeRef, DataTree};
 
 use crate::datastore::{
-    Change, ChangeOp, ConfigConsumer, Datastore, SessionId, StateProvider, Transaction, WriteGuard,
+    Change, ChangeOp, ConfigConsumer, Datastore, Datastores, SessionId, StateProvider, Transaction, WriteGuard,
 };
 use crate::error::{ErrorTag, RpcError};
+use crate::mgmt::audit::{self, Category};
+use crate::netconf::filter::Readable;
+use crate::netconf::notifications::Event;
+
+/// Identities of NETCONF sessions (RFC 6241 session-id).
+pub const NETCONF_IDS: std::ops::RangeInclusive<SessionId> = 1..=0x7fff_ffff;
+/// Identities of RESTCONF requests and RESTCONF-owned subscriptions: disjoint from the
+/// NETCONF ones, so a kill-session can never name one.
+pub const RESTCONF_IDS: std::ops::RangeInclusive<SessionId> = 0x8000_0000..=SessionId::MAX;
+
+/// Who is behind each live identity, and where each identity range continues.
+#[derive(Default)]
+struct Identities {
+    users: HashMap<SessionId, String>,
+    /// Allocations so far per range (keyed by the range start); never wraps.
+    issued: HashMap<SessionId, u64>,
+}
 
 const ROOT: &str = "/ietf-netconf-acm:nacm";
 
-/// Operations that are default-deny-all (RFC 8341 section 3.2.6 and the modules'
-/// `nacm:default-deny-all` statements): they need an explicit permit rule.
+/// Operations that are default-deny-all by RFC 8341 section 3.2.6 whatever the loaded
+/// ietf-netconf module says; every other one comes from the schema ([`deny_all_rpcs`]).
 const DENY_ALL_RPCS: &[(&str, &str)] = &[
     ("ietf-netconf", "kill-session"),
     ("ietf-netconf", "delete-config"),
     ("ietf-subscribed-notifications", "kill-subscription"),
 ];
+
+/// RPCs marked `nacm:default-deny-all` or `nacm:default-deny-write` in the loaded modules
+/// (module, rpc): they are denied unless a rule permits them (RFC 8341 section 3.4.4 step 8;
+/// an operation marked deny-write changes what the agent believes, so it is treated alike).
+fn deny_all_rpcs() -> &'static [(String, String)] {
+    static RPCS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    RPCS.get_or_init(|| {
+        crate::yang::context()
+            .modules(true)
+            .flat_map(|m| {
+                let module = m.name().to_owned();
+                m.rpcs()
+                    .filter(|r| {
+                        has_nacm_extension(r, "default-deny-all") || has_nacm_extension(r, "default-deny-write")
+                    })
+                    .map(move |r| (module.clone(), r.name().to_owned()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    })
+}
+
+fn rpc_denied_by_default(module: &str, rpc: &str) -> bool {
+    DENY_ALL_RPCS.contains(&(module, rpc)) || deny_all_rpcs().iter().any(|(m, r)| m == module && r == rpc)
+}
 /// Data subtrees marked `nacm:default-deny-all` in the loaded modules, found once in the
 /// schema (so a module that marks a secret is protected without a list to keep in step).
 fn deny_all_data() -> &'static [String] {
@@ -205,22 +247,142 @@ fn split_steps(p: &str) -> Vec<&str> {
     steps
 }
 
-/// Does a rule path cover a data path (the node itself or a descendant)?
-fn covers(rule: &str, path: &str) -> bool {
+/// One step of a data path or rule path: the node name (module-prefixed where the module
+/// changes, as [`normalize_path`] writes it) and its predicates.
+#[derive(Debug, PartialEq)]
+struct Step<'a> {
+    name: &'a str,
+    preds: Vec<Pred>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Pred {
+    /// `[key='value']`, or `[.='value']` for a leaf-list entry (key ".").
+    Eq(String, String),
+    /// A predicate that is not a key test (a position, an expression).
+    Other,
+}
+
+fn steps_of(p: &str) -> Vec<Step<'_>> {
+    split_steps(p)
+        .into_iter()
+        .map(|step| match step.find('[') {
+            None => Step { name: step, preds: Vec::new() },
+            Some(b) => Step { name: step[..b].trim(), preds: preds_of(&step[b..]) },
+        })
+        .collect()
+}
+
+/// Parses `[k='v'][k2="v2"]…` (prefixes on key names are dropped).
+fn preds_of(s: &str) -> Vec<Pred> {
+    let mut out = Vec::new();
+    let mut rest = s.trim();
+    while let Some(r) = rest.strip_prefix('[') {
+        // The end of this predicate: the first ']' outside quotes.
+        let mut quote = None;
+        let mut end = None;
+        for (i, c) in r.char_indices() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quote = Some(c),
+                (None, ']') => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else {
+            out.push(Pred::Other);
+            break;
+        };
+        out.push(pred_of(&r[..end]));
+        rest = r[end + 1..].trim_start();
+    }
+    if !rest.is_empty() {
+        out.push(Pred::Other);
+    }
+    out
+}
+
+fn pred_of(inner: &str) -> Pred {
+    let Some((k, v)) = inner.split_once('=') else { return Pred::Other };
+    let k = k.trim();
+    let k = k.rsplit(':').next().unwrap_or(k);
+    let v = v.trim();
+    let unquoted = v
+        .strip_prefix('\'')
+        .and_then(|x| x.strip_suffix('\''))
+        .or_else(|| v.strip_prefix('"').and_then(|x| x.strip_suffix('"')));
+    match unquoted {
+        Some(v) if !k.is_empty() && (k == "." || k.chars().all(|c| c.is_alphanumeric() || "-_.".contains(c))) => {
+            Pred::Eq(k.to_owned(), v.to_owned())
+        }
+        _ => Pred::Other,
+    }
+}
+
+/// Does a rule path cover a data path (the node itself or a descendant)? Predicates of the
+/// rule are evaluated against the keys in the data path (RFC 8341 `path`: a rule for
+/// `/a/b[k='x']` applies to that entry only). A rule predicate that is not a key test
+/// cannot be evaluated from the path: it then counts as matching for a deny rule and as
+/// not matching for a permit rule (fail closed).
+fn covers(rule: &str, path: &str, deny: bool) -> bool {
     if rule == "/" {
         return true;
     }
-    if let Some(rest) = path.strip_prefix(rule) {
-        return rest.is_empty() || rest.starts_with('/') || rest.starts_with('[');
-    }
-    // A rule without predicates covers every instance.
     if !rule.contains('[') {
+        // No predicates (the common case, and every default-deny subtree): a prefix test on
+        // the path, or on its schema path when the rule crosses a list entry.
+        if let Some(rest) = path.strip_prefix(rule) {
+            if rest.is_empty() || rest.starts_with('/') || rest.starts_with('[') {
+                return true;
+            }
+        }
         let schema = crate::datastore::change::schema_path_of(path);
-        if let Some(rest) = schema.strip_prefix(rule) {
-            return rest.is_empty() || rest.starts_with('/');
+        return schema.strip_prefix(rule).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+    }
+    let rs = steps_of(rule);
+    let ds = steps_of(path);
+    if rs.len() > ds.len() {
+        return false;
+    }
+    for (r, d) in rs.iter().zip(&ds) {
+        if r.name != d.name {
+            return false;
+        }
+        for p in &r.preds {
+            match p {
+                Pred::Other => {
+                    if !deny {
+                        return false;
+                    }
+                }
+                Pred::Eq(k, v) => {
+                    let found = d.preds.iter().any(|dp| matches!(dp, Pred::Eq(dk, dv) if dk == k && dv == v));
+                    if !found {
+                        return false;
+                    }
+                }
+            }
         }
     }
-    false
+    true
+}
+
+/// The module that defines the node at a data path (RFC 8341 section 3.4.4/3.4.5 match
+/// rules on it): the last module prefix of the path, since libyang writes a prefix
+/// wherever the module changes, and an augmenting module's nodes carry its prefix.
+pub fn module_of_path(path: &str) -> &str {
+    split_steps(path)
+        .into_iter()
+        .rev()
+        .find_map(|step| {
+            let name = &step[..step.find('[').unwrap_or(step.len())];
+            name.split_once(':').map(|(m, _)| m.trim())
+        })
+        .unwrap_or("")
 }
 
 impl Policy {
@@ -311,7 +473,7 @@ pub struct Nacm {
     policy: RwLock<Arc<Policy>>,
     recovery_user: Option<String>,
     /// Who is behind each session (set when a session opens).
-    users: RwLock<HashMap<SessionId, String>>,
+    users: RwLock<Identities>,
     pub denied_operations: AtomicU64,
     pub denied_data_writes: AtomicU64,
     pub denied_notifications: AtomicU64,
@@ -322,7 +484,7 @@ impl Nacm {
         Arc::new(Nacm {
             policy: RwLock::new(Arc::new(Policy::default())),
             recovery_user,
-            users: RwLock::new(HashMap::new()),
+            users: RwLock::new(Identities::default()),
             denied_operations: AtomicU64::new(0),
             denied_data_writes: AtomicU64::new(0),
             denied_notifications: AtomicU64::new(0),
@@ -339,16 +501,62 @@ impl Nacm {
     }
 
     pub fn session_opened(&self, session: SessionId, user: &str) {
-        self.users.write().unwrap_or_else(|e| e.into_inner()).insert(session, user.to_owned());
+        self.users.write().unwrap_or_else(|e| e.into_inner()).users.insert(session, user.to_owned());
     }
 
     pub fn session_closed(&self, session: SessionId) {
-        self.users.write().unwrap_or_else(|e| e.into_inner()).remove(&session);
+        self.users.write().unwrap_or_else(|e| e.into_inner()).users.remove(&session);
+    }
+
+    /// Allocates a fresh identity from `ids` for `user` (a NETCONF session, a RESTCONF
+    /// request). Identities are issued in order and never twice while the range lasts; a
+    /// range used up is walked again, skipping every identity still live, so two live
+    /// sessions never share one. None only when every identity of the range is live.
+    pub fn open_identity(&self, ids: &std::ops::RangeInclusive<SessionId>, user: &str) -> Option<SessionId> {
+        let (start, end) = (*ids.start(), *ids.end());
+        let len = u64::from(end - start) + 1;
+        let mut g = self.users.write().unwrap_or_else(|e| e.into_inner());
+        let Identities { users, issued } = &mut *g;
+        if users.len() as u64 >= len {
+            return None;
+        }
+        let n = issued.entry(start).or_insert(0);
+        loop {
+            let id = start + (*n % len) as SessionId;
+            *n += 1;
+            if let std::collections::hash_map::Entry::Vacant(v) = users.entry(id) {
+                v.insert(user.to_owned());
+                return Some(id);
+            }
+        }
     }
 
     /// The user a session (NETCONF or a RESTCONF request) acts as.
     pub fn user_of(&self, session: SessionId) -> Option<String> {
-        self.users.read().unwrap_or_else(|e| e.into_inner()).get(&session).cloned()
+        self.users.read().unwrap_or_else(|e| e.into_inner()).users.get(&session).cloned()
+    }
+
+    /// What `user` may read of a datastore: a snapshot (taken under the datastore lock,
+    /// which is released before anything else happens) pruned of every node the user may
+    /// not read. `path`, an instance path (keys only, as RESTCONF targets are), limits the
+    /// snapshot to that subtree. Every filter runs on this, never on the datastore itself
+    /// (issue 11 classes 1 and 3).
+    pub fn read(
+        &self,
+        datastores: &Datastores,
+        user: &str,
+        datastore: Datastore,
+        path: Option<&str>,
+    ) -> Result<Readable, RpcError> {
+        let tree = datastores.read(datastore, path)?;
+        Ok(self.readable(user, tree))
+    }
+
+    /// Prunes a tree that does not come from a datastore read (a notification's content, a
+    /// pushed change) for `user`.
+    pub fn readable(&self, user: &str, mut tree: DataTree<'static>) -> Readable {
+        let _ = self.filter_read(user, &mut tree);
+        Readable::pruned(tree)
     }
 
     /// Users NACM does not apply to: the recovery user (section 3.2) when enforcement is on.
@@ -372,11 +580,17 @@ impl Nacm {
         });
         let allowed = match decision {
             Some(a) => a == Action::Permit,
-            None if DENY_ALL_RPCS.contains(&(module, rpc)) => false,
+            None if rpc_denied_by_default(module, rpc) => false,
             None => policy.exec_default == Action::Permit,
         };
         if !allowed {
             self.denied_operations.fetch_add(1, Ordering::Relaxed);
+            audit::event(Category::NacmDenial)
+                .outcome("denied")
+                .user(user)
+                .field("access", "exec")
+                .field("operation", format!("{module}:{rpc}"))
+                .emit_aggregated(format!("exec {user} {module}:{rpc}"));
         }
         allowed
     }
@@ -398,6 +612,12 @@ impl Nacm {
         let allowed = decision.map(|a| a == Action::Permit).unwrap_or(policy.read_default == Action::Permit);
         if !allowed {
             self.denied_notifications.fetch_add(1, Ordering::Relaxed);
+            audit::event(Category::NacmDenial)
+                .outcome("denied")
+                .user(user)
+                .field("access", "notification")
+                .field("notification", format!("{module}:{name}"))
+                .emit_aggregated(format!("notify {user} {module}:{name}"));
         }
         allowed
     }
@@ -407,13 +627,13 @@ impl Nacm {
             (r.module == "*" || r.module == module)
                 && match &r.target {
                     Target::Any => true,
-                    Target::Data(p) => covers(p, path),
+                    Target::Data(p) => covers(p, path, r.action == Action::Deny),
                     _ => false,
                 }
         });
         match decision {
             Some(a) => a == Action::Permit,
-            None if deny_all_data().iter().any(|d| covers(d, path)) => false,
+            None if deny_all_data().iter().any(|d| covers(d, path, true)) => false,
             None => {
                 let default = if access == Access::Read { policy.read_default } else { policy.write_default };
                 default == Action::Permit
@@ -437,38 +657,107 @@ impl Nacm {
     }
 
     /// Removes what `user` may not read (section 3.4.5: reads are filtered, not refused).
-    pub fn filter_read(&self, user: &str, tree: &mut DataTree<'static>) {
+    /// Private: readers go through [`Nacm::read`] / [`Nacm::readable`], so filters only
+    /// ever see pruned data.
+    fn filter_read(&self, user: &str, tree: &mut DataTree<'static>) -> usize {
         let policy = self.policy();
         if self.unrestricted(user, &policy) {
-            return;
+            return 0;
         }
         let mut doomed = Vec::new();
+        let predicates = policy
+            .rule_lists
+            .iter()
+            .any(|l| l.rules.iter().any(|r| matches!(&r.target, Target::Data(p) if p.contains('['))));
+        let mut by_schema = (!predicates).then(HashMap::new);
         if let Some(first) = tree.reference() {
             for top in first.inclusive_siblings() {
-                self.collect_unreadable(&policy, user, &top, &mut doomed);
+                self.collect_unreadable(&policy, user, &top, &mut by_schema, &mut doomed);
             }
         }
+        let n = doomed.len();
         for p in doomed {
             let _ = crate::datastore::tree::remove(tree, &p);
         }
+        n
     }
 
-    fn collect_unreadable(&self, policy: &Policy, user: &str, n: &DataNodeRef<'_, '_>, out: &mut Vec<String>) {
-        let path = n.path();
-        let module = n.schema().module().name().to_owned();
-        if !self.data_decision(policy, user, Access::Read, &module, &path) {
-            out.push(path);
+    /// A notification as `user` may receive it (RFC 8341 3.4.6): None when the user may
+    /// not receive it at all, else the event with every node the user may not read removed
+    /// from its content (the same event when nothing is removed). Filters run on this.
+    pub fn event_for(&self, user: &str, ev: &Arc<Event>) -> Option<Arc<Event>> {
+        if !self.may_notify(user, &ev.module, &ev.name) {
+            return None;
+        }
+        let policy = self.policy();
+        let has_data_rules =
+            policy.rule_lists.iter().any(|l| l.rules.iter().any(|r| matches!(r.target, Target::Data(_) | Target::Any)));
+        if self.unrestricted(user, &policy) || (policy.read_default == Action::Permit && !has_data_rules) {
+            return Some(ev.clone());
+        }
+        let mut text = ev.body.clone().into_bytes();
+        text.push(0);
+        let flags = yang2::data::DataOperation::NotificationYang;
+        let Ok(mut tree) =
+            DataTree::parse_op_string(crate::yang::context(), &text, yang2::data::DataFormat::XML, flags)
+        else {
+            // Not a notification of a loaded module: nothing in it can be matched by a rule.
+            return Some(ev.clone());
+        };
+        if self.filter_read(user, &mut tree) == 0 {
+            return Some(ev.clone());
+        }
+        tree.reference()?;
+        let body = tree
+            .print_string(yang2::data::DataFormat::XML, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
+            .ok()
+            .flatten()?;
+        Some(Arc::new(Event { seq: ev.seq, time: ev.time, module: ev.module.clone(), name: ev.name.clone(), body }))
+    }
+
+    /// Collects the paths of the unreadable nodes under `n`. With `by_schema` (no rule path
+    /// has a predicate, so a decision depends on the schema node only), decisions are taken
+    /// once per schema node on its schema path, and data paths are built only for the
+    /// nodes removed.
+    fn collect_unreadable(
+        &self,
+        policy: &Policy,
+        user: &str,
+        n: &DataNodeRef<'_, '_>,
+        by_schema: &mut Option<HashMap<usize, bool>>,
+        out: &mut Vec<String>,
+    ) {
+        let schema = n.schema();
+        let readable = match by_schema {
+            Some(cache) => *cache.entry(schema.as_raw() as usize).or_insert_with(|| {
+                let path = schema.path(yang2::schema::SchemaPathFormat::DATA);
+                self.data_decision(policy, user, Access::Read, schema.module().name(), &path)
+            }),
+            None => self.data_decision(policy, user, Access::Read, schema.module().name(), &n.path()),
+        };
+        if !readable {
+            out.push(n.path());
             return;
         }
         for c in n.children() {
-            self.collect_unreadable(policy, user, &c, out);
+            self.collect_unreadable(policy, user, &c, by_schema, out);
         }
     }
 }
 
 impl WriteGuard for Nacm {
     fn check(&self, session: SessionId, _target: Datastore, changes: &[Change]) -> Result<(), RpcError> {
-        let Some(user) = self.user_of(session) else { return Ok(()) };
+        // An identity NACM does not know (a closed or never-opened session) may do nothing.
+        let Some(user) = self.user_of(session) else {
+            self.denied_data_writes.fetch_add(1, Ordering::Relaxed);
+            audit::event(Category::NacmDenial)
+                .outcome("denied")
+                .session(session)
+                .field("access", "write")
+                .field("reason", "unknown session")
+                .emit_aggregated(format!("write unknown {session}"));
+            return Err(RpcError::application(ErrorTag::AccessDenied, format!("session {session} is not known")));
+        };
         let policy = self.policy();
         if self.unrestricted(&user, &policy) {
             return Ok(());
@@ -479,9 +768,18 @@ impl WriteGuard for Nacm {
                 ChangeOp::Delete => Access::Delete,
                 ChangeOp::Modify | ChangeOp::Move => Access::Update,
             };
-            let module = c.path.trim_start_matches('/').split(':').next().unwrap_or("").to_owned();
-            if !self.data_decision(&policy, &user, access, &module, &c.path) {
+            let module = module_of_path(&c.path);
+            if !self.data_decision(&policy, &user, access, module, &c.path) {
                 self.denied_data_writes.fetch_add(1, Ordering::Relaxed);
+                let what = format!("{access:?}").to_lowercase();
+                audit::event(Category::NacmDenial)
+                    .outcome("denied")
+                    .user(&user)
+                    .session(session)
+                    .field("access", what.clone())
+                    .field("datastore", format!("{_target:?}").to_lowercase())
+                    .field("path", c.path.clone())
+                    .emit_aggregated(format!("write {user} {what} {}", c.path));
                 return Err(RpcError::application(
                     ErrorTag::AccessDenied,
                     format!("user {user} may not {} {}", format!("{access:?}").to_lowercase(), c.path),
@@ -543,10 +841,90 @@ mod tests {
             normalize_path("/cats-sma:cats-sma/cats-sma-policy:policy/cats-sma-policy:rule"),
             "/cats-sma:cats-sma/cats-sma-policy:policy/rule"
         );
-        assert!(covers("/cats-sma:cats-sma/scis", "/cats-sma:cats-sma/scis/sci[csci-id='a']/cs-id[.='x']"));
-        assert!(covers("/cats-sma:cats-sma/scis/sci", "/cats-sma:cats-sma/scis/sci[csci-id='a']"));
-        assert!(covers("/cats-sma:cats-sma/scis/sci[csci-id='a']", "/cats-sma:cats-sma/scis/sci[csci-id='a']/cs-id"));
-        assert!(!covers("/cats-sma:cats-sma/scis/sci[csci-id='a']", "/cats-sma:cats-sma/scis/sci[csci-id='ab']"));
-        assert!(!covers("/cats-sma:cats-sma/sc", "/cats-sma:cats-sma/scis"));
+        let c = |r: &str, p: &str| covers(&normalize_path(r), p, false);
+        assert!(c("/cats-sma:cats-sma/scis", "/cats-sma:cats-sma/scis/sci[csci-id='a']/cs-id[.='x']"));
+        assert!(c("/cats-sma:cats-sma/scis/sci", "/cats-sma:cats-sma/scis/sci[csci-id='a']"));
+        assert!(c("/cats-sma:cats-sma/scis/sci[csci-id='a']", "/cats-sma:cats-sma/scis/sci[csci-id='a']/cs-id"));
+        assert!(!c("/cats-sma:cats-sma/scis/sci[csci-id='a']", "/cats-sma:cats-sma/scis/sci[csci-id='ab']"));
+        assert!(!c("/cats-sma:cats-sma/sc", "/cats-sma:cats-sma/scis"));
+    }
+
+    #[test]
+    fn rule_predicates_are_evaluated() {
+        let data = "/cats-sma:cats-sma/scis/sci[csci-id='x']/cs-id";
+        for r in [
+            "/cats-sma:cats-sma/scis/sci[csci-id=\"x\"]",
+            "/cats-sma:cats-sma/cats-sma:scis/cats-sma:sci[cats-sma:csci-id = 'x']",
+            "/cats-sma:cats-sma/scis/sci[ csci-id='x' ]/cs-id",
+        ] {
+            assert!(covers(&normalize_path(r), data, false), "{r}");
+        }
+        assert!(!covers(&normalize_path("/cats-sma:cats-sma/scis/sci[csci-id='y']"), data, false));
+        // A rule predicate that is no key test cannot be evaluated: deny rules match, permit
+        // rules do not.
+        let odd = normalize_path("/cats-sma:cats-sma/scis/sci[cs-id!='q']");
+        assert!(covers(&odd, data, true));
+        assert!(!covers(&odd, data, false));
+        // Keys in the data path that contain ']' or quotes.
+        assert!(covers(
+            &normalize_path("/cats-sma:cats-sma/scis/sci[csci-id=\"a]'b\"]"),
+            "/cats-sma:cats-sma/scis/sci[csci-id=\"a]'b\"]/cs-id",
+            false
+        ));
+    }
+
+    #[test]
+    fn the_module_of_a_node_is_the_one_that_defines_it() {
+        assert_eq!(module_of_path("/cats-sma:cats-sma/scis/sci[csci-id='a:b']"), "cats-sma");
+        assert_eq!(module_of_path("/cats-sma:cats-sma/cats-sma-cps:c-ps/peer[name='p']/psk/key"), "cats-sma-cps");
+        assert_eq!(module_of_path("/ietf-netconf-acm:nacm/groups"), "ietf-netconf-acm");
+        // The schema agrees (reads use the schema node's module).
+        let ctx = crate::yang::context();
+        let n = ctx.find_path("/cats-sma:cats-sma/cats-sma-cps:c-ps/cats-sma-cps:peer").expect("schema node");
+        assert_eq!(n.module().name(), "cats-sma-cps");
+    }
+
+    #[test]
+    fn engine_changing_rpcs_are_default_deny_from_the_schema() {
+        for rpc in ["resync", "clear-quarantine", "probe-sci"] {
+            assert!(rpc_denied_by_default("cats-sma", rpc), "{rpc}");
+        }
+        assert!(rpc_denied_by_default("ietf-netconf", "kill-session"));
+        assert!(!rpc_denied_by_default("ietf-netconf", "get"));
+        let nacm = Nacm::new(None);
+        assert!(!nacm.may_exec("bob", "cats-sma", "probe-sci"));
+        assert!(nacm.may_exec("bob", "ietf-netconf", "get-config"));
+    }
+
+    #[test]
+    fn identities_are_never_shared_while_live() {
+        let nacm = Nacm::new(None);
+        let ids = 10..=12;
+        let a = nacm.open_identity(&ids, "a").unwrap();
+        let b = nacm.open_identity(&ids, "b").unwrap();
+        let c = nacm.open_identity(&ids, "c").unwrap();
+        assert_eq!((a, b, c), (10, 11, 12));
+        assert_eq!(nacm.open_identity(&ids, "d"), None, "every identity is live");
+        nacm.session_closed(b);
+        // The range is used up: the walk starts again and skips the live ones.
+        assert_eq!(nacm.open_identity(&ids, "e"), Some(11));
+        assert_eq!(nacm.user_of(a).as_deref(), Some("a"));
+        assert_eq!(nacm.user_of(11).as_deref(), Some("e"));
+    }
+
+    #[test]
+    fn an_unknown_session_may_write_nothing() {
+        let nacm = Nacm::new(None);
+        let change = Change {
+            op: ChangeOp::Create,
+            path: "/cats-sma:cats-sma/scis/sci[csci-id='a']".into(),
+            schema_path: "/cats-sma:cats-sma/scis/sci".into(),
+            kind: crate::datastore::NodeKind::List,
+            is_key: false,
+            value: None,
+            old_value: None,
+        };
+        let e = nacm.check(4242, Datastore::Running, &[change]).unwrap_err();
+        assert_eq!(e.tag, ErrorTag::AccessDenied);
     }
 }

@@ -279,6 +279,36 @@ mod tests {
     }
 
     #[test]
+    fn huge_chunk_sizes_allocate_nothing() {
+        // RFC 6242 4.2: 4294967295 is the largest chunk; the decoder discards past the
+        // message limit instead of reserving what the header announces.
+        let mut d = Decoder::new(4096);
+        d.set_framing(Framing::Chunked);
+        d.feed(b"\n#4294967295\n");
+        assert!(all(&mut d).is_empty());
+        for _ in 0..256 {
+            d.feed(&[b'x'; 64 * 1024]);
+            assert!(all(&mut d).is_empty());
+            assert!(d.buf.is_empty() && d.msg.capacity() <= 4096, "nothing kept from a discarded chunk");
+        }
+        for bad in [&b"\n#4294967296\n"[..], b"\n#9999999999\n", b"\n#99999999999\n"] {
+            let mut d = Decoder::new(4096);
+            d.set_framing(Framing::Chunked);
+            d.feed(bad);
+            assert!(matches!(d.next_message(), Err(FramingError::Malformed(_))), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // Many chunks adding up past the limit are one too-big, and decoding goes on.
+        let mut d = Decoder::new(4096);
+        d.set_framing(Framing::Chunked);
+        for _ in 0..100 {
+            d.feed(b"\n#100\n");
+            d.feed(&[b'y'; 100]);
+        }
+        d.feed(b"\n##\n\n#5\n<ok/>\n##\n");
+        assert_eq!(all(&mut d), vec![Err(FramingError::TooBig(4096)), Ok(b"<ok/>".to_vec())]);
+    }
+
+    #[test]
     fn encode_round_trips() {
         for f in [Framing::EndOfMessage, Framing::Chunked] {
             let mut out = vec![];

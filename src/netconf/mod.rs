@@ -15,7 +15,7 @@ pub mod xml;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -113,7 +113,6 @@ pub struct Server {
     pub sessions: Mutex<HashMap<SessionId, Arc<SessionInfo>>>,
     pub stats: Statistics,
     pub start_time: chrono::DateTime<chrono::Utc>,
-    next_id: AtomicU32,
     /// Flips to true when the server shuts down.
     pub shutdown: watch::Sender<bool>,
     pub confirmed_commit: confirmed_commit::ConfirmedCommit,
@@ -124,6 +123,8 @@ pub struct Server {
     pub app_rpcs: std::sync::RwLock<Option<Arc<dyn AppRpc>>>,
     /// YANG-Push dynamic subscriptions (RFC 8639/8641).
     pub push: Arc<crate::push::Push>,
+    /// Connection gates, the password-check pool and their counters (all listeners).
+    pub limits: Arc<crate::mgmt::auth_limits::Limits>,
 }
 
 impl Server {
@@ -132,6 +133,7 @@ impl Server {
         users: UserStore,
         settings: NetconfSettings,
         nacm: Arc<crate::nacm::Nacm>,
+        limits: Arc<crate::mgmt::auth_limits::Limits>,
     ) -> Arc<Server> {
         let server = Arc::new(Server {
             datastores,
@@ -140,13 +142,13 @@ impl Server {
             sessions: Mutex::new(HashMap::new()),
             stats: Statistics::default(),
             start_time: chrono::Utc::now(),
-            next_id: AtomicU32::new(1),
             shutdown: watch::channel(false).0,
             confirmed_commit: Default::default(),
             nacm,
             events: Default::default(),
             app_rpcs: Default::default(),
             push: Default::default(),
+            limits,
         });
         server
             .datastores
@@ -165,7 +167,8 @@ impl Server {
         if sessions.len() >= self.settings.max_sessions {
             return None;
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // NACM hands out the identity: never one still live, never a RESTCONF one.
+        let id = self.nacm.open_identity(&crate::nacm::NETCONF_IDS, username)?;
         let info = Arc::new(SessionInfo {
             username: username.to_owned(),
             source,
@@ -177,7 +180,6 @@ impl Server {
             kill: watch::channel(None).0,
         });
         sessions.insert(id, info.clone());
-        self.nacm.session_opened(id, username);
         self.stats.in_sessions.fetch_add(1, Ordering::Relaxed);
         Some((id, info))
     }

@@ -10,19 +10,19 @@ use std::sync::{Arc, Mutex, Weak};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
-use yang2::data::{Data, DataFormat, DataOperation, DataTree};
+use yang2::data::{DataFormat, DataOperation, DataTree};
 
 use super::error::xml_path;
 use super::filter::Filter;
-use super::xml::escape_text;
 use super::Server;
 use crate::datastore::{Change, ChangeOp, ConfigConsumer, SessionId, Transaction};
 use crate::error::{ErrorTag, RpcError};
+use crate::text::xml as escape_text;
 
 pub const NS_NOTIFICATION: &str = "urn:ietf:params:xml:ns:netconf:notification:1.0";
 pub const NS_BASE_NOTIFICATIONS: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-notifications";
 pub const NETCONF_STREAM: &str = "NETCONF";
-/// Events kept for replay.
+/// Events of each class kept for replay, by default (`peer_limits.replay_events`).
 pub const REPLAY_CAPACITY: usize = 10_000;
 /// More edits than this in one commit are reported without the edit list (RFC 6470
 /// makes it optional), so a bulk copy does not produce a megabyte notification.
@@ -50,19 +50,120 @@ impl Event {
     }
 }
 
+/// Which budget of the replay log an event is kept under. Peers can raise the events of
+/// the agent's own module (auth-failure, metric-anomaly, sci-state-change, …) as fast as
+/// they can send; the management events (RFC 6470: session start and end, config change,
+/// confirmed commit) are raised by authenticated users. Each class has its own budget, so
+/// no flood of the first pushes the second out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventClass {
+    Management,
+    Peer,
+}
+
+impl EventClass {
+    pub fn of(module: &str) -> EventClass {
+        if module == "ietf-netconf-notifications" {
+            EventClass::Management
+        } else {
+            EventClass::Peer
+        }
+    }
+}
+
+/// What an event costs in the replay log: its text plus a fixed overhead.
+fn cost(ev: &Event) -> usize {
+    ev.body.len() + ev.module.len() + ev.name.len() + 96
+}
+
+/// One class's part of the replay log: bounded in events and in bytes, oldest out first.
+#[derive(Debug)]
+struct Ring {
+    events: VecDeque<Arc<Event>>,
+    bytes: usize,
+    max_events: usize,
+    max_bytes: usize,
+    /// Events too large for the budget on their own (delivered live, never replayable).
+    oversized: u64,
+}
+
+impl Ring {
+    fn new(max_events: usize, max_bytes: usize) -> Ring {
+        Ring { events: VecDeque::new(), bytes: 0, max_events: max_events.max(1), max_bytes, oversized: 0 }
+    }
+
+    fn push(&mut self, ev: Arc<Event>) {
+        let c = cost(&ev);
+        if c > self.max_bytes {
+            self.oversized += 1;
+            return;
+        }
+        while self.events.len() >= self.max_events || self.bytes + c > self.max_bytes {
+            match self.events.pop_front() {
+                Some(old) => self.bytes -= cost(&old),
+                None => break,
+            }
+        }
+        self.bytes += c;
+        self.events.push_back(ev);
+    }
+
+    fn resize(&mut self, max_events: usize, max_bytes: usize) {
+        self.max_events = max_events.max(1);
+        self.max_bytes = max_bytes;
+        while self.events.len() > self.max_events || self.bytes > self.max_bytes {
+            match self.events.pop_front() {
+                Some(old) => self.bytes -= cost(&old),
+                None => break,
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ReplayLog {
+    management: Ring,
+    peer: Ring,
+}
+
+impl ReplayLog {
+    fn ring(&mut self, class: EventClass) -> &mut Ring {
+        match class {
+            EventClass::Management => &mut self.management,
+            EventClass::Peer => &mut self.peer,
+        }
+    }
+}
+
+/// What the replay log holds (for the operational state, docs and tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayUsage {
+    pub management_events: usize,
+    pub management_bytes: usize,
+    pub peer_events: usize,
+    pub peer_bytes: usize,
+}
+
 /// The NETCONF stream: a broadcast channel plus the replay log.
 pub struct EventBus {
-    log: Mutex<VecDeque<Arc<Event>>>,
+    log: Mutex<ReplayLog>,
     tx: broadcast::Sender<Arc<Event>>,
     seq: AtomicU64,
     pub created: DateTime<Utc>,
 }
 
+/// Events the live channel holds for a subscriber that lags (it then skips, counted).
+pub const LIVE_CAPACITY: usize = 4096;
+
 impl Default for EventBus {
     fn default() -> Self {
+        let limits = crate::config::peer_limits::PeerLimits::default();
         EventBus {
-            log: Mutex::new(VecDeque::new()),
-            tx: broadcast::channel(4096).0,
+            log: Mutex::new(ReplayLog {
+                management: Ring::new(limits.replay_events, limits.replay_management_bytes),
+                peer: Ring::new(limits.replay_events, limits.replay_peer_bytes),
+            }),
+            tx: broadcast::channel(LIVE_CAPACITY).0,
             seq: AtomicU64::new(0),
             created: Utc::now(),
         }
@@ -70,6 +171,17 @@ impl Default for EventBus {
 }
 
 impl EventBus {
+    /// Applies the `[peer_limits]` replay budgets.
+    pub fn configure(&self, limits: &crate::config::peer_limits::PeerLimits) {
+        let mut log = self.lock();
+        log.management.resize(limits.replay_events, limits.replay_management_bytes);
+        log.peer.resize(limits.replay_events, limits.replay_peer_bytes);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReplayLog> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn publish(&self, module: &str, name: &str, body: String) {
         let ev = Arc::new(Event {
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
@@ -79,22 +191,32 @@ impl EventBus {
             body,
         });
         {
-            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-            if log.len() == REPLAY_CAPACITY {
-                log.pop_front();
-            }
-            log.push_back(ev.clone());
+            let mut log = self.lock();
+            log.ring(EventClass::of(module)).push(ev.clone());
+            // Sent under the lock, so a subscriber (which takes it too) sees each event
+            // either in its replay or live, never both and never neither.
+            let _ = self.tx.send(ev);
         }
-        let _ = self.tx.send(ev);
     }
 
-    /// Subscribes, returning the logged events from `start` on (for replay) and the live
-    /// receiver; taken under the log lock so no event is missed or seen twice.
+    /// Subscribes, returning the logged events from `start` on (for replay, in order) and
+    /// the live receiver; taken under the log lock so no event is missed or seen twice.
     pub fn subscribe(&self, start: Option<DateTime<Utc>>) -> (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>) {
-        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let log = self.lock();
         let rx = self.tx.subscribe();
         let replay = match start {
-            Some(t) => log.iter().filter(|e| e.time >= t).cloned().collect(),
+            Some(t) => {
+                let mut v: Vec<Arc<Event>> = log
+                    .management
+                    .events
+                    .iter()
+                    .chain(log.peer.events.iter())
+                    .filter(|e| e.time >= t)
+                    .cloned()
+                    .collect();
+                v.sort_by_key(|e| e.seq);
+                v
+            }
             None => Vec::new(),
         };
         (replay, rx)
@@ -102,7 +224,24 @@ impl EventBus {
 
     /// The time of the oldest event still replayable (RFC 5277 replayLogCreationTime).
     pub fn oldest(&self) -> DateTime<Utc> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).front().map(|e| e.time).unwrap_or(self.created)
+        let log = self.lock();
+        [log.management.events.front(), log.peer.events.front()]
+            .into_iter()
+            .flatten()
+            .map(|e| e.time)
+            .min()
+            .unwrap_or(self.created)
+    }
+
+    /// What the replay log holds now.
+    pub fn usage(&self) -> ReplayUsage {
+        let log = self.lock();
+        ReplayUsage {
+            management_events: log.management.events.len(),
+            management_bytes: log.management.bytes,
+            peer_events: log.peer.events.len(),
+            peer_bytes: log.peer.bytes,
+        }
     }
 }
 
@@ -121,25 +260,29 @@ pub enum NotificationFilter {
 }
 
 impl NotificationFilter {
-    pub fn from_filter(f: &Filter<'_>, src: &str) -> NotificationFilter {
-        match f {
-            Filter::Subtree(el) => NotificationFilter::Subtree(el.standalone_text(src)),
+    pub fn from_filter(f: &Filter<'_>, src: &str) -> Result<NotificationFilter, crate::error::RpcError> {
+        Ok(match f {
+            Filter::Subtree(el) => {
+                NotificationFilter::Subtree(el.standalone_text(src).map_err(crate::netconf::rpc::too_big)?)
+            }
             Filter::XPath(x) => NotificationFilter::XPath(x.clone()),
-        }
+        })
     }
 
-    /// Whether the notification matches (the filter selects something of it).
-    pub fn matches(&self, ev: &Event) -> bool {
+    /// Whether the notification matches (the filter selects something of the part of its
+    /// content `user` may read: NACM prunes the content before the filter runs).
+    pub fn matches(&self, ev: &Event, nacm: &crate::nacm::Nacm, user: &str) -> bool {
         let ctx = crate::yang::context();
         let mut text = ev.body.clone().into_bytes();
         text.push(0);
         let Ok(tree) = DataTree::parse_op_string(ctx, &text, DataFormat::XML, DataOperation::NotificationYang) else {
             return false;
         };
+        let tree = nacm.readable(user, tree);
         match self {
-            NotificationFilter::XPath(x) => tree.find_xpath(x).is_ok_and(|mut s| s.next().is_some()),
+            NotificationFilter::XPath(x) => super::filter::xpath::selects(x, &tree).unwrap_or(false),
             NotificationFilter::Subtree(f) => match super::xml::parse(f) {
-                Ok(el) => super::filter::subtree::apply(&el, &tree).is_ok_and(|t| t.reference().is_some()),
+                Ok(el) => super::filter::subtree::apply(&el, &tree).is_ok_and(|t| !t.is_empty()),
                 Err(_) => false,
             },
         }
@@ -286,4 +429,31 @@ fn change_roots(changes: &[Change]) -> Vec<&Change> {
         }
     }
     roots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue_11_a_peer_flood_never_pushes_management_events_out_of_the_replay_log() {
+        let bus = EventBus::default();
+        bus.configure(&crate::config::peer_limits::PeerLimits { replay_peer_bytes: 64 * 1024, ..Default::default() });
+        let t0 = Utc::now();
+        bus.publish("ietf-netconf-notifications", "netconf-session-start", "<s/>".into());
+        bus.publish("ietf-netconf-notifications", "netconf-config-change", "<c/>".into());
+        for _ in 0..10_000 {
+            bus.publish("cats-sma", "auth-failure", "x".repeat(2000));
+        }
+        let u = bus.usage();
+        assert!(u.peer_bytes <= 64 * 1024, "{u:?}");
+        assert_eq!(u.management_events, 2);
+        let (replay, _) = bus.subscribe(Some(t0));
+        assert_eq!(replay[0].name, "netconf-session-start");
+        assert_eq!(replay[1].name, "netconf-config-change");
+        assert!(replay.windows(2).all(|w| w[0].seq < w[1].seq), "replay is in order");
+        // An event larger than its whole budget is delivered live only.
+        bus.publish("cats-sma", "auth-failure", "y".repeat(100 * 1024));
+        assert!(bus.usage().peer_bytes <= 64 * 1024);
+    }
 }

@@ -37,7 +37,8 @@ pub fn server_hello(id: SessionId) -> String {
 /// Checks a client hello; returns whether base:1.1 (chunked framing) was offered.
 fn check_client_hello(msg: &[u8]) -> Result<bool, String> {
     let text = std::str::from_utf8(msg).map_err(|_| "hello is not UTF-8".to_string())?;
-    let root = xml::parse(text).map_err(|e| format!("hello is not well-formed: {e}"))?;
+    let root = xml::parse_with(text, crate::config::message_limits::get())
+        .map_err(|e| format!("hello is not well-formed: {e}"))?;
     if !root.is(NS_BASE, "hello") {
         return Err(format!("expected <hello>, got <{}>", root.name));
     }
@@ -146,13 +147,20 @@ where
                 Ok(Some(msg)) => {
                     let text = String::from_utf8_lossy(&msg);
                     let (reply, after) = tokio::task::block_in_place(|| rpc::handle(&ctx, &text));
+                    // A new subscription joins the stream before its reply goes out, so no
+                    // event raised after the <ok/> is missed; its task sends them after it.
+                    let joined = ctx.take_subscription().map(|spec| {
+                        let stream = server.events.subscribe(spec.start);
+                        (spec, stream)
+                    });
                     if tx.send(reply).await.is_err() {
                         break 'session End::Dropped;
                     }
                     ctx.replied();
-                    if let Some(spec) = ctx.take_subscription() {
+                    if let Some((spec, stream)) = joined {
                         // The reply is queued first, so the client sees <ok/> before events.
-                        subscription = Some(tokio::spawn(forward(server.clone(), info.clone(), spec, tx.clone())));
+                        subscription =
+                            Some(tokio::spawn(forward(server.clone(), info.clone(), spec, stream, tx.clone())));
                     }
                     if after == After::Close {
                         debug!(session = id, "close-session");
@@ -223,11 +231,20 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Str
 
 /// Sends one session's subscription: replay, replayComplete, live events, and
 /// notificationComplete at stopTime (RFC 5277 sections 2.1.1 and 3.3).
-async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: SubscriptionSpec, tx: mpsc::Sender<String>) {
-    let (replay, mut rx) = server.events.subscribe(spec.start);
-    let wanted = |ev: &notifications::Event| {
-        spec.filter.as_ref().is_none_or(|f| f.matches(ev))
-            && server.nacm.may_notify(&info.username, &ev.module, &ev.name)
+async fn forward(
+    server: Arc<Server>,
+    info: Arc<SessionInfo>,
+    spec: SubscriptionSpec,
+    stream: (Vec<Arc<notifications::Event>>, tokio::sync::broadcast::Receiver<Arc<notifications::Event>>),
+    tx: mpsc::Sender<String>,
+) {
+    let (replay, mut rx) = stream;
+    // The event as this user may see it (NACM-pruned content), if the filter selects it.
+    let wanted = |ev: &Arc<notifications::Event>| {
+        server
+            .nacm
+            .event_for(&info.username, ev)
+            .filter(|ev| spec.filter.as_ref().is_none_or(|f| f.matches(ev, &server.nacm, &info.username)))
     };
     let send = |msg: String| {
         let tx = tx.clone();
@@ -245,8 +262,10 @@ async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: Subscription
             break;
         }
         last_seq = Some(ev.seq);
-        if wanted(&ev) && !send(ev.message()).await {
-            return;
+        if let Some(ev) = wanted(&ev) {
+            if !send(ev.message()).await {
+                return;
+            }
         }
     }
     if spec.start.is_some() && !send(notifications::marker("replayComplete")).await {
@@ -275,8 +294,10 @@ async fn forward(server: Arc<Server>, info: Arc<SessionInfo>, spec: Subscription
                     if last_seq.is_some_and(|l| ev.seq <= l) {
                         continue;
                     }
-                    if wanted(&ev) && !send(ev.message()).await {
-                        return;
+                    if let Some(ev) = wanted(&ev) {
+                        if !send(ev.message()).await {
+                            return;
+                        }
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {

@@ -1,5 +1,8 @@
 //! NETCONF over SSH (RFC 6242) with russh: password and public-key authentication (never
 //! "none"), the `netconf` subsystem on a session channel, one NETCONF session per channel.
+//! Before authentication a connection is bounded by the SSH gate of
+//! [`crate::mgmt::auth_limits`]: caps at accept, a deadline for the version exchange and one
+//! for authentication; passwords are checked by the shared password pool.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,6 +16,7 @@ use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use super::Server;
+use crate::mgmt::auth_limits::{login_audit, Permit, Timeout, Verdict};
 
 fn methods() -> MethodSet {
     MethodSet::from(&[MethodKind::Password, MethodKind::PublicKey][..])
@@ -34,6 +38,7 @@ pub fn ssh_config(host_key: PrivateKey) -> russh::server::Config {
 
 struct Connection {
     server: Arc<Server>,
+    permit: Arc<Permit>,
     peer: Option<SocketAddr>,
     user: Option<String>,
     channels: HashMap<ChannelId, Channel<Msg>>,
@@ -43,15 +48,12 @@ impl russh::server::Handler for Connection {
     type Error = russh::Error;
 
     async fn auth_password(&mut self, user: &str, password: &str) -> Result<Auth, Self::Error> {
-        let users = self.server.users.clone();
-        let (u, p) = (user.to_owned(), password.to_owned());
-        // argon2 is deliberately slow: keep it off the async workers.
-        let ok = tokio::task::spawn_blocking(move || users.verify_password(&u, &p)).await.unwrap_or(false);
-        if ok {
+        let verdict = self.server.limits.passwords.check(&self.server.users, user, password, self.peer, "ssh").await;
+        if verdict == Verdict::Accepted {
             self.user = Some(user.to_owned());
+            self.permit.establish();
             Ok(Auth::Accept)
         } else {
-            warn!(user, peer = ?self.peer, "NETCONF password authentication failed");
             // Keep offering both methods: a mistyped password may be retried (RFC 4252 8).
             Ok(Auth::Reject { proceed_with_methods: Some(methods()), partial_success: false })
         }
@@ -72,9 +74,16 @@ impl russh::server::Handler for Connection {
     async fn auth_publickey(&mut self, user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
         if self.server.users.accepts_key(user, key.public_key) {
             self.user = Some(user.to_owned());
+            self.permit.establish();
+            let source = self.peer.map(|p| p.ip().to_string()).unwrap_or_default();
+            login_audit(Verdict::Accepted, user, &source, "ssh", "publickey");
+            info!(transport = "ssh", user = ?user, source = %source, method = "publickey", "login succeeded");
             Ok(Auth::Accept)
         } else {
-            warn!(user, peer = ?self.peer, "NETCONF public-key authentication failed");
+            self.server.limits.passwords.record_failure(self.peer);
+            let source = self.peer.map(|p| p.ip().to_string()).unwrap_or_default();
+            login_audit(Verdict::Rejected, user, &source, "ssh", "publickey");
+            warn!(transport = "ssh", user = ?user, source = %source, method = "publickey", "login failed");
             Ok(Auth::Reject { proceed_with_methods: Some(methods()), partial_success: false })
         }
     }
@@ -154,6 +163,7 @@ pub async fn serve(
 }
 
 async fn accept_loop(listener: TcpListener, server: Arc<Server>, config: Arc<russh::server::Config>) {
+    let gate = server.limits.ssh.clone();
     loop {
         let (socket, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -163,21 +173,42 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, config: Arc<rus
                 continue;
             }
         };
+        // Over a cap: closed at once, before the SSH banner (counted and logged by the gate).
+        let Ok(permit) = gate.admit(peer) else {
+            drop(socket);
+            continue;
+        };
         let _ = socket.set_nodelay(true);
-        let handler = Connection { server: server.clone(), peer: Some(peer), user: None, channels: HashMap::new() };
+        let handler = Connection {
+            server: server.clone(),
+            permit: permit.clone(),
+            peer: Some(peer),
+            user: None,
+            channels: HashMap::new(),
+        };
         let config = config.clone();
         let mut shutdown = server.shutdown.subscribe();
         tokio::spawn(async move {
-            let session = match russh::server::run_stream(config, socket, handler).await {
-                Ok(s) => s,
-                Err(e) => {
-                    debug!(?peer, "SSH setup failed: {e}");
-                    return;
-                }
-            };
+            // run_stream returns after the version exchange, which an idle peer never ends.
+            let handshake = permit.limits().handshake_timeout();
+            let session =
+                match tokio::time::timeout(handshake, russh::server::run_stream(config, socket, handler)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        debug!(?peer, "SSH setup failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        permit.gate().timed_out(peer, Timeout::Handshake);
+                        return;
+                    }
+                };
             let handle = session.handle();
             tokio::select! {
                 r = session => if let Err(e) = r { debug!(?peer, "SSH connection ended: {e}") },
+                // Key exchange and user authentication not done in time: the connection
+                // (and the session future holding it) is dropped.
+                _ = permit.auth_deadline() => {}
                 _ = shutdown.changed() => {
                     // Give sessions a moment to flush replies in flight, then disconnect.
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -185,6 +216,6 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, config: Arc<rus
                 }
             }
         });
-        info!(?peer, "SSH connection accepted");
+        debug!(?peer, "SSH connection accepted");
     }
 }

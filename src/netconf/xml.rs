@@ -3,48 +3,59 @@
 //! (an edit-config `<config>`, possibly megabytes) is handed to libyang as the original text
 //! with its in-scope namespace declarations, never rebuilt node by node.
 
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
 use quick_xml::events::{BytesStart, Event};
-use quick_xml::Reader;
+use quick_xml::name::{PrefixDeclaration, QName, ResolveResult};
+use quick_xml::NsReader;
 
-/// Namespace declarations in scope: a chain of frames, one per element that declares any.
+pub use crate::config::message_limits::MessageLimits as XmlLimits;
+
+const NS_XML: &str = "http://www.w3.org/XML/1998/namespace";
+
+/// The namespace bindings in scope at an element, one per prefix (None = the default
+/// namespace), for what quick-xml cannot resolve while reading: prefixes inside content
+/// (identityrefs, XPath expressions) and the declarations configuration content needs to
+/// stand alone. Elements share one snapshot until a declaration changes the bindings.
 #[derive(Debug, Default)]
 pub struct Scope {
-    decls: Vec<(Option<String>, String)>,
-    parent: Option<Arc<Scope>>,
+    bindings: Vec<(Option<String>, String)>,
 }
 
 impl Scope {
     /// Resolves a prefix (None = the default namespace).
     pub fn resolve(&self, prefix: Option<&str>) -> Option<&str> {
-        let mut s = Some(self);
-        while let Some(scope) = s {
-            if let Some((_, uri)) = scope.decls.iter().rev().find(|(p, _)| p.as_deref() == prefix) {
-                return Some(uri.as_str()).filter(|u| !u.is_empty());
-            }
-            s = scope.parent.as_deref();
-        }
         if prefix == Some("xml") {
-            return Some("http://www.w3.org/XML/1998/namespace");
+            return Some(NS_XML);
         }
-        None
+        self.bindings.iter().find(|(p, _)| p.as_deref() == prefix).map(|(_, u)| u.as_str())
     }
 
-    /// Every binding in scope, innermost wins.
-    pub fn bindings(&self) -> Vec<(Option<String>, String)> {
-        let mut out: Vec<(Option<String>, String)> = Vec::new();
-        let mut s = Some(self);
-        while let Some(scope) = s {
-            for (p, u) in scope.decls.iter().rev() {
-                if !out.iter().any(|(q, _)| q == p) {
-                    out.push((p.clone(), u.clone()));
-                }
+    /// Every binding in scope.
+    pub fn bindings(&self) -> &[(Option<String>, String)] {
+        &self.bindings
+    }
+
+    /// Whether declaring `decls` on an element in this scope would change nothing.
+    fn unchanged_by(&self, decls: &[(Option<String>, String)]) -> bool {
+        decls.iter().all(|(p, u)| match self.resolve(p.as_deref()) {
+            Some(v) => v == u,
+            None => u.is_empty(),
+        })
+    }
+
+    /// This scope with `decls` applied (an empty URI undeclares).
+    fn with(&self, decls: &[(Option<String>, String)]) -> Scope {
+        let mut bindings: Vec<(Option<String>, String)> =
+            self.bindings.iter().filter(|(p, _)| !decls.iter().any(|(q, _)| q == p)).cloned().collect();
+        for (p, u) in decls {
+            if !u.is_empty() && !bindings.iter().any(|(q, _)| q == p) {
+                bindings.push((p.clone(), u.clone()));
             }
-            s = scope.parent.as_deref();
         }
-        out
+        Scope { bindings }
     }
 }
 
@@ -56,9 +67,10 @@ pub struct Attr {
     pub value: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Element {
-    pub ns: Option<String>,
+    /// The namespace, shared by every element of the message that has it.
+    pub ns: Option<Arc<str>>,
     pub prefix: Option<String>,
     pub name: String,
     /// Attributes other than namespace declarations.
@@ -74,7 +86,79 @@ pub struct Element {
     pub own_prefixes: Vec<Option<String>>,
 }
 
-/// Why a message is not well-formed XML (answered with malformed-message).
+impl Element {
+    /// The element alone, without its children.
+    fn shallow(&self) -> Element {
+        Element {
+            ns: self.ns.clone(),
+            prefix: self.prefix.clone(),
+            name: self.name.clone(),
+            attrs: self.attrs.clone(),
+            children: Vec::with_capacity(self.children.len()),
+            text: self.text.clone(),
+            span: self.span.clone(),
+            scope: self.scope.clone(),
+            own_prefixes: self.own_prefixes.clone(),
+        }
+    }
+}
+
+/// Cloned with an explicit stack: a tree as deep as a message allows never recurses.
+impl Clone for Element {
+    fn clone(&self) -> Element {
+        let mut stack: Vec<(&Element, usize, Element)> = vec![(self, 0, self.shallow())];
+        loop {
+            let top = stack.last_mut().expect("the stack holds the root until it is returned");
+            let src = top.0;
+            if top.1 < src.children.len() {
+                let child = &src.children[top.1];
+                top.1 += 1;
+                stack.push((child, 0, child.shallow()));
+                continue;
+            }
+            let (_, _, done) = stack.pop().expect("non-empty");
+            match stack.last_mut() {
+                Some(parent) => parent.2.children.push(done),
+                None => return done,
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// How many Element drops are in progress on this thread's stack.
+    static DROP_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Nesting past which a drop continues with an explicit stack instead of the call stack.
+const RECURSIVE_DROP_LEVELS: u32 = 64;
+
+/// Dropped recursively for the first levels (nothing moves: as fast as the derived drop),
+/// then with an explicit stack, so a tree of any depth drops in bounded stack.
+impl Drop for Element {
+    fn drop(&mut self) {
+        if self.children.is_empty() {
+            return;
+        }
+        let children = std::mem::take(&mut self.children);
+        DROP_DEPTH.with(|depth| {
+            let d = depth.get();
+            if d < RECURSIVE_DROP_LEVELS {
+                depth.set(d + 1);
+                drop(children);
+                depth.set(d);
+            } else {
+                let mut pending = children;
+                while let Some(mut el) = pending.pop() {
+                    pending.append(&mut el.children);
+                }
+            }
+        });
+    }
+}
+
+/// Why a message is refused: not well-formed XML, or over one of the [`XmlLimits`]
+/// (both answered with malformed-message, RFC 6241 Appendix A / RFC 8040 400).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct XmlError(pub String);
@@ -109,67 +193,137 @@ impl Element {
         self.text.trim()
     }
 
-    /// This element's source text with every in-scope namespace declaration it does not
-    /// make itself added to its start tag, so it parses on its own.
-    pub fn standalone_text(&self, src: &str) -> String {
-        let raw = &src[self.span.clone()];
-        let qname_len =
-            raw[1..].find(|c: char| c.is_whitespace() || c == '>' || c == '/').map(|i| i + 1).unwrap_or(raw.len());
-        let mut out = String::with_capacity(raw.len() + 128);
-        out.push_str(&raw[..qname_len]);
-        for (p, uri) in self.scope.bindings() {
-            if self.own_prefixes.contains(&p) {
-                continue;
-            }
-            match p {
-                Some(p) => out.push_str(&format!(" xmlns:{p}=\"{}\"", escape_attr(&uri))),
-                None => out.push_str(&format!(" xmlns=\"{}\"", escape_attr(&uri))),
-            }
-        }
-        out.push_str(&raw[qname_len..]);
-        out
+    /// This element's source text with the in-scope namespace declarations it uses but
+    /// does not make itself added to its start tag, so it parses on its own.
+    pub fn standalone_text(&self, src: &str) -> Result<String, XmlError> {
+        let mut out = Standalone::new(&self.scope, src.len(), self.span.len());
+        out.push(self, src)?;
+        Ok(out.text)
     }
 
-    /// The concatenated standalone text of all children (the content of `<config>`).
-    pub fn children_text(&self, src: &str) -> String {
-        self.children.iter().map(|c| c.standalone_text(src)).collect()
+    /// The concatenated standalone text of all children (the content of `<config>`), in
+    /// time linear in the message: the bindings in scope are looked up once, and each child
+    /// gets only those whose prefix its own text mentions.
+    pub fn children_text(&self, src: &str) -> Result<String, XmlError> {
+        let mut out = Standalone::new(&self.scope, src.len(), self.span.len());
+        for c in &self.children {
+            out.push(c, src)?;
+        }
+        Ok(out.text)
     }
 }
 
-/// Parses a message into its root element. No DOCTYPE, one root, well-formed.
+/// Builds standalone element text; the declarations it adds never exceed the size of the
+/// message (plus a little), so no message can make it amplify.
+struct Standalone<'s> {
+    bindings: HashMap<Option<&'s str>, &'s str>,
+    text: String,
+    budget: usize,
+}
+
+impl<'s> Standalone<'s> {
+    fn new(scope: &'s Scope, message_len: usize, content_len: usize) -> Self {
+        let bindings = scope.bindings.iter().map(|(p, u)| (p.as_deref(), u.as_str())).collect();
+        Standalone { bindings, text: String::with_capacity(content_len + 128), budget: message_len + 64 * 1024 }
+    }
+
+    fn push(&mut self, el: &Element, src: &str) -> Result<(), XmlError> {
+        let raw = &src[el.span.clone()];
+        let qname_len =
+            raw[1..].find(|c: char| c.is_whitespace() || c == '>' || c == '/').map(|i| i + 1).unwrap_or(raw.len());
+        let before = self.text.len();
+        self.text.push_str(&raw[..qname_len]);
+        let mut wanted: Vec<Option<&str>> = vec![None];
+        let mut seen: HashSet<&str> = HashSet::new();
+        for p in prefix_candidates(raw) {
+            if self.bindings.contains_key(&Some(p)) && seen.insert(p) {
+                wanted.push(Some(p));
+            }
+        }
+        for p in wanted {
+            if el.own_prefixes.iter().any(|o| o.as_deref() == p) {
+                continue;
+            }
+            let Some(uri) = self.bindings.get(&p) else { continue };
+            match p {
+                Some(p) => {
+                    self.text.push_str(" xmlns:");
+                    self.text.push_str(p);
+                    self.text.push_str("=\"");
+                }
+                None => self.text.push_str(" xmlns=\""),
+            }
+            self.text.push_str(&escape_attr(uri));
+            self.text.push('"');
+        }
+        let added = self.text.len() - before - qname_len;
+        self.budget = self.budget.checked_sub(added).ok_or_else(|| {
+            XmlError("the namespace declarations the content needs exceed the size of the message".into())
+        })?;
+        self.text.push_str(&raw[qname_len..]);
+        Ok(())
+    }
+}
+
+/// Every `name:` in `raw` that could be a namespace prefix (element and attribute names,
+/// and prefixes inside values such as identityrefs and instance-identifiers): found from
+/// each `:` (a memchr search), so the scan costs little more than reading the text.
+fn prefix_candidates(raw: &str) -> impl Iterator<Item = &str> {
+    let b = raw.as_bytes();
+    let is_name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.') || c >= 0x80;
+    raw.match_indices(':').filter_map(move |(colon, _)| {
+        let start = b[..colon].iter().rposition(|&c| !is_name(c)).map_or(0, |i| i + 1);
+        (start < colon && raw.is_char_boundary(start)).then(|| &raw[start..colon])
+    })
+}
+
+/// Parses a message into its root element with the default [`XmlLimits`]. No DOCTYPE, one
+/// root, well-formed.
 pub fn parse(src: &str) -> Result<Element, XmlError> {
-    let mut reader = Reader::from_str(src);
+    parse_with(src, &XmlLimits::default())
+}
+
+/// Parses a message into its root element, refusing it as soon as it exceeds `limits`.
+/// Namespace resolution is quick-xml's ([`NsReader`]); nothing here recurses.
+pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
+    let mut reader = NsReader::from_str(src);
     reader.config_mut().check_end_names = true;
-    let mut stack: Vec<Element> = Vec::new();
-    let mut root: Option<Element> = None;
-    let top = Arc::new(Scope::default());
+    reader.resolver_mut().set_max_namespace_bindings(limits.max_namespace_declarations);
+    let mut p = Parser {
+        limits,
+        stack: Vec::new(),
+        root: None,
+        top: Arc::new(Scope::default()),
+        elements: 0,
+        decls: 0,
+        namespaces: HashMap::new(),
+        last_ns: None,
+    };
     loop {
         let start = reader.buffer_position() as usize;
         let ev = reader.read_event().map_err(|e| XmlError(format!("at byte {}: {e}", reader.error_position())))?;
         let end = reader.buffer_position() as usize;
         match ev {
-            Event::Start(e) | Event::Empty(e) if root.is_some() => {
-                let _ = e;
+            Event::Start(_) | Event::Empty(_) if p.root.is_some() => {
                 return Err(XmlError("content after the root element".into()));
             }
             Event::Start(ref e) => {
-                let parent_scope = stack.last().map(|p| p.scope.clone()).unwrap_or_else(|| top.clone());
-                stack.push(start_element(e, start, parent_scope)?);
+                let el = p.start_element(&reader, e, start)?;
+                p.stack.push(el);
             }
             Event::Empty(ref e) => {
-                let parent_scope = stack.last().map(|p| p.scope.clone()).unwrap_or_else(|| top.clone());
-                let mut el = start_element(e, start, parent_scope)?;
+                let mut el = p.start_element(&reader, e, start)?;
                 el.span = start..end;
-                close(&mut stack, &mut root, el);
+                p.close(el);
             }
             Event::End(_) => {
-                let mut el = stack.pop().ok_or_else(|| XmlError("unbalanced end tag".into()))?;
+                let mut el = p.stack.pop().ok_or_else(|| XmlError("unbalanced end tag".into()))?;
                 el.span.end = end;
-                close(&mut stack, &mut root, el);
+                p.close(el);
             }
             Event::Text(t) => {
                 let text = t.xml10_content();
-                match stack.last_mut() {
+                match p.stack.last_mut() {
                     Some(el) => el.text.push_str(&text),
                     None if text.trim().is_empty() => {}
                     None => return Err(XmlError("text outside the root element".into())),
@@ -177,7 +331,7 @@ pub fn parse(src: &str) -> Result<Element, XmlError> {
             }
             Event::CData(c) => {
                 let s: &str = &c;
-                match stack.last_mut() {
+                match p.stack.last_mut() {
                     Some(el) => el.text.push_str(s),
                     None => return Err(XmlError("CDATA outside the root element".into())),
                 }
@@ -194,7 +348,7 @@ pub fn parse(src: &str) -> Result<Element, XmlError> {
                         other => return Err(XmlError(format!("undefined entity &{other};"))),
                     },
                 };
-                match stack.last_mut() {
+                match p.stack.last_mut() {
                     Some(el) => el.text.push(ch),
                     None => return Err(XmlError("reference outside the root element".into())),
                 }
@@ -204,80 +358,146 @@ pub fn parse(src: &str) -> Result<Element, XmlError> {
             Event::Eof => break,
         }
     }
-    if !stack.is_empty() {
-        return Err(XmlError(format!(
-            "element <{}> is not closed",
-            stack.last().map(|e| e.name.as_str()).unwrap_or("")
-        )));
+    if let Some(open) = p.stack.last() {
+        return Err(XmlError(format!("element <{}> is not closed", open.name)));
     }
-    root.ok_or_else(|| XmlError("no root element".into()))
+    p.root.take().ok_or_else(|| XmlError("no root element".into()))
 }
 
-fn close(stack: &mut [Element], root: &mut Option<Element>, el: Element) {
-    match stack.last_mut() {
-        Some(parent) => parent.children.push(el),
-        None => *root = Some(el),
+struct Parser<'l> {
+    limits: &'l XmlLimits,
+    stack: Vec<Element>,
+    root: Option<Element>,
+    top: Arc<Scope>,
+    elements: usize,
+    /// Declarations so far that changed the bindings in scope.
+    decls: usize,
+    /// Each namespace of the message once (at most one per counted declaration).
+    namespaces: HashMap<String, Arc<str>>,
+    last_ns: Option<Arc<str>>,
+}
+
+impl Parser<'_> {
+    /// The shared copy of a namespace name: consecutive elements mostly share one.
+    fn intern(&mut self, ns: &str) -> Arc<str> {
+        if let Some(last) = self.last_ns.as_ref().filter(|l| &***l == ns) {
+            return last.clone();
+        }
+        let shared = match self.namespaces.get(ns) {
+            Some(s) => s.clone(),
+            None => {
+                let s: Arc<str> = ns.into();
+                self.namespaces.insert(ns.to_owned(), s.clone());
+                s
+            }
+        };
+        self.last_ns = Some(shared.clone());
+        shared
+    }
+
+    fn close(&mut self, el: Element) {
+        match self.stack.last_mut() {
+            Some(parent) => parent.children.push(el),
+            None => self.root = Some(el),
+        }
+    }
+
+    fn start_element(
+        &mut self,
+        reader: &NsReader<&[u8]>,
+        e: &BytesStart<'_>,
+        start: usize,
+    ) -> Result<Element, XmlError> {
+        let l = self.limits;
+        if self.stack.len() >= l.max_depth {
+            return Err(XmlError(format!("elements nest deeper than {} levels", l.max_depth)));
+        }
+        self.elements += 1;
+        if self.elements > l.max_elements {
+            return Err(XmlError(format!("the message has more than {} elements", l.max_elements)));
+        }
+        let resolver = reader.resolver();
+        let qname = e.name();
+        let (prefix, name) = split_qname(qname)?;
+        let ns = match resolver.resolve_element(qname).0 {
+            ResolveResult::Bound(ns) => Some(self.intern(ns.0)),
+            ResolveResult::Unbound => None,
+            ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
+        };
+        let mut decls: Vec<(Option<String>, String)> = Vec::new();
+        let mut attrs = Vec::new();
+        for a in e.attributes() {
+            let a = a.map_err(|err| XmlError(format!("bad attribute: {err}")))?;
+            if a.value.len() > l.max_attribute_size {
+                return Err(XmlError(format!("an attribute value exceeds {} bytes", l.max_attribute_size)));
+            }
+            let value = a
+                .normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                .map_err(|err| XmlError(format!("bad attribute value: {err}")))?
+                .into_owned();
+            if let Some(d) = a.key.as_namespace_binding() {
+                if decls.len() == l.max_namespace_declarations_per_element {
+                    return Err(XmlError(format!(
+                        "an element declares more than {} namespaces",
+                        l.max_namespace_declarations_per_element
+                    )));
+                }
+                let p = match d {
+                    PrefixDeclaration::Default => None,
+                    PrefixDeclaration::Named(p) => Some(p.to_owned()),
+                };
+                decls.push((p, value));
+                continue;
+            }
+            if attrs.len() == l.max_attributes {
+                return Err(XmlError(format!("an element has more than {} attributes", l.max_attributes)));
+            }
+            // Attributes share the element budget: each costs as much memory as an element.
+            self.elements += 1;
+            if self.elements > l.max_elements {
+                return Err(XmlError(format!("the message has more than {} elements and attributes", l.max_elements)));
+            }
+            let (p, n) = split_qname(a.key)?;
+            // Unprefixed attributes are in no namespace (XML Namespaces 6.2).
+            let ans = match resolver.resolve_attribute(a.key).0 {
+                ResolveResult::Bound(ns) => Some(ns.0.to_owned()),
+                ResolveResult::Unbound => None,
+                ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
+            };
+            attrs.push(Attr { ns: ans, prefix: p, name: n, value });
+        }
+        let parent = self.stack.last().map(|p| &p.scope).unwrap_or(&self.top);
+        let scope = if parent.unchanged_by(&decls) {
+            parent.clone()
+        } else {
+            self.decls += decls.len();
+            if self.decls > l.max_namespace_declarations {
+                return Err(XmlError(format!(
+                    "the message declares more than {} namespaces",
+                    l.max_namespace_declarations
+                )));
+            }
+            Arc::new(parent.with(&decls))
+        };
+        Ok(Element {
+            ns,
+            prefix,
+            name,
+            attrs,
+            children: Vec::new(),
+            text: String::new(),
+            span: start..start,
+            scope,
+            own_prefixes: decls.into_iter().map(|(p, _)| p).collect(),
+        })
     }
 }
 
-fn split_qname(q: &[u8]) -> Result<(Option<String>, String), XmlError> {
-    let s = std::str::from_utf8(q).map_err(|_| XmlError("name is not UTF-8".into()))?;
+fn split_qname(q: QName<'_>) -> Result<(Option<String>, String), XmlError> {
+    let s: &str = q.as_ref();
     Ok(match s.split_once(':') {
         Some((p, l)) => (Some(p.to_owned()), l.to_owned()),
         None => (None, s.to_owned()),
-    })
-}
-
-fn start_element(e: &BytesStart<'_>, start: usize, parent: Arc<Scope>) -> Result<Element, XmlError> {
-    let (prefix, name) = split_qname(e.name().as_ref().as_bytes())?;
-    let mut decls = Vec::new();
-    let mut raw_attrs = Vec::new();
-    for a in e.attributes() {
-        let a = a.map_err(|err| XmlError(format!("bad attribute: {err}")))?;
-        let key: &str = a.key.as_ref();
-        let value = a
-            .normalized_value(quick_xml::XmlVersion::Implicit1_0)
-            .map_err(|err| XmlError(format!("bad attribute value: {err}")))?
-            .into_owned();
-        if key == "xmlns" {
-            decls.push((None, value));
-        } else if let Some(p) = key.strip_prefix("xmlns:") {
-            decls.push((Some(p.to_owned()), value));
-        } else {
-            raw_attrs.push((key.to_owned(), value));
-        }
-    }
-    let own_prefixes = decls.iter().map(|(p, _)| p.clone()).collect();
-    let scope = if decls.is_empty() { parent } else { Arc::new(Scope { decls, parent: Some(parent) }) };
-    let ns = scope.resolve(prefix.as_deref()).map(str::to_owned);
-    if prefix.is_some() && ns.is_none() {
-        return Err(XmlError(format!("undeclared namespace prefix \"{}\"", prefix.unwrap_or_default())));
-    }
-    let mut attrs = Vec::with_capacity(raw_attrs.len());
-    for (key, value) in raw_attrs {
-        let (p, n) = split_qname(key.as_bytes())?;
-        // Unprefixed attributes are in no namespace (XML Namespaces 6.2).
-        let ans = match &p {
-            Some(p) => Some(
-                scope
-                    .resolve(Some(p))
-                    .ok_or_else(|| XmlError(format!("undeclared namespace prefix \"{p}\"")))?
-                    .to_owned(),
-            ),
-            None => None,
-        };
-        attrs.push(Attr { ns: ans, prefix: p, name: n, value });
-    }
-    Ok(Element {
-        ns,
-        prefix,
-        name,
-        attrs,
-        children: Vec::new(),
-        text: String::new(),
-        span: start..start,
-        scope,
-        own_prefixes,
     })
 }
 
@@ -313,15 +533,15 @@ mod tests {
         assert_eq!(a.attr_ns("urn:x", "op"), Some("x"));
         assert_eq!(a.text, "t&");
         assert_eq!(a.children[0].ns.as_deref(), Some("urn:ietf:params:xml:ns:netconf:base:1.0"));
-        let text = config.children_text(src);
-        assert!(text.starts_with("<p:a xmlns:p=\"urn:x\""), "{text}");
+        let text = config.children_text(src).unwrap();
+        assert!(text.starts_with("<p:a ") && text[..text.find('>').unwrap()].contains(" xmlns:p=\"urn:x\""), "{text}");
         let c = &text[text.find("<c ").unwrap()..];
         assert!(
             c.contains("xmlns=\"urn:y\"") && c.matches("xmlns=").count() == 1,
             "own default namespace kept, not duplicated: {c}"
         );
         // The standalone text parses on its own.
-        parse(&a.standalone_text(src)).unwrap();
+        parse(&a.standalone_text(src).unwrap()).unwrap();
     }
 
     #[test]
@@ -331,5 +551,111 @@ mod tests {
         {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    fn limits() -> XmlLimits {
+        XmlLimits {
+            max_depth: 16,
+            max_elements: 100,
+            max_attributes: 4,
+            max_namespace_declarations_per_element: 4,
+            max_namespace_declarations: 8,
+            max_attribute_size: 1024,
+        }
+    }
+
+    fn refused(src: &str, why: &str) {
+        match parse_with(src, &limits()) {
+            Ok(_) => panic!("accepted: {why}"),
+            Err(e) => assert!(e.0.contains(why), "{why}: {e}"),
+        }
+    }
+
+    #[test]
+    fn issue_11_class_2_each_limit_is_enforced_at_its_bound() {
+        let nest = |n: usize| format!("{}{}", "<a>".repeat(n), "</a>".repeat(n));
+        parse_with(&nest(16), &limits()).unwrap();
+        refused(&nest(17), "deeper than 16");
+        parse_with(&format!("<r>{}</r>", "<b/>".repeat(99)), &limits()).unwrap();
+        refused(&format!("<r>{}</r>", "<b/>".repeat(100)), "more than 100 elements");
+        parse_with(&format!("<r>{}</r>", "<b x='1'/>".repeat(49)), &limits()).unwrap();
+        refused(&format!("<r>{}</r>", "<b x='1'/>".repeat(50)), "more than 100 elements and attributes");
+        parse_with("<a w='1' x='2' y='3' z='4'/>", &limits()).unwrap();
+        refused("<a v='0' w='1' x='2' y='3' z='4'/>", "more than 4 attributes");
+        parse_with("<a xmlns:a='u:a' xmlns:b='u:b' xmlns:c='u:c' xmlns='u:d'/>", &limits()).unwrap();
+        refused("<a xmlns:a='u:a' xmlns:b='u:b' xmlns:c='u:c' xmlns:d='u:d' xmlns='u:e'/>", "declares more than 4");
+        let per_child =
+            |n: usize| format!("<r>{}</r>", (0..n).map(|i| format!("<p:c xmlns:p='u:{i}'/>")).collect::<String>());
+        parse_with(&per_child(8), &limits()).unwrap();
+        refused(&per_child(9), "declares more than 8 namespaces");
+        parse_with(&format!("<a x='{}'/>", "v".repeat(1024)), &limits()).unwrap();
+        refused(&format!("<a x='{}'/>", "v".repeat(1025)), "exceeds 1024 bytes");
+    }
+
+    #[test]
+    fn redeclaring_a_binding_in_scope_is_free() {
+        // Clients that repeat xmlns on every list entry are not counted per entry.
+        let src = format!("<r xmlns='u:x'>{}</r>", "<e xmlns='u:x'/>".repeat(50));
+        parse_with(&src, &limits()).unwrap();
+    }
+
+    #[test]
+    fn deep_trees_clone_and_drop_without_recursion() {
+        let big = XmlLimits { max_depth: 4096, max_elements: 1_000_000, ..XmlLimits::default() };
+        let n = 4096;
+        let src = format!("{}{}", "<a>".repeat(n), "</a>".repeat(n));
+        let root = parse_with(&src, &big).unwrap();
+        // A hand-built tree far deeper than any message may be still clones and drops.
+        let mut deep = root.clone();
+        for _ in 0..200 {
+            let mut outer = deep.shallow();
+            outer.children.push(deep);
+            deep = outer;
+        }
+        let mut tower = parse("<x/>").unwrap();
+        for _ in 0..200_000 {
+            let mut outer = parse("<x/>").unwrap();
+            outer.children.push(tower);
+            tower = outer;
+        }
+        let copy = tower.clone();
+        drop(tower);
+        drop(copy);
+        drop(deep);
+    }
+
+    #[test]
+    fn many_namespaces_on_rpc_are_refused_quickly() {
+        // The issue's attack: 50 000 declarations on <rpc>, 2 000 children.
+        let decls: String = (0..50_000).map(|i| format!(" xmlns:p{i}=\"urn:x:{i}\"")).collect();
+        let src = format!("<rpc{decls}>{}</rpc>", "<get/>".repeat(2000));
+        let e = parse(&src).unwrap_err();
+        assert!(e.0.contains("namespace"), "{e}");
+    }
+
+    #[test]
+    fn children_text_declares_only_what_each_child_uses() {
+        let decls: String = (0..60).map(|i| format!(" xmlns:p{i}=\"urn:x:{i}\"")).collect();
+        let src =
+            format!("<rpc xmlns='urn:base'{decls}><config>{}<p7:b>p9:id</p7:b></config></rpc>", "<p1:a/>".repeat(2000));
+        let root = parse(&src).unwrap();
+        let text = root.children[0].children_text(&src).unwrap();
+        assert_eq!(text.matches("xmlns:p1=").count(), 2000);
+        assert_eq!(text.matches("xmlns=\"urn:base\"").count(), 2001);
+        let last = &text[text.rfind("<p7:b").unwrap()..];
+        assert!(last.contains("xmlns:p7=\"urn:x:7\"") && last.contains("xmlns:p9=\"urn:x:9\""), "{last}");
+        assert!(!text.contains("xmlns:p2="), "unused prefixes are not declared");
+        for c in [&text[..text.find("/>").unwrap() + 2], last] {
+            parse(c).unwrap();
+        }
+    }
+
+    #[test]
+    fn default_limits_pass_a_large_ordinary_message() {
+        let entries: String = (0..100_000)
+            .map(|i| format!("<sci><csci-id>10.0.{}.{}:80</csci-id><cs-id>cs{}</cs-id></sci>", i / 256, i % 256, i % 7))
+            .collect();
+        let src = format!("<rpc xmlns='urn:ietf:params:xml:ns:netconf:base:1.0' message-id='1'><edit-config><target><running/></target><config><scis xmlns='urn:x'>{entries}</scis></config></edit-config></rpc>");
+        parse(&src).unwrap();
     }
 }

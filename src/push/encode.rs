@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use super::params::EditOp;
 use super::{NS_SN, NS_YP};
 use crate::netconf::notifications::NS_NOTIFICATION;
-use crate::netconf::xml::escape_text;
+use crate::text::xml as escape_text;
 
 /// One YANG Patch edit.
 #[derive(Clone, Debug, PartialEq)]

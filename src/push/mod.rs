@@ -156,12 +156,13 @@ impl Push {
         let task: std::pin::Pin<Box<dyn std::future::Future<Output = subscription::End> + Send>> = match &params.target
         {
             Target::Stream { stream, filter, replay_start } => {
-                let nacm = server.nacm.clone();
-                let u = user.to_owned();
+                let (nacm, nacm2) = (server.nacm.clone(), server.nacm.clone());
+                let (u, u2) = (user.to_owned(), user.to_owned());
                 let sel = Arc::new(Mutex::new(StreamSelector {
                     module: (stream != "NETCONF").then(|| stream.clone()),
                     filter: filter.clone(),
                     allowed: Box::new(move |m, n| nacm.may_notify(&u, m, n)),
+                    content: Box::new(move |ev| nacm2.event_for(&u2, ev)),
                 }));
                 selector = Some(sel.clone());
                 let (replay, live) = server.events.subscribe(*replay_start);

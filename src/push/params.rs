@@ -166,6 +166,8 @@ fn xpath(el: &Element, name: &str) -> Result<Filter, RpcError> {
         e.bad_element = Some(name.to_owned());
         e
     })?;
+    // Too costly an expression is refused now, not at every push (issue 11 class 3).
+    crate::netconf::filter::check_xpath(&x).map_err(|e| e.with_bad_element(name))?;
     // Compile it once against the schema so a broken expression is refused now.
     if x.trim() != "/" {
         if let Err(e) = crate::yang::context().find_xpath(&x) {
@@ -193,7 +195,9 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
         if in_ns(c, NS_SN, "stream") {
             stream = Some(c.trimmed().to_owned());
         } else if in_ns(c, NS_SN, "stream-subtree-filter") {
-            stream_filter = Some(Filter::Subtree(c.clone(), c.children_text(src)));
+            crate::netconf::filter::check_subtree(c)?;
+            stream_filter =
+                Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") {
             stream_filter = Some(xpath(c, "stream-xpath-filter")?);
         } else if in_ns(c, NS_SN, "stream-filter-name") {
@@ -230,7 +234,8 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
             }
             datastore = Some(if ds == Datastore::Intended { Datastore::Running } else { ds });
         } else if in_ns(c, NS_YP, "datastore-subtree-filter") {
-            selection = Some(Filter::Subtree(c.clone(), c.children_text(src)));
+            crate::netconf::filter::check_subtree(c)?;
+            selection = Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
         } else if in_ns(c, NS_YP, "datastore-xpath-filter") {
             selection = Some(xpath(c, "datastore-xpath-filter")?);
         } else if in_ns(c, NS_YP, "selection-filter-ref") {
@@ -363,7 +368,9 @@ pub fn modify(op: &Element, src: &str) -> Result<Modify, RpcError> {
         if in_ns(c, NS_SN, "id") {
             id = Some(uint(c, "id")?);
         } else if in_ns(c, NS_SN, "stream-subtree-filter") || in_ns(c, NS_YP, "datastore-subtree-filter") {
-            m.filter = Some(Some(Filter::Subtree(c.clone(), c.children_text(src))));
+            crate::netconf::filter::check_subtree(c)?;
+            m.filter =
+                Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?)));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") || in_ns(c, NS_YP, "datastore-xpath-filter") {
             m.filter = Some(Some(xpath(c, &c.name)?));
         } else if in_ns(c, NS_SN, "stream-filter-name") || in_ns(c, NS_YP, "selection-filter-ref") {

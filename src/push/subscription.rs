@@ -468,28 +468,36 @@ pub struct StreamSelector {
     pub filter: Option<Filter>,
     /// Whether the receiver may see module:name (NACM, RFC 8341 section 3.4.6).
     pub allowed: NotifyCheck,
+    /// The event as the receiver may see it: its content NACM-pruned (RFC 8341 3.4.6).
+    pub content: EventView,
 }
 
+/// Gives the event as one receiver may see it (None: not at all).
+pub type EventView = Box<dyn Fn(&Arc<Event>) -> Option<Arc<Event>> + Send + Sync>;
+
 impl StreamSelector {
-    pub fn wants(&self, ev: &Event) -> bool {
+    /// The event to send (pruned for the receiver), if this subscription wants it.
+    pub fn wants(&self, ev: &Arc<Event>) -> Option<Arc<Event>> {
         if self.module.as_deref().is_some_and(|m| m != ev.module) {
-            return false;
+            return None;
         }
         if !(self.allowed)(&ev.module, &ev.name) {
-            return false;
+            return None;
         }
-        let Some(f) = &self.filter else { return true };
+        let ev = (self.content)(ev)?;
+        let Some(f) = &self.filter else { return Some(ev) };
         let mut text = ev.body.clone().into_bytes();
         text.push(0);
-        let Ok(tree) =
+        let tree =
             DataTree::parse_op_string(crate::yang::context(), &text, DataFormat::XML, DataOperation::NotificationYang)
-        else {
-            return false;
+                .ok()?;
+        // The content is already pruned for the receiver: the filter sees only that.
+        let tree = crate::netconf::filter::Readable::pruned(tree);
+        let selected = match f {
+            Filter::XPath(x) => xpath::selects(x, &tree).unwrap_or(false),
+            Filter::Subtree(el, _) => subtree::apply(el, &tree).is_ok_and(|t| !t.is_empty()),
         };
-        match f {
-            Filter::XPath(x) => xpath::apply(x, &tree).is_ok_and(|t| t.reference().is_some()),
-            Filter::Subtree(el, _) => subtree::apply(el, &tree).is_ok_and(|t| t.reference().is_some()),
-        }
+        selected.then_some(ev)
     }
 }
 
@@ -508,7 +516,7 @@ pub async fn run_stream(
         return End::Deleted;
     }
     let mut flow = Flow { suspended_at: None };
-    let wanted = |ev: &Event| selector.lock().unwrap_or_else(|e| e.into_inner()).wants(ev);
+    let wanted = |ev: &Arc<Event>| selector.lock().unwrap_or_else(|e| e.into_inner()).wants(ev);
     let mut last_seq = None;
     let stop_wall = stop.map(|s| chrono::Utc::now() + (s - Instant::now()));
     for ev in replay {
@@ -516,10 +524,10 @@ pub async fn run_stream(
             break;
         }
         last_seq = Some(ev.seq);
-        if !wanted(&ev) {
+        let Some(ev) = wanted(&ev) else {
             out.counters.excluded.fetch_add(1, Ordering::Relaxed);
             continue;
-        }
+        };
         // Replay waits for room rather than suspending: the log is bounded.
         if out.tx.send(ev.message()).await.is_err() {
             return End::ReceiverGone;
@@ -561,10 +569,10 @@ pub async fn run_stream(
                     if flow.suspended_at.is_some() {
                         continue;
                     }
-                    if !wanted(&ev) {
+                    let Some(ev) = wanted(&ev) else {
                         out.counters.excluded.fetch_add(1, Ordering::Relaxed);
                         continue;
-                    }
+                    };
                     match out.data(ev.message()) {
                         Sent::Ok => {}
                         Sent::Full => flow.suspend(&out),

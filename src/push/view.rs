@@ -16,8 +16,8 @@ use crate::datastore::{ChangeOp, Datastore, Datastores};
 use crate::engine::changes::{ChangeSet, StateChange};
 use crate::error::RpcError;
 use crate::nacm::Nacm;
-use crate::netconf::filter::{subtree, xpath};
-use crate::netconf::xml::escape_text;
+use crate::netconf::filter::{subtree, xpath, Readable};
+use crate::text::xml as escape_text;
 
 const ROOT: &str = "/cats-sma:cats-sma";
 const NS_CATS: &str = "urn:cats-sma:yang:cats-sma";
@@ -115,15 +115,10 @@ impl DatastoreView {
         Edit { target, op: EditOp::Replace, value: Some(v) }
     }
 
-    /// Applies the selection filter and NACM to a tree.
+    /// NACM, then the selection filter (which so sees only what the receiver may read).
     fn select(&self, tree: DataTree<'static>) -> Result<DataTree<'static>, RpcError> {
-        let mut tree = match &self.selection {
-            None => tree,
-            Some(Filter::Subtree(el, _)) => subtree::apply(el, &tree)?,
-            Some(Filter::XPath(x)) => xpath::apply(x, &tree)?,
-        };
-        self.nacm.filter_read(&self.user, &mut tree);
-        Ok(tree)
+        let tree = self.nacm.readable(&self.user, tree);
+        Ok(apply(self.selection.as_ref(), tree)?.into_tree())
     }
 
     /// The edit for the node at `path` of `tree` after selection, if any of it is left.
@@ -163,17 +158,8 @@ impl DatastoreView {
 
 impl View for DatastoreView {
     fn snapshot(&self) -> Result<String, RpcError> {
-        let xp = match &self.selection {
-            Some(Filter::XPath(x)) => Some(x.as_str()),
-            _ => None,
-        };
-        let tree = self.datastores.read(self.datastore, xp)?;
-        let mut tree = match &self.selection {
-            Some(Filter::Subtree(el, _)) => subtree::apply(el, &tree)?,
-            _ => tree,
-        };
-        self.nacm.filter_read(&self.user, &mut tree);
-        print(&tree, true)
+        let tree = self.nacm.read(&self.datastores, &self.user, self.datastore, None)?;
+        print(apply(self.selection.as_ref(), tree)?.tree(), true)
     }
 
     fn edits(&self, batch: &Batch) -> Vec<Edit> {
@@ -215,6 +201,15 @@ impl View for DatastoreView {
     }
 }
 
+/// A selection applied to readable data (none: all of it).
+fn apply(selection: Option<&Filter>, tree: Readable) -> Result<Readable, RpcError> {
+    match selection {
+        None => Ok(tree),
+        Some(Filter::Subtree(el, _)) => subtree::apply(el, &tree),
+        Some(Filter::XPath(x)) => xpath::apply(x, &tree),
+    }
+}
+
 /// Whether an on-change selection can see any object this server reports changes of: all
 /// of running, and in operational the configuration plus the metric cache entries and
 /// services (the rest of operational, counters and session lists, is not on-change
@@ -239,11 +234,8 @@ pub fn selects_on_change_objects(selection: &Filter, datastore: Datastore) -> bo
     if !ok {
         return true;
     }
-    let selected = match selection {
-        Filter::Subtree(el, _) => subtree::apply(el, &tree),
-        Filter::XPath(x) => xpath::apply(x, &tree),
-    };
-    let Ok(selected) = selected else { return false };
+    let Ok(selected) = apply(Some(selection), Readable::synthetic(tree)) else { return false };
+    let selected = selected.tree();
     let has = |p: &str| selected.find_path(p).is_ok();
     // Metric data is on-change capable; a selection of only the engine's counters is not
     // (they change with every report). Anything else (configuration) is.
@@ -274,11 +266,8 @@ fn selects_whole_objects(selection: &Filter) -> (bool, bool) {
     if !ok {
         return (false, false);
     }
-    let selected = match selection {
-        Filter::Subtree(el, _) => subtree::apply(el, &tree),
-        Filter::XPath(x) => xpath::apply(x, &tree),
-    };
-    let Ok(selected) = selected else { return (false, false) };
+    let Ok(selected) = apply(Some(selection), Readable::synthetic(tree)) else { return (false, false) };
+    let selected = selected.tree();
     let complete =
         |path: String, leaves: usize| selected.find_path(&path).is_ok_and(|n| n.children().count() == leaves);
     let all_entries = entries.iter().all(|(k, ..)| complete(format!("{ROOT}/metric-cache/entry[csci-id='{k}']"), 6));

@@ -182,9 +182,9 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         Store::Nmda(ds) => ds,
     };
     let xpath = if target.is_root() { None } else { Some(target.data_path()?) };
-    let datastores = &rc.netconf.datastores;
-    let mut tree = datastores.read(ds, xpath.as_deref())?;
-    rc.netconf.nacm.filter_read(&caller.user, &mut tree);
+    // NACM prunes the snapshot before the target, content, depth and fields look at it, so
+    // none of them can tell apart data the caller may not read (issue 11 class 1).
+    let mut tree = rc.netconf.nacm.read(&rc.netconf.datastores, &caller.user, ds, xpath.as_deref())?.into_tree();
     let mut doomed = Vec::new();
     if let Some(first) = tree.reference() {
         for top in first.inclusive_siblings() {
@@ -204,6 +204,10 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         );
     }
     let fields = p.fields.as_deref().map(Fields::parse).transpose()?;
+    if let Some(f) = &fields {
+        let base: String = target.steps.iter().map(|s| format!("/{}:{}", s.module, s.name)).collect();
+        f.check(&base, target.last().map(|s| s.module.as_str()))?;
+    }
     let mut doomed = Vec::new();
     for n in &nodes {
         let node = tree.find_path(n).map_err(ly)?;
@@ -398,17 +402,58 @@ fn data_body(req: &Req) -> Result<Encoding, Failure> {
 
 /// Checks that a body is well-formed JSON / XML before libyang sees it, so syntax errors are
 /// malformed-message and not a libyang parse message.
+/// Both also hold the body to the message limits, nesting first: libyang's XML and JSON
+/// parsers recurse once per level.
 pub fn check_syntax(body: &[u8], enc: Encoding) -> Result<(), Failure> {
     let bad = |m: String| Failure::bad(ErrorTag::MalformedMessage, m);
+    let limits = crate::config::message_limits::get();
     match enc {
-        Encoding::Json => serde_json::from_slice::<serde::de::IgnoredAny>(body)
-            .map(|_| ())
-            .map_err(|e| bad(format!("the body is not JSON: {e}"))),
+        Encoding::Json => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                .map_err(|e| bad(format!("the body is not JSON: {e}")))?;
+            json_within(body, limits).map_err(bad)
+        }
         Encoding::Xml => {
             let text = std::str::from_utf8(body).map_err(|_| bad("the body is not UTF-8".into()))?;
-            crate::netconf::xml::parse(text).map(|_| ()).map_err(|e| bad(format!("the body is not XML: {}", e.0)))
+            crate::netconf::xml::parse_with(text, limits)
+                .map(|_| ())
+                .map_err(|e| bad(format!("the XML body is refused: {}", e.0)))
         }
     }
+}
+
+/// Holds well-formed JSON to the nesting and size limits of a message (an object member or
+/// an array counts as an element), in one pass without recursion.
+fn json_within(body: &[u8], limits: &crate::config::message_limits::MessageLimits) -> Result<(), String> {
+    let (mut depth, mut elements, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in body {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                elements += 1;
+                if depth > limits.max_depth {
+                    return Err(format!("the body nests deeper than {} levels", limits.max_depth));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' => elements += 1,
+            _ => continue,
+        }
+        if elements > limits.max_elements {
+            return Err(format!("the body has more than {} members", limits.max_elements));
+        }
+    }
+    Ok(())
 }
 
 /// A libyang error about the content of a request body is the client's fault.
@@ -540,7 +585,7 @@ fn add_insert(tree: &DataTree<'static>, node: &str, p: &Params, store: Store) ->
     super::yangdata::add_meta(tree, node, "yang:insert", insert.as_str())?;
     if matches!(insert, Insert::Before | Insert::After) {
         let point = p.point.as_deref().unwrap_or("");
-        let raw = point.strip_prefix(&store.uri_prefix()).unwrap_or(point);
+        let raw = point.strip_prefix(&store.uri_prefix()).filter(|r| r.starts_with('/')).unwrap_or(point);
         let anchor = Target::parse(raw)?;
         let last = anchor.last().filter(|s| s.name == schema.name() && !s.keys.is_empty()).ok_or_else(|| {
             Failure::bad(ErrorTag::InvalidValue, format!("point \"{point}\" is not an instance of {}", schema.name()))
@@ -573,10 +618,10 @@ fn unwrap_datastore_body(body: &[u8], enc: Encoding) -> Result<Vec<u8>, Failure>
         }
         Encoding::Xml => {
             let text = std::str::from_utf8(body).unwrap_or_default();
-            let el = crate::netconf::xml::parse(text)
-                .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the body is not XML: {}", e.0)))?;
+            let el = crate::netconf::xml::parse_with(text, crate::config::message_limits::get())
+                .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the XML body is refused: {}", e.0)))?;
             if el.name == "data" && el.ns.as_deref() == Some(super::error::NS_RESTCONF) {
-                Ok(el.children_text(text).into_bytes())
+                el.children_text(text).map(String::into_bytes).map_err(|e| Failure::status(413, ErrorTag::TooBig, e.0))
             } else {
                 Ok(body.to_vec())
             }

@@ -23,7 +23,6 @@ pub mod yangdata;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -31,7 +30,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
@@ -42,13 +41,11 @@ use media::Encoding;
 use crate::config::RestconfSettings;
 use crate::datastore::{ConfigConsumer, SessionId, Transaction};
 use crate::error::ErrorTag;
+use crate::mgmt::auth_limits::{Permit, Timeout};
 use crate::netconf;
 
 /// RFC 8525 revision announced as yang-library-version (RFC 8040 section 3.3.3).
 pub const YANG_LIBRARY_VERSION: &str = "2019-01-04";
-/// RESTCONF sessions get NACM identities from this range, far from NETCONF session ids.
-const FIRST_SESSION: SessionId = 0x8000_0000;
-
 /// When running last changed, for Last-Modified (RFC 8040 section 3.4.1.1); kept by a
 /// configuration consumer so NETCONF commits count as much as RESTCONF edits.
 #[derive(Default)]
@@ -97,7 +94,16 @@ pub struct Restconf {
     pub cert_names: HashMap<[u8; 32], String>,
     pub last_modified: Arc<LastModified>,
     pub subscriptions: subscriptions::Subscriptions,
-    next_session: AtomicU32,
+}
+
+/// Releases a request's NACM identity however the request ends (also when the client goes
+/// and the request future is dropped).
+pub(crate) struct IdentityGuard(pub(crate) Arc<crate::nacm::Nacm>, pub(crate) SessionId);
+
+impl Drop for IdentityGuard {
+    fn drop(&mut self) {
+        self.0.session_closed(self.1);
+    }
 }
 
 /// Who is asking, and how to answer.
@@ -155,29 +161,27 @@ impl Restconf {
         netconf.datastores.register_consumer(last_modified.clone());
         netconf.datastores.register_state_provider(Arc::new(streams::MonitoringState { settings: settings.clone() }));
         Arc::new(Restconf {
-            auth: auth::Authenticator::new(netconf.users.clone()),
+            auth: auth::Authenticator::new(netconf.users.clone(), netconf.limits.clone()),
             netconf,
             settings,
             cert_names,
             last_modified,
             subscriptions: Default::default(),
-            next_session: AtomicU32::new(FIRST_SESSION),
         })
     }
 
-    fn open(&self, user: String) -> Caller {
-        let session = self.next_session.fetch_add(1, Ordering::Relaxed).max(FIRST_SESSION);
-        self.netconf.nacm.session_opened(session, &user);
-        Caller { user, session }
-    }
-
-    fn close(&self, c: &Caller) {
-        self.netconf.nacm.session_closed(c.session);
+    /// A fresh NACM identity for one request (never one that is live, see
+    /// `Nacm::open_identity`); None when every RESTCONF identity is in use.
+    fn open(&self, user: String) -> Option<(Caller, IdentityGuard)> {
+        let session = self.netconf.nacm.open_identity(&crate::nacm::RESTCONF_IDS, &user)?;
+        Some((Caller { user, session }, IdentityGuard(self.netconf.nacm.clone(), session)))
     }
 
     /// One HTTP request, end to end. Never fails: every problem is an RFC 8040 error reply.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, cert_user: Option<String>) -> Reply {
         let (parts, incoming) = req.into_parts();
+        let permit = parts.extensions.get::<Arc<Permit>>().cloned();
+        let peer = permit.as_ref().map(|p| p.peer);
         let path = parts.uri.path().to_owned();
         let query_raw = parts.uri.query().unwrap_or("").to_owned();
         let content_enc = parts
@@ -200,7 +204,7 @@ impl Restconf {
         let user = match cert_user {
             Some(u) => Some(u),
             None => match parts.headers.get("authorization").and_then(|v| v.to_str().ok()) {
-                Some(h) => self.auth.basic(h).await,
+                Some(h) => self.auth.basic(h, peer).await,
                 None => None,
             },
         };
@@ -216,31 +220,55 @@ impl Restconf {
             r.headers_mut().insert("www-authenticate", HeaderValue::from_static("Basic realm=\"restconf\""));
             return r;
         };
+        if let Some(p) = &permit {
+            p.establish();
+        }
         let limit = self.settings.max_body_size;
-        let body = match http_body_util::Limited::new(incoming, limit).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                let f = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                    Failure::status(413, ErrorTag::TooBig, format!("the request body exceeds {limit} bytes"))
-                } else {
-                    Failure::bad(ErrorTag::MalformedMessage, format!("reading the request body: {e}"))
-                };
-                return error_reply(&f, accept);
-            }
-        };
+        let body_timeout = self.netconf.limits.restconf.limits.body_read_timeout();
+        let body =
+            match tokio::time::timeout(body_timeout, http_body_util::Limited::new(incoming, limit).collect()).await {
+                Err(_) => {
+                    if let Some(p) = &permit {
+                        p.gate().timed_out(p.peer, Timeout::Body);
+                    }
+                    let f = Failure::status(
+                        408,
+                        ErrorTag::OperationFailed,
+                        format!("the request body did not arrive within {} s", body_timeout.as_secs()),
+                    );
+                    let mut r = error_reply(&f, accept);
+                    r.headers_mut().insert("connection", HeaderValue::from_static("close"));
+                    return r;
+                }
+                Ok(Ok(b)) => b.to_bytes(),
+                Ok(Err(e)) => {
+                    let f = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                        Failure::status(413, ErrorTag::TooBig, format!("the request body exceeds {limit} bytes"))
+                    } else {
+                        Failure::bad(ErrorTag::MalformedMessage, format!("reading the request body: {e}"))
+                    };
+                    return error_reply(&f, accept);
+                }
+            };
         let query = match query::split(&query_raw) {
             Ok(q) => q,
             Err(f) => return error_reply(&f, accept),
         };
         let req = Req { method: parts.method, path, query, headers: parts.headers, body, accept };
-        let caller = self.open(user);
+        let Some((caller, identity)) = self.open(user) else {
+            let f = Failure::status(503, ErrorTag::ResourceDenied, "no request identity is free; try again later");
+            return error_reply(&f, accept);
+        };
         debug!(user = %caller.user, method = %req.method, path = %req.path, "RESTCONF request");
         let this = self.clone();
         let result = route(&this, &caller, req).await;
-        self.close(&caller);
+        drop(identity);
         match result {
             Ok(r) => r,
-            Err((f, enc)) => error_reply(&f, enc),
+            Err((f, enc)) => {
+                refused_input(&caller, &f);
+                error_reply(&f, enc)
+            }
         }
     }
 }
@@ -272,14 +300,36 @@ impl Restconf {
             Err(f) => return error_reply(&f, accept),
         };
         let req = Req { method, path: path.to_owned(), query, headers, body, accept };
-        let caller = self.open(user);
+        let Some((caller, identity)) = self.open(user) else {
+            let f = Failure::status(503, ErrorTag::ResourceDenied, "no request identity is free; try again later");
+            return error_reply(&f, accept);
+        };
         let result = route(self, &caller, req).await;
-        self.close(&caller);
+        drop(identity);
         match result {
             Ok(r) => r,
-            Err((f, enc)) => error_reply(&f, enc),
+            Err((f, enc)) => {
+                refused_input(&caller, &f);
+                error_reply(&f, enc)
+            }
         }
     }
+}
+
+/// A body refused as not well-formed or over a message limit, in the audit trail (one
+/// record per user and window for a flood).
+fn refused_input(caller: &Caller, f: &Failure) {
+    let Some(e) = f.errors.iter().find(|e| matches!(e.tag, ErrorTag::MalformedMessage | ErrorTag::TooBig)) else {
+        return;
+    };
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+        .outcome("failure")
+        .user(&caller.user)
+        .session(caller.session)
+        .transport("https")
+        .field("status", f.status)
+        .field("reason", e.message.as_str())
+        .emit_aggregated(format!("restconf-input:{}", caller.user));
 }
 
 fn host_meta(method: &Method, json: bool) -> Reply {
@@ -313,7 +363,14 @@ async fn route(rc: &Arc<Restconf>, caller: &Caller, req: Req) -> Result<Reply, (
     if rest.is_empty() || rest == "/" {
         return api_root(&req);
     }
-    let rest = &rest[1..];
+    // Whole segments only: /restconfXdata is not /restconf/data.
+    let Some(rest) = rest.strip_prefix('/') else {
+        return Err(err(Failure::not_found(format!("{path} is not a RESTCONF resource (the API root is /restconf)"))));
+    };
+    // An empty segment (`//`) names nothing; only a trailing `/` is tolerated.
+    if rest.split('/').rev().skip(1).any(str::is_empty) {
+        return Err(err(Failure::bad(ErrorTag::InvalidValue, format!("{path} has an empty path segment"))));
+    }
     let (first, tail) = match rest.split_once('/') {
         Some((a, b)) => (a, Some(b)),
         None => (rest, None),
@@ -452,6 +509,7 @@ async fn accept_loop(
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    let gate = rc.netconf.limits.restconf.clone();
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -464,25 +522,33 @@ async fn accept_loop(
             },
             _ = stopped(&mut shutdown) => return,
         };
+        // Over a cap: closed at once, before the TLS handshake (counted and logged).
+        let Ok(permit) = gate.admit(peer) else {
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let rc = rc.clone();
         let acceptor = acceptor.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             match acceptor {
-                Some(acc) => match acc.accept(stream).await {
-                    Ok(tls) => {
-                        let cert_user = tls
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .and_then(|c| rc.cert_names.get(&tls::fingerprint(c)).cloned());
-                        serve_connection(rc, TokioIo::new(tls), cert_user, shutdown).await
+                Some(acc) => {
+                    match tokio::time::timeout(permit.limits().handshake_timeout(), acc.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let cert_user = tls
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .and_then(|c| rc.cert_names.get(&tls::fingerprint(c)).cloned());
+                            serve_connection(rc, TokioIo::new(tls), cert_user, permit, shutdown).await
+                        }
+                        Ok(Err(e)) => debug!(%peer, "RESTCONF TLS handshake failed: {e}"),
+                        Err(_) => permit.gate().timed_out(peer, Timeout::Handshake),
                     }
-                    Err(e) => debug!(%peer, "RESTCONF TLS handshake failed: {e}"),
-                },
-                None => serve_connection(rc, TokioIo::new(stream), None, shutdown).await,
+                }
+                None => serve_connection(rc, TokioIo::new(stream), None, permit, shutdown).await,
             }
         });
     }
@@ -492,23 +558,54 @@ async fn serve_connection<I>(
     rc: Arc<Restconf>,
     io: I,
     cert_user: Option<String>,
+    permit: Arc<Permit>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let limits = permit.limits().clone();
+    let p = permit.clone();
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let rc = rc.clone();
         let cert_user = cert_user.clone();
+        req.extensions_mut().insert(p.clone());
         async move { Ok::<_, Infallible>(rc.handle(req, cert_user).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // The header deadline also ends idle keep-alive connections (hyper starts it whenever
+    // it waits for a request head).
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout());
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(std::time::Duration::from_secs(30)));
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     tokio::select! {
-        r = conn.as_mut() => if let Err(e) = r { debug!("RESTCONF connection: {e}") },
+        r = conn.as_mut() => if let Err(e) = r {
+            if is_header_timeout(e.as_ref()) {
+                permit.gate().timed_out(permit.peer, Timeout::Header);
+            } else {
+                debug!("RESTCONF connection: {e}");
+            }
+        },
+        // Nothing authenticated in time (covers a peer that never sends a request, and the
+        // HTTP/2 preface, which has no header deadline): the connection is dropped.
+        _ = permit.auth_deadline() => {}
         _ = stopped(&mut shutdown) => {
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn).await;
         }
     }
+}
+
+/// Whether a connection error is hyper's header read timeout.
+pub fn is_header_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_timeout() {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
 }

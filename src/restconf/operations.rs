@@ -37,7 +37,7 @@ fn operations() -> Vec<(String, String, String)> {
 }
 
 pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
-    let tail = tail.trim_end_matches('/');
+    let tail = tail.strip_suffix('/').unwrap_or(tail);
     if tail.is_empty() {
         if !matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return Err(Failure::method(
@@ -115,7 +115,10 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
         return Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{name} is not available yet")).into());
     };
     let (m, r) = (module.to_owned(), rpc.to_owned());
-    let output = tokio::task::block_in_place(|| handler.call(&m, &r, &input))?;
+    let result = tokio::task::block_in_place(|| handler.call(&m, &r, &input));
+    let tag = result.as_ref().err().map(|e| e.tag.as_str());
+    crate::mgmt::audit::operation("restconf", &caller.user, caller.session, &name, tag);
+    let output = result?;
     if output.is_empty() {
         return Ok(no_content(204));
     }

@@ -87,10 +87,13 @@ impl Target {
 
     /// Resolves the part of a URI path after `/data` (still percent-encoded).
     pub fn parse(raw: &str) -> Result<Target, Failure> {
-        let raw = raw.trim_start_matches('/');
+        let raw = raw.strip_prefix('/').unwrap_or(raw);
         let raw = raw.strip_suffix('/').unwrap_or(raw);
         if raw.is_empty() {
             return Ok(Target::root());
+        }
+        if raw.split('/').any(str::is_empty) {
+            return Err(bad_path(format!("\"{raw}\" has an empty path segment")));
         }
         let ctx = crate::yang::context();
         let mut steps: Vec<Step> = Vec::new();

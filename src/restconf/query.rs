@@ -131,6 +131,9 @@ impl Params {
                 "depth" => {
                     p.depth = match v.as_str() {
                         "unbounded" => None,
+                        n if !n.bytes().all(|b| b.is_ascii_digit()) => {
+                            return Err(bad(format!("depth=\"{v}\": expected 1..65535 or unbounded")))
+                        }
                         n => match n.parse::<u16>() {
                             Ok(d) if d >= 1 => Some(d as usize),
                             _ => return Err(bad(format!("depth=\"{v}\": expected 1..65535 or unbounded"))),
@@ -194,20 +197,20 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// Parses a `fields` value; the selection may nest (path steps and parentheses
+    /// together) no deeper than the message depth limit, so nothing built from it recurses
+    /// further.
     pub fn parse(s: &str) -> Result<Fields, Failure> {
         let chars: Vec<char> = s.chars().collect();
         let mut pos = 0;
-        let f = Self::parse_list(&chars, &mut pos, 0)?;
+        let f = Self::parse_list(&chars, &mut pos, 0, crate::config::message_limits::get().max_depth)?;
         if pos != chars.len() {
             return Err(bad(format!("fields=\"{s}\": unexpected \"{}\" at {pos}", chars[pos])));
         }
         Ok(f)
     }
 
-    fn parse_list(c: &[char], pos: &mut usize, depth: usize) -> Result<Fields, Failure> {
-        if depth > 32 {
-            return Err(bad("fields nests too deeply"));
-        }
+    fn parse_list(c: &[char], pos: &mut usize, depth: usize, max: usize) -> Result<Fields, Failure> {
         let mut out = Fields::default();
         loop {
             // One path: name ("/" name)* optionally followed by "(" list ")".
@@ -222,6 +225,9 @@ impl Fields {
                     return Err(bad("fields: an empty node name"));
                 }
                 names.push(name);
+                if depth + names.len() > max {
+                    return Err(bad(format!("fields nests deeper than {max} levels")));
+                }
                 if *pos < c.len() && c[*pos] == '/' {
                     *pos += 1;
                     continue;
@@ -231,7 +237,7 @@ impl Fields {
             let mut sub = Fields::default();
             if *pos < c.len() && c[*pos] == '(' {
                 *pos += 1;
-                sub = Self::parse_list(c, pos, depth + 1)?;
+                sub = Self::parse_list(c, pos, depth + names.len(), max)?;
                 if *pos >= c.len() || c[*pos] != ')' {
                     return Err(bad("fields: unbalanced parenthesis"));
                 }
@@ -263,6 +269,43 @@ impl Fields {
         } else {
             self.children.push((name, sub));
         }
+    }
+
+    /// Checks every selected name against the schema below `base` (the target's schema
+    /// path, empty for the datastore root): a name that selects no data node is a 400
+    /// invalid-value (RFC 8040 section 4.8.3), not an empty 200. Iterative.
+    pub fn check(&self, base: &str, base_module: Option<&str>) -> Result<(), Failure> {
+        let ctx = crate::yang::context();
+        let mut pending: Vec<(&Fields, String, Option<String>)> =
+            vec![(self, base.to_owned(), base_module.map(str::to_owned))];
+        while let Some((f, path, module)) = pending.pop() {
+            for (name, sub) in &f.children {
+                let (explicit, local) = match name.split_once(':') {
+                    Some((m, n)) => (Some(m), n),
+                    None => (None, name.as_str()),
+                };
+                let try_module = |m: &str| {
+                    let p = format!("{path}/{m}:{local}");
+                    ctx.find_path(&p).ok().map(|_| (p, m.to_owned()))
+                };
+                let found = match explicit {
+                    Some(m) => ctx.get_module_implemented(m).and_then(|_| try_module(m)),
+                    // Unqualified: the parent's module, else (as for augmented nodes and at
+                    // the datastore root) any implemented module.
+                    None => module.as_deref().and_then(try_module).or_else(|| {
+                        ctx.modules(true).filter(|m| m.is_implemented()).find_map(|m| try_module(m.name()))
+                    }),
+                };
+                let Some((p, m)) = found else {
+                    let at = if path.is_empty() { "the datastore root" } else { path.as_str() };
+                    return Err(bad(format!("fields: \"{name}\" is not a data node below {at}")));
+                };
+                if !sub.children.is_empty() {
+                    pending.push((sub, p, Some(m)));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The selection below child `name` of module `module`, when it is selected.
@@ -304,5 +347,10 @@ mod tests {
         assert_eq!(sci.children.len(), 2);
         assert!(Fields::parse("a(b").is_err());
         assert!(Fields::parse("a;;b").is_err());
+        // Nesting by path steps counts as much as by parentheses.
+        let deep = vec!["a"; 100_000].join("/");
+        assert!(Fields::parse(&deep).is_err());
+        assert!(Fields::parse(&format!("{}{}", "a(".repeat(300), ")".repeat(300))).is_err());
+        assert!(Fields::parse(&vec!["a"; 256].join("/")).is_ok());
     }
 }

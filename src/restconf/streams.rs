@@ -86,17 +86,11 @@ impl SseStream {
         (r, SseStream { tx })
     }
 
-    /// Sends one event (each line of `data` as an SSE `data:` field). False when the
-    /// client has gone.
+    /// Sends one event: each line of `data`, whether it ends in CRLF, CR or LF, as its own
+    /// SSE `data:` field (a lone CR is a line end to every SSE parser, so text carrying one
+    /// could otherwise start a forged field or event). False when the client has gone.
     pub async fn send(&self, data: &str) -> bool {
-        let mut frame = String::with_capacity(data.len() + 16);
-        for line in data.lines() {
-            frame.push_str("data: ");
-            frame.push_str(line);
-            frame.push('\n');
-        }
-        frame.push('\n');
-        self.tx.send(Bytes::from(frame)).await.is_ok()
+        self.tx.send(Bytes::from(crate::text::sse_event(data))).await.is_ok()
     }
 
     pub fn closed(&self) -> bool {
@@ -163,6 +157,8 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
     let filter = match &p.filter {
         Some(x) => {
             // Checked once now, so a bad expression is a 400 and not a silent nothing.
+            crate::netconf::filter::check_xpath(x)
+                .map_err(|e| Failure::status(413, ErrorTag::ResourceDenied, e.message))?;
             crate::yang::context()
                 .find_xpath(x)
                 .map_err(|e| Failure::bad(ErrorTag::InvalidValue, format!("filter \"{x}\": {e}")))?;
@@ -191,8 +187,11 @@ struct Delivery {
 }
 
 impl Delivery {
-    fn wanted(&self, ev: &Event) -> bool {
-        self.nacm.may_notify(&self.user, &ev.module, &ev.name) && self.filter.as_ref().is_none_or(|f| f.matches(ev))
+    /// The event as this user may see it (NACM-pruned content), if the filter selects it.
+    fn wanted(&self, ev: &Arc<Event>) -> Option<Arc<Event>> {
+        self.nacm
+            .event_for(&self.user, ev)
+            .filter(|ev| self.filter.as_ref().is_none_or(|f| f.matches(ev, &self.nacm, &self.user)))
     }
 }
 
@@ -209,7 +208,7 @@ async fn deliver(
             break;
         }
         last_seq = Some(ev.seq);
-        if d.wanted(&ev) {
+        if let Some(ev) = d.wanted(&ev) {
             if let Some(text) = encode(&ev, d.json) {
                 if !sse.send(&text).await {
                     return;
@@ -247,7 +246,7 @@ async fn deliver(
             let _ = sse.send(&marker("notificationComplete", d.json)).await;
             return;
         }
-        if d.wanted(&ev) {
+        if let Some(ev) = d.wanted(&ev) {
             if let Some(text) = encode(&ev, d.json) {
                 if !sse.send(&text).await {
                     return;

@@ -111,7 +111,7 @@ pub fn operation(
     match rpc {
         "establish-subscription" => establish(rc, caller, req, &op, &xml),
         "modify-subscription" => {
-            let m = params::modify(&op, &xml)?;
+            let m = params::modify(&op, &xml).map_err(filter_refusal)?;
             let session = rc.subscriptions.session_of(m.id, &caller.user).ok_or_else(|| no_such(m.id))?;
             let apply = push.modify(&rc.netconf, session, m)?;
             apply();
@@ -121,7 +121,9 @@ pub fn operation(
             let id = params::id(&op, NS_SN)?;
             let session = rc.subscriptions.session_of(id, &caller.user).ok_or_else(|| no_such(id))?;
             push.delete(session, id)?;
-            rc.subscriptions.lock().remove(&id);
+            if rc.subscriptions.lock().remove(&id).is_some() {
+                rc.netconf.nacm.session_closed(session);
+            }
             Ok(super::no_content(204))
         }
         "kill-subscription" => {
@@ -153,10 +155,21 @@ fn establish(
     op: &crate::netconf::xml::Element,
     xml: &str,
 ) -> Result<Reply, Failure> {
-    let p = params::establish(op, xml)?;
-    let session = rc.next_session.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(super::FIRST_SESSION);
+    let p = params::establish(op, xml).map_err(filter_refusal)?;
+    // The subscription's own identity, held until it ends (released with `release`).
+    let session = rc
+        .netconf
+        .nacm
+        .open_identity(&crate::nacm::RESTCONF_IDS, &caller.user)
+        .ok_or_else(|| Failure::status(503, ErrorTag::ResourceDenied, "no subscription identity is free"))?;
     let (tx, rx) = mpsc::channel(QUEUE);
-    let est = rc.netconf.push.establish(&rc.netconf, session, &caller.user, tx, p)?;
+    let est = match rc.netconf.push.establish(&rc.netconf, session, &caller.user, tx, p) {
+        Ok(e) => e,
+        Err(e) => {
+            rc.netconf.nacm.session_closed(session);
+            return Err(e.into());
+        }
+    };
     let id = est.id;
     rc.subscriptions.lock().insert(id, Sub { user: caller.user.clone(), session, waiting: Some((rx, est.start)) });
     // Nobody came for it: the subscription goes (RFC 8650 section 3).
@@ -175,6 +188,7 @@ fn establish(
         if let Some(s) = unattached {
             tracing::info!(id, "RESTCONF subscription not attached within {wait:?}: deleted");
             rc.netconf.push.session_ended(s.session);
+            rc.netconf.nacm.session_closed(s.session);
         }
     });
     // Absolute, like the stream locations in restconf-state (inet:uri).
@@ -210,7 +224,8 @@ fn establish(
 /// GET `{+restconf}/subscriptions/<id>`: the subscription's notifications as SSE.
 pub fn handle(rc: &Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Result<Reply, Failure> {
     let id: u32 = tail
-        .trim_end_matches('/')
+        .strip_suffix('/')
+        .unwrap_or(tail)
         .parse()
         .map_err(|_| Failure::not_found(format!("\"{tail}\" is not a subscription of this server")))?;
     if req.method != Method::GET {
@@ -237,9 +252,14 @@ pub fn handle(rc: &Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Res
     tokio::spawn(async move {
         deliver(sse, rx, shutdown).await;
         if let Some(rc) = weak.upgrade() {
-            rc.subscriptions.lock().remove(&id);
+            let removed = rc.subscriptions.lock().remove(&id).is_some();
             // The transport went: so does the subscription (no-op if it already ended).
             rc.netconf.push.session_ended(session);
+            // Released once, by whoever removed the entry (an identity closed twice could
+            // be another request's by then).
+            if removed {
+                rc.netconf.nacm.session_closed(session);
+            }
         }
     });
     Ok(reply)
@@ -261,5 +281,15 @@ async fn deliver(sse: SseStream, mut rx: mpsc::Receiver<String>, mut shutdown: t
             }
             None => return,
         }
+    }
+}
+
+/// A filter refused for its cost is 413 (issue 11 class 3), like a stream filter; other
+/// errors keep their RFC 8040 status.
+fn filter_refusal(e: RpcError) -> Failure {
+    if e.tag == ErrorTag::ResourceDenied && e.bad_element.as_deref().is_some_and(|b| b.contains("filter")) {
+        Failure { status: 413, errors: vec![e] }
+    } else {
+        e.into()
     }
 }

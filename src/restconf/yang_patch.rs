@@ -37,6 +37,7 @@ fn bad(msg: impl Into<String>) -> Failure {
 }
 
 fn parse_json(body: &[u8]) -> Result<Patch, Failure> {
+    super::data::check_syntax(body, super::media::Encoding::Json)?;
     let v: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the body is not JSON: {e}")))?;
     let p = v.get("ietf-yang-patch:yang-patch").ok_or_else(|| bad("the body must be an ietf-yang-patch:yang-patch"))?;
@@ -56,11 +57,15 @@ fn parse_json(body: &[u8]) -> Result<Patch, Failure> {
     Ok(Patch { id, edits })
 }
 
+fn too_big(e: crate::netconf::xml::XmlError) -> Failure {
+    Failure::status(413, ErrorTag::TooBig, e.0)
+}
+
 fn parse_xml(body: &[u8]) -> Result<Patch, Failure> {
     let text =
         std::str::from_utf8(body).map_err(|_| Failure::bad(ErrorTag::MalformedMessage, "the body is not UTF-8"))?;
-    let root = crate::netconf::xml::parse(text)
-        .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the body is not XML: {}", e.0)))?;
+    let root = crate::netconf::xml::parse_with(text, crate::config::message_limits::get())
+        .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the XML body is refused: {}", e.0)))?;
     if root.name != "yang-patch" || root.ns.as_deref() != Some(NS_YANG_PATCH) {
         return Err(bad(format!("the body must be a yang-patch element in {NS_YANG_PATCH}")));
     }
@@ -74,7 +79,11 @@ fn parse_xml(body: &[u8]) -> Result<Patch, Failure> {
             target: child(e, "target").ok_or_else(|| bad("an edit needs a target"))?,
             point: child(e, "point"),
             where_: child(e, "where"),
-            value: e.child(NS_YANG_PATCH, "value").map(|v| v.children_text(text).into_bytes()),
+            value: e
+                .child(NS_YANG_PATCH, "value")
+                .map(|v| v.children_text(text).map(String::into_bytes))
+                .transpose()
+                .map_err(too_big)?,
         });
     }
     Ok(Patch { id, edits })

@@ -100,7 +100,7 @@ impl Controller {
             trigger: Trigger::SciFailure,
             sites,
             withdrawn,
-            sci_withdrawn: vec![csci.to_owned()],
+            sci_withdrawn: vec![cats_sma::engine::update::SciWithdrawal::new(csci, [cs.to_owned()])],
             generated_at: chrono::Utc::now(),
         }));
         seq

@@ -31,6 +31,12 @@ pub struct CpsConfig {
     /// Pre-shared keys; when any is configured every /cats/metrics request must be signed.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
+    /// Ed25519 public keys of the C-SMAs whose signed reports are accepted (base64url, the
+    /// `x` of the JWK the agent shows in `c-ps/signing-key/jwk`); when any is configured,
+    /// every /cats/metrics request must carry a valid `X-Cats-JWS` (seed 004, Metric
+    /// Integrity: reports signed with the C-SMA's private key).
+    #[serde(default)]
+    pub trusted_csma_keys: Vec<String>,
     #[serde(default)]
     pub sites: Vec<SiteConfig>,
     #[serde(default)]
@@ -89,6 +95,7 @@ impl Default for CpsConfig {
             tls_key: None,
             client_ca: None,
             keys: Vec::new(),
+            trusted_csma_keys: Vec::new(),
             sites: Vec::new(),
             delays: Vec::new(),
         }
@@ -118,6 +125,7 @@ impl CpsConfig {
             }
         }
         self.psks()?;
+        self.csma_keys()?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err("tls_cert and tls_key go together".into());
         }
@@ -134,6 +142,11 @@ impl CpsConfig {
                 Ok(Psk { key_id: k.id.clone(), secret })
             })
             .collect()
+    }
+
+    /// The trusted C-SMA public keys by key id.
+    pub fn csma_keys(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
+        self.trusted_csma_keys.iter().map(|k| crate::cps::signing::trusted_key(k)).collect()
     }
 
     pub fn delay(&self, ingress: &str, site: &str) -> Option<f64> {

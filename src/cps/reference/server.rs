@@ -19,8 +19,9 @@ use tokio::sync::watch;
 
 use super::config::CpsConfig;
 use super::cst::{Cst, CstError};
-use crate::cps::auth::{AuthError, Presented, Verifier};
+use crate::cps::auth::{sign_reply, AuthError, Presented, Verifier, H_REPLY_SIGNATURE};
 use crate::cps::session::decode_segment;
+use crate::cps::signing::{JwsVerifier, H_JWS};
 use crate::cps::wire::{
     gunzip, ErrorBody, MetricBatch, SiteSnapshot, H_CSMA_ID, H_KEY_ID, H_NONCE, H_SEQUENCE, H_SIGNATURE, H_SITE_ID,
     H_TIMESTAMP, MAX_BODY, METRICS_PATH,
@@ -31,6 +32,9 @@ use crate::cps::wire::{
 pub struct CpsState {
     pub cst: Mutex<Cst>,
     pub verifier: Mutex<Verifier>,
+    /// Checks the C-SMAs' Ed25519 signatures (when trusted keys are configured).
+    pub jws: Mutex<JwsVerifier>,
+    psks: BTreeMap<String, Vec<u8>>,
     /// Refusals per reason (`bad-signature`, `stale-timestamp`, `replayed-nonce`, ...).
     pub refused: Mutex<BTreeMap<String, u64>>,
     pub requests: std::sync::atomic::AtomicU64,
@@ -41,9 +45,13 @@ impl CpsState {
     pub fn new(config: CpsConfig) -> Result<Arc<CpsState>, String> {
         config.check()?;
         let verifier = Verifier::new(config.psks()?, i64::from(config.timestamp_window) * 1000);
+        let jws = JwsVerifier::new(config.csma_keys()?, i64::from(config.timestamp_window) * 1000);
+        let psks = config.psks()?.into_iter().map(|k| (k.key_id, k.secret)).collect();
         Ok(Arc::new(CpsState {
             cst: Mutex::new(Cst::default()),
             verifier: Mutex::new(verifier),
+            jws: Mutex::new(jws),
+            psks,
             refused: Mutex::new(BTreeMap::new()),
             requests: Default::default(),
             config,
@@ -194,6 +202,13 @@ fn query(q: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The key, C-SMA and nonce of a verified PSK request: its reply is signed with them.
+pub(crate) struct ReplyKey {
+    secret: Vec<u8>,
+    csma: String,
+    nonce: u64,
+}
+
 async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
     state.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (parts, body) = req.into_parts();
@@ -205,12 +220,28 @@ async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
             return error(StatusCode::PAYLOAD_TOO_LARGE, "too-large", e.to_string());
         }
     };
-    respond(state, &parts, raw)
+    let mut reply_key = None;
+    let reply = route(state, &parts, &raw, &mut reply_key);
+    let Some(k) = reply_key else { return reply };
+    // Seed 004, C-PS Authentication: in PSK mode the C-PS authenticates its replies, bound
+    // to the request they answer by its nonce.
+    let (mut head, body) = reply.into_parts();
+    let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let sig = sign_reply(&k.secret, head.status.as_u16(), &k.csma, k.nonce, &bytes);
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&sig) {
+        head.headers.insert(H_REPLY_SIGNATURE, v);
+    }
+    Response::from_parts(head, Full::new(bytes))
 }
 
-/// Answers one request whose body has been read (synchronous from here on; the fuzz
-/// target `cps_wire` calls it directly).
-pub fn respond(state: &CpsState, parts: &hyper::http::request::Parts, raw: Bytes) -> Reply {
+/// Answers one request whose body has been read (synchronous; the fuzz target `cps_wire`
+/// calls it directly). `reply_key` is set when the reply must be signed.
+pub(crate) fn route(
+    state: &CpsState,
+    parts: &hyper::http::request::Parts,
+    raw: &Bytes,
+    reply_key: &mut Option<ReplyKey>,
+) -> Reply {
     let path = parts.uri.path().to_owned();
     match (&parts.method, path.as_str()) {
         (&Method::GET, "/cats/select") => {
@@ -251,31 +282,54 @@ pub fn respond(state: &CpsState, parts: &hyper::http::request::Parts, raw: Bytes
         state.count("malformed");
         return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_CSMA_ID} is required"));
     };
-    // Authentication (seed 004, Metric Integrity), over the body as sent.
-    let signed = !state.config.keys.is_empty();
-    if signed {
-        let h = &parts.headers;
+    // Authentication (seed 004, Metric Integrity), over the body as sent: the PSK MAC and
+    // the C-SMA's signature, each when configured; nonces are recorded only once every
+    // proof passed, so a request with one good proof and one forged cannot burn a nonce.
+    let refuse = |e: AuthError, what: &str| {
+        state.count(e.reason());
+        tracing::warn!(csma = %csma, reason = e.reason(), "reference C-PS: refused {what}: {e}");
+        let status = match e {
+            AuthError::MissingHeader(_) | AuthError::MalformedHeader(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        error(status, e.reason(), e.to_string())
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let h = &parts.headers;
+    let psk = if state.config.keys.is_empty() {
+        None
+    } else {
         let p = Presented {
             key_id: header(h, H_KEY_ID),
             timestamp: header(h, H_TIMESTAMP),
             nonce: header(h, H_NONCE),
             signature: header(h, H_SIGNATURE),
         };
-        let now = chrono::Utc::now().timestamp_millis();
-        let r = lock(&state.verifier).verify(parts.method.as_str(), &path, &csma, &p, &raw, now);
-        if let Err(e) = r {
-            state.count(e.reason());
-            tracing::warn!(csma = %csma, reason = e.reason(), "reference C-PS: refused: {e}");
-            let status = match e {
-                AuthError::MissingHeader(_) | AuthError::MalformedHeader(_) => StatusCode::BAD_REQUEST,
-                _ => StatusCode::UNAUTHORIZED,
-            };
-            return error(status, e.reason(), e.to_string());
+        match lock(&state.verifier).check(parts.method.as_str(), &path, &csma, &p, raw, now) {
+            Ok(a) => Some(a),
+            Err(e) => return refuse(e, "a request"),
         }
+    };
+    let jws = if lock(&state.jws).is_empty() {
+        None
+    } else {
+        match lock(&state.jws).check(parts.method.as_str(), &path, &csma, header(h, H_JWS), raw, now) {
+            Ok(a) => Some(a),
+            Err(e) => return refuse(e, "a report signature"),
+        }
+    };
+    if let Some(a) = psk {
+        if let Some(secret) = state.psks.get(&a.key_id) {
+            *reply_key = Some(ReplyKey { secret: secret.clone(), csma: csma.clone(), nonce: a.nonce });
+        }
+        lock(&state.verifier).accept(a);
+    }
+    if let Some(a) = jws {
+        lock(&state.jws).accept(a);
     }
     let body = match header(&parts.headers, CONTENT_ENCODING.as_str()) {
         None | Some("identity") => raw.to_vec(),
-        Some("gzip") => match gunzip(&raw, MAX_BODY) {
+        Some("gzip") => match gunzip(raw, MAX_BODY) {
             Ok(b) => b,
             Err(e) => {
                 state.count("malformed");

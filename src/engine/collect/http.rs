@@ -2,25 +2,29 @@
 //! CBOR. The answer says what was accepted and, per rejected report, why: 200 when at
 //! least one report was accepted, 422 when all were refused, 400 for an undecodable body,
 //! 413 above the size limit, 415 for another content type, 404/405 otherwise. Every refusal
-//! is counted by reason in the operational state.
+//! is counted by reason in the operational state. Connections pass the SCI gate of
+//! [`crate::mgmt::auth_limits`]: caps at accept, header and body deadlines, and a deadline
+//! for the first accepted report (until then a connection counts as unauthenticated).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::engine::core::Sender;
-use crate::engine::report::{self, Encoding};
+use crate::engine::report::{self, Encoding, IdKind};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
+use crate::mgmt::auth_limits::{Gate, Permit, Timeout};
 
 /// Where and how the HTTP collector listens (YANG collection/http).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,56 +46,94 @@ async fn handle(
     req: Request<Incoming>,
     engine: Engine,
     max_body: usize,
-    peer: SocketAddr,
+    permit: Arc<Permit>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    let r = handle_report(req, engine, max_body, &permit).await;
+    // An accepted report authenticates the connection (the sender had the key, or the
+    // collector needs none).
+    if r.status() == StatusCode::OK {
+        permit.establish();
+    }
+    Ok(r)
+}
+
+async fn handle_report(
+    req: Request<Incoming>,
+    engine: Engine,
+    max_body: usize,
+    permit: &Permit,
+) -> Response<Full<Bytes>> {
+    let peer = permit.peer;
     if req.uri().path() != "/reports" {
-        return Ok(reply(StatusCode::NOT_FOUND, json!({"error": "unknown resource; SCIs POST to /reports"})));
+        return reply(StatusCode::NOT_FOUND, json!({"error": "unknown resource; SCIs POST to /reports"}));
     }
     if req.method() != Method::POST {
         let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, json!({"error": "use POST"}));
         r.headers_mut().insert("allow", hyper::header::HeaderValue::from_static("POST"));
-        return Ok(r);
+        return r;
     }
-    let ct = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let ct = req.headers().get("content-type").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let ct = ct.unwrap_or_default();
     let Some(enc) = Encoding::from_content_type(&ct) else {
-        count(&engine, Rejection::Malformed);
-        return Ok(reply(
+        count(&engine, Rejection::Malformed).await;
+        return refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            json!({"error": format!("content type \"{ct}\" is not application/json or application/cbor")}),
-        ));
+            Rejection::Malformed,
+            format!("content type {:?} is not application/json or application/cbor", crate::text::truncate(&ct, 64)),
+        );
     };
     let proof =
         req.headers().get(hyper::header::AUTHORIZATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let body = match Limited::new(req.into_body(), max_body).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            count(&engine, Rejection::Malformed);
+    let body_timeout = permit.limits().body_read_timeout();
+    let body = match tokio::time::timeout(body_timeout, Limited::new(req.into_body(), max_body).collect()).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Err(_) => {
+            count(&engine, Rejection::Malformed).await;
+            permit.gate().timed_out(peer, Timeout::Body);
+            let mut r = refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                Rejection::Malformed,
+                format!("the body did not arrive within {} s", body_timeout.as_secs()),
+            );
+            r.headers_mut().insert("connection", hyper::header::HeaderValue::from_static("close"));
+            return r;
+        }
+        Ok(Err(e)) => {
+            count(&engine, Rejection::Malformed).await;
             let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
-            return Ok(if too_big {
-                reply(StatusCode::PAYLOAD_TOO_LARGE, json!({"error": format!("body larger than {max_body} bytes")}))
+            return if too_big {
+                refusal(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Rejection::Malformed,
+                    format!("body larger than {max_body} bytes"),
+                )
             } else {
-                reply(StatusCode::BAD_REQUEST, json!({"error": format!("reading the body failed: {e}")}))
-            });
+                refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, format!("reading the body failed: {e}"))
+            };
         }
     };
     let raws = match report::decode(&body, enc) {
         Ok(r) => r,
         Err(e) => {
-            count(&engine, Rejection::Malformed);
-            return Ok(reply(StatusCode::BAD_REQUEST, json!({"error": e.to_string()})));
+            count(&engine, Rejection::Malformed).await;
+            return refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, e.to_string());
         }
     };
-    let ids: Vec<String> = raws.iter().map(|r| r.csci_id.clone()).collect();
+    // Echoed ids are shown as kept: escaped and cut to their YANG length.
+    let ids: Vec<String> = raws.iter().map(|r| report::display_id(IdKind::CsciId, &r.csci_id)).collect();
     let sender = Sender { transport: "http", address: Some(peer.ip()), ..Sender::default() };
     let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
         Ok(r) => r,
         Err(f) => {
-            let mut r = reply(StatusCode::UNAUTHORIZED, json!({"error": f.detail, "csci-id": f.claimed}));
+            let mut r = reply(
+                StatusCode::UNAUTHORIZED,
+                json!({"error": f.detail, "csci-id": f.claimed, "reason": Rejection::Unauthenticated.identity()}),
+            );
             r.headers_mut().insert(
                 "www-authenticate",
                 hyper::header::HeaderValue::from_static("CATS-HMAC-SHA256, Bearer realm=\"cats-sma\""),
             );
-            return Ok(r);
+            return r;
         }
     };
     let accepted = results.iter().filter(|r| r.is_ok()).count();
@@ -105,11 +147,17 @@ async fn handle(
         })
         .collect();
     let status = if accepted == 0 && !rejected.is_empty() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
-    Ok(reply(status, json!({"accepted": accepted, "rejected": rejected})))
+    reply(status, json!({"accepted": accepted, "rejected": rejected}))
 }
 
-fn count(engine: &Engine, reason: Rejection) {
-    engine.submit(move |core| core.count_rejection(reason, "http"));
+async fn count(engine: &Engine, reason: Rejection) {
+    engine.submit_peer(move |core| core.count_rejection(reason, "http")).await;
+}
+
+/// A message refused as a whole: the status, the rejection reason (a
+/// `cats-sma-types:rejection-reason` identity, counted) and why.
+fn refusal(status: StatusCode, reason: Rejection, detail: String) -> Response<Full<Bytes>> {
+    reply(status, json!({"error": detail, "reason": reason.identity()}))
 }
 
 /// Serves until the settings change to disabled / another address (then rebinds) or the
@@ -118,6 +166,7 @@ pub async fn serve(
     engine: Engine,
     mut settings: watch::Receiver<HttpSettings>,
     bound: watch::Sender<Option<SocketAddr>>,
+    gate: Arc<Gate>,
 ) {
     loop {
         let current = settings.borrow_and_update().clone();
@@ -154,16 +203,33 @@ pub async fn serve(
                 }
                 accepted = listener.accept() => {
                     let Ok((stream, peer)) = accepted else { continue };
+                    // Over a cap: closed at once (counted and logged by the gate).
+                    let Ok(permit) = gate.admit(peer) else { continue };
                     let _ = stream.set_nodelay(true);
                     let engine = engine.clone();
                     let max = current.max_body;
-                    tokio::spawn(async move {
-                        let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max, peer));
-                        let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-                    });
+                    tokio::spawn(serve_connection(stream, engine, max, permit));
                 }
             }
         }
+    }
+}
+
+async fn serve_connection(stream: tokio::net::TcpStream, engine: Engine, max: usize, permit: Arc<Permit>) {
+    let p = permit.clone();
+    let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max, p.clone()));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // Also ends idle keep-alive connections: hyper starts it whenever it waits for a head.
+    builder.timer(TokioTimer::new()).header_read_timeout(permit.limits().header_read_timeout());
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    tokio::select! {
+        r = conn => if let Err(e) = r {
+            if e.is_timeout() {
+                permit.gate().timed_out(permit.peer, Timeout::Header);
+            }
+        },
+        // No accepted report in time: dropped.
+        _ = permit.auth_deadline() => {}
     }
 }
 

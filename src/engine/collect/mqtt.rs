@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::engine::core::Sender;
-use crate::engine::report::{self, Encoding};
+use crate::engine::report::{self, check_id, Encoding, IdKind};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 
@@ -79,6 +79,7 @@ pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) 
         let (client, mut events) = AsyncClient::new(opts, 256);
         let filter = filter(&current);
         let mut submitted: u32 = 0;
+        let mut backlog: usize = 0;
         let broker = broker_ip(&current.host).await;
         let mut backoff = Duration::from_secs(1);
         info!(broker = %format!("{}:{}", current.host, current.port), filter, "SCI collection over MQTT starting");
@@ -111,11 +112,15 @@ pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) 
                         });
                         ingest(&engine, &current.topic, &topic, &p.payload, cbor, proof, broker);
                         // Reports are handed to the engine without waiting for each verdict
-                        // (in order: one job queue); every WINDOW messages the collector
-                        // waits for the engine to catch up, which bounds the backlog.
+                        // (in order: one job queue); every WINDOW messages, or once the
+                        // payloads handed over reach peer_limits.mqtt_backlog_bytes, the
+                        // collector waits for the engine to catch up, which bounds the
+                        // backlog in messages and in bytes.
                         submitted += 1;
-                        if submitted % WINDOW == 0 {
+                        backlog += p.payload.len() + p.topic.len();
+                        if submitted % WINDOW == 0 || backlog >= engine.limits.mqtt_backlog_bytes {
                             let _ = engine.query(|_| ()).await;
+                            backlog = 0;
                         }
                     }
                     Ok(_) => {}
@@ -152,29 +157,37 @@ fn ingest(
     proof: Option<&str>,
     broker: Option<std::net::IpAddr>,
 ) {
+    // The topic is the broker's and the publisher's text: logged escaped, never raw.
+    let shown = crate::text::printable(topic, 300);
+    // The CSCI-ID the topic level claims is an identifier like any other: of its YANG type
+    // before anything keeps it.
+    let claimed = claimed_csci(pattern, topic);
+    if let Some(Err(e)) = claimed.as_deref().map(|c| check_id(IdKind::CsciId, c)) {
+        warn!(topic = %shown, "MQTT message refused: the topic's {e}");
+        engine.submit(move |core| core.count_rejection(Rejection::Malformed, "mqtt"));
+        return;
+    }
     let enc = if cbor { Encoding::Cbor } else { Encoding::Json };
     let raws = match report::decode(payload, enc) {
         Ok(r) => r,
         Err(e) => {
-            warn!(topic, "MQTT report refused: {e}");
+            warn!(topic = %shown, "MQTT report refused: {:?}", e.to_string());
             engine.submit(move |core| core.count_rejection(Rejection::Malformed, "mqtt"));
             return;
         }
     };
-    let sender =
-        Sender { csci_id: claimed_csci(pattern, topic), transport: "mqtt", address: broker, ..Sender::default() };
+    let sender = Sender { csci_id: claimed, transport: "mqtt", address: broker, ..Sender::default() };
     let sender = match engine.authenticate(&raws, proof, payload, sender) {
         Ok(s) => s,
         Err(f) => {
-            debug!(topic, "MQTT message refused: {}", f.detail);
+            debug!(topic = %shown, "MQTT message refused: {:?}", f.detail);
             return;
         }
     };
-    let topic = topic.to_owned();
     engine.submit(move |core| {
         for r in &raws {
             if let Err((reason, detail)) = core.ingest_from(r, &sender) {
-                debug!(topic, reason = reason.identity(), "MQTT report refused: {detail}");
+                debug!(topic = %shown, reason = reason.identity(), "MQTT report refused: {detail:?}");
             }
         }
     });
@@ -191,6 +204,11 @@ mod tests {
             Some("188.3.67.3:67")
         );
         assert_eq!(claimed_csci("cats/reports", "cats/reports"), None);
+        // A topic level is an identifier like any other (issue 11): checked before use.
+        for bad in ["a\rb", "a\nb", "a\u{202e}b", &"x".repeat(256)] {
+            let id = claimed_csci("cats/sci/+/report", &format!("cats/sci/{bad}/report")).unwrap();
+            assert!(check_id(IdKind::CsciId, &id).is_err(), "{bad:?}");
+        }
         let s = MqttSettings {
             enabled: true,
             host: "h".into(),

@@ -57,7 +57,6 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> PullSettings {
     out
 }
 
-const MAX_BODY: usize = 1024 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A pulled response: body, encoding, the SCI's proof (`Authorization` response header)
@@ -69,23 +68,69 @@ pub struct Fetched {
     pub address: Option<std::net::IpAddr>,
 }
 
-/// GETs a target.
-pub async fn fetch(url: &str) -> Result<Fetched, String> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL {url}: {e}"))?;
-    let host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned());
-    let resp = tokio::time::timeout(TIMEOUT, client.get(uri)).await.map_err(|_| "timed out".to_string())?;
-    let resp = resp.map_err(|e| e.to_string())?;
-    if !resp.status().is_success() {
-        return Err(format!("HTTP {}", resp.status()));
+/// Why a pull brought nothing.
+#[derive(Debug)]
+pub enum FetchError {
+    /// The target did not answer usefully (connection, timeout, HTTP error status).
+    Unreachable(String),
+    /// It answered something the agent refuses (too big, compressed, not JSON or CBOR):
+    /// counted as a malformed report.
+    Refused(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Unreachable(e) | FetchError::Refused(e) => f.write_str(e),
+        }
     }
-    let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_owned();
-    let enc = Encoding::from_content_type(&ct).ok_or_else(|| format!("content type {ct} is not JSON or CBOR"))?;
+}
+
+/// GETs a target, reading at most `max_body` bytes of its answer. The answer is read as
+/// sent: the agent asks for no content coding and refuses one (a compressed body could
+/// expand without bound).
+pub async fn fetch(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
+    use FetchError::{Refused, Unreachable};
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: hyper::Uri = url.parse().map_err(|e| Unreachable(format!("bad URL {url}: {e}")))?;
+    let host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned());
+    let req = hyper::Request::get(uri)
+        .header(hyper::header::ACCEPT_ENCODING, "identity")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Unreachable(e.to_string()))?;
+    let resp = tokio::time::timeout(TIMEOUT, client.request(req)).await.map_err(|_| Unreachable("timed out".into()))?;
+    let resp = resp.map_err(|e| Unreachable(e.to_string()))?;
+    if !resp.status().is_success() {
+        return Err(Unreachable(format!("HTTP {}", resp.status())));
+    }
+    let header = |name: hyper::header::HeaderName| {
+        resp.headers().get(name).map(|v| crate::text::printable(&String::from_utf8_lossy(v.as_bytes()), 64))
+    };
+    if let Some(ce) = header(hyper::header::CONTENT_ENCODING).filter(|c| !c.eq_ignore_ascii_case("identity")) {
+        return Err(Refused(format!("content-encoding {ce:?} is not accepted (identity only)")));
+    }
+    let ct = header(hyper::header::CONTENT_TYPE).unwrap_or_else(|| "application/json".into());
+    let enc =
+        Encoding::from_content_type(&ct).ok_or_else(|| Refused(format!("content type {ct:?} is not JSON or CBOR")))?;
+    if resp
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|n| n > max_body as u64)
+    {
+        return Err(Refused(format!("body larger than {max_body} bytes")));
+    }
     let proof = resp.headers().get("authorization").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let body = tokio::time::timeout(TIMEOUT, Limited::new(resp.into_body(), MAX_BODY).collect())
+    let body = tokio::time::timeout(TIMEOUT, Limited::new(resp.into_body(), max_body).collect())
         .await
-        .map_err(|_| "timed out reading the body".to_string())?
-        .map_err(|e| e.to_string())?
+        .map_err(|_| Unreachable("timed out reading the body".into()))?
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                Refused(format!("body larger than {max_body} bytes"))
+            } else {
+                Unreachable(e.to_string())
+            }
+        })?
         .to_bytes();
     let address = match host {
         Some(h) => match h.parse() {
@@ -98,7 +143,7 @@ pub async fn fetch(url: &str) -> Result<Fetched, String> {
 }
 
 async fn pull_one(engine: Engine, csci_id: String, url: String) {
-    match fetch(&url).await {
+    match fetch(&url, engine.limits.pull_response_bytes).await {
         Ok(f) => match report::decode(&f.body, f.encoding) {
             Ok(raws) => {
                 let sender =
@@ -107,15 +152,19 @@ async fn pull_one(engine: Engine, csci_id: String, url: String) {
                     return;
                 };
                 for (reason, detail) in results.iter().filter_map(|r| r.as_ref().err()) {
-                    debug!(csci_id, reason = reason.identity(), "pulled report refused: {detail}");
+                    debug!(csci_id, reason = reason.identity(), "pulled report refused: {detail:?}");
                 }
             }
             Err(e) => {
-                warn!(csci_id, url, "pulled report refused: {e}");
-                engine.submit(move |core| core.count_rejection(Rejection::Malformed, &csci_id));
+                warn!(csci_id, url, "pulled report refused: {:?}", e.to_string());
+                engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
             }
         },
-        Err(e) => debug!(csci_id, url, "pull failed: {e}"),
+        Err(FetchError::Refused(e)) => {
+            warn!(csci_id, url, "pulled report refused: {e:?}");
+            engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
+        }
+        Err(e) => debug!(csci_id, url, "pull failed: {:?}", e.to_string()),
     }
 }
 

@@ -54,8 +54,10 @@ impl AppRpc for EngineRpcs {
                     Some(url) => {
                         let started = std::time::Instant::now();
                         let handle = tokio::runtime::Handle::current();
-                        let result =
-                            tokio::task::block_in_place(|| handle.block_on(crate::engine::collect::pull::fetch(&url)));
+                        let limit = self.engine.limits.pull_response_bytes;
+                        let result = tokio::task::block_in_place(|| {
+                            handle.block_on(crate::engine::collect::pull::fetch(&url, limit))
+                        });
                         let rtt = started.elapsed().as_micros().min(u32::MAX as u128);
                         out.push_str(&format!("<reachable xmlns=\"{ns}\">{}</reachable>", result.is_ok()));
                         if result.is_ok() {

@@ -21,7 +21,7 @@ use crate::engine::model::{Health, Metrics, SciState};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 use crate::error::RpcError;
-use crate::netconf::xml::escape_text as esc;
+use crate::text::xml as esc;
 
 const NS: &str = "urn:cats-sma:yang:cats-sma";
 const NS_POLICY: &str = "urn:cats-sma:yang:cats-sma-policy";

@@ -27,10 +27,24 @@ pub struct Advertisement {
     /// Services to withdraw: no contributing SCI left. Listed in a Full too, for protocols
     /// that cannot express replacement (REST DELETE).
     pub withdrawn: Vec<CsId>,
-    /// SCIs that failed, were evicted or deregistered: `DELETE /cats/metrics/{csci-id}`.
-    pub sci_withdrawn: Vec<CsciId>,
+    /// SCIs that failed, were evicted or deregistered: `DELETE /cats/metrics/{csci-id}`,
+    /// each with the services it served, so only C-PSes allowed one of them learn of it.
+    pub sci_withdrawn: Vec<SciWithdrawal>,
     /// Wall time of the decision (the timestamp of seed 004's replay protection).
     pub generated_at: DateTime<Utc>,
+}
+
+/// An SCI withdrawn, with the CS-IDs it was withdrawn from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SciWithdrawal {
+    pub csci_id: CsciId,
+    pub cs_ids: Vec<CsId>,
+}
+
+impl SciWithdrawal {
+    pub fn new(csci_id: impl Into<CsciId>, cs_ids: impl IntoIterator<Item = CsId>) -> SciWithdrawal {
+        SciWithdrawal { csci_id: csci_id.into(), cs_ids: cs_ids.into_iter().collect() }
+    }
 }
 
 /// Snapshot or change set.

@@ -461,7 +461,7 @@ impl UpdateController {
         let mut body = Body::new(Trigger::Heartbeat);
         for (_, cs_id, content) in items {
             let Some(p) = self.pending.remove(&cs_id) else { continue };
-            body.settle(&p);
+            body.settle(&cs_id, &p);
             match content {
                 Content::Site => {
                     if let Some(site) = self.current.get(&cs_id) {
@@ -508,7 +508,7 @@ impl UpdateController {
                 None => {}
             }
             if let (false, Some(p)) = (frozen, pending) {
-                body.settle(p);
+                body.settle(&cs_id, p);
                 settled.push(cs_id);
             }
         }
@@ -543,7 +543,11 @@ impl UpdateController {
             trigger: body.trigger,
             sites: body.sites,
             withdrawn: body.withdrawn,
-            sci_withdrawn: body.sci_withdrawn.into_iter().collect(),
+            sci_withdrawn: body
+                .sci_withdrawn
+                .into_iter()
+                .map(|(csci_id, cs_ids)| super::advertisement::SciWithdrawal::new(csci_id, cs_ids))
+                .collect(),
             generated_at: self.clock.wall_at(now),
         }
     }
@@ -554,17 +558,20 @@ struct Body {
     trigger: Trigger,
     sites: Vec<SiteMetrics>,
     withdrawn: Vec<CsId>,
-    sci_withdrawn: BTreeSet<CsciId>,
+    /// Each withdrawn SCI with the services it was withdrawn from.
+    sci_withdrawn: std::collections::BTreeMap<CsciId, BTreeSet<CsId>>,
 }
 
 impl Body {
     fn new(trigger: Trigger) -> Body {
-        Body { trigger, sites: Vec::new(), withdrawn: Vec::new(), sci_withdrawn: BTreeSet::new() }
+        Body { trigger, sites: Vec::new(), withdrawn: Vec::new(), sci_withdrawn: Default::default() }
     }
 
-    fn settle(&mut self, p: &Pending) {
+    fn settle(&mut self, cs_id: &CsId, p: &Pending) {
         self.trigger = self.trigger.max(p.trigger);
-        self.sci_withdrawn.extend(p.sci_withdrawn.iter().cloned());
+        for csci in &p.sci_withdrawn {
+            self.sci_withdrawn.entry(csci.clone()).or_default().insert(cs_id.clone());
+        }
     }
 }
 

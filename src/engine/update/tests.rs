@@ -383,7 +383,7 @@ fn seed_suppress_all_holds_critical_until_the_window_closes() {
     let adv = one(h.event(20_000, window(None)), 20_000);
     assert_eq!(
         (adv.trigger, adv.withdrawn.clone(), adv.sci_withdrawn.clone()),
-        (Trigger::SciFailure, vec!["A".to_string()], vec!["s1".to_string()])
+        (Trigger::SciFailure, vec!["A".to_string()], vec![SciWithdrawal::new("s1", ["A".to_string()])])
     );
     assert!(adv.sites.is_empty(), "B's routine change was dropped, not queued");
 }
@@ -457,7 +457,7 @@ fn seed_withdrawal_on_last_sci_failing() {
     out.extend(h.run_to(10_500));
     let adv = one(out, 10_050);
     assert_eq!((adv.trigger, adv.sites.clone()), (Trigger::SciFailure, vec![site("A", 100, 100)]));
-    assert_eq!(adv.sci_withdrawn, ["s1"]);
+    assert_eq!(adv.sci_withdrawn, [SciWithdrawal::new("s1", ["A".to_string()])]);
 
     // The last one, inside the minimum interval: critical, so it goes at once.
     let mut out = h.event(11_000, sci("s2", "A", state(Some(SciState::Stale), SciState::Failed), None));
@@ -465,7 +465,7 @@ fn seed_withdrawal_on_last_sci_failing() {
     let adv = one(out, 11_050);
     assert_eq!(
         (adv.sites.len(), adv.withdrawn.clone(), adv.sci_withdrawn.clone()),
-        (0, vec!["A".to_string()], vec!["s2".to_string()])
+        (0, vec!["A".to_string()], vec![SciWithdrawal::new("s2", ["A".to_string()])])
     );
 
     let beat = one(h.run_to(60_000), 60_000);
@@ -489,7 +489,10 @@ fn seed_eviction_is_a_withdrawal_that_maintenance_does_not_hold() {
     let mut out = h.event(3_000, sci("s1", "A", SciChange::Removed, Some(site("A", 100, 100))));
     out.extend(h.run_to(10_000));
     let adv = one(out, 3_050);
-    assert_eq!((adv.trigger, adv.sci_withdrawn.clone()), (Trigger::Withdrawal, vec!["s1".to_string()]));
+    assert_eq!(
+        (adv.trigger, adv.sci_withdrawn.clone()),
+        (Trigger::Withdrawal, vec![SciWithdrawal::new("s1", ["A".to_string()])])
+    );
     assert_eq!(adv.sites, vec![site("A", 100, 100)]);
 }
 

@@ -1,7 +1,16 @@
 //! NETCONF filters: subtree (RFC 6241 section 6) and XPath 1.0 (the :xpath capability,
 //! section 8.9), both applied to a libyang data tree and producing a new tree holding only
 //! what was selected (with ancestors and list keys).
+//!
+//! Every filter of the agent (get, get-config, get-data, YANG-Push selections, RFC 5277 and
+//! RFC 8639 notification filters) is evaluated here and only here, and only over a
+//! [`Readable`] tree: one already pruned by NACM for the reader (see
+//! [`crate::nacm::Nacm::read`]). A filter therefore cannot test data its reader may not
+//! read (RFC 8341 section 3.4.5). Before evaluation the filter's cost is checked
+//! ([`check_xpath`], [`check_subtree`]) and evaluation takes one of a bounded number of
+//! evaluator permits, so one reader cannot occupy every core.
 
+pub mod cost;
 pub mod subtree;
 pub mod xpath;
 
@@ -10,6 +19,37 @@ use yang2::data::{Data, DataTree};
 use super::xml::Element;
 use super::NS_BASE;
 use crate::error::{ErrorTag, RpcError};
+
+pub use cost::{check_subtree, check_xpath, configure, limits, FilterLimits};
+
+/// A data tree holding only what one reader may read: the only input filters accept.
+/// Made by [`crate::nacm::Nacm::read`] / [`crate::nacm::Nacm::readable`], by filtering a
+/// readable tree, or ([`Readable::synthetic`]) from made-up probe data.
+pub struct Readable(DataTree<'static>);
+
+impl Readable {
+    /// Wraps a tree the caller has just pruned for its reader (crate::nacm does this).
+    pub(crate) fn pruned(tree: DataTree<'static>) -> Readable {
+        Readable(tree)
+    }
+
+    /// Wraps a tree of made-up data (schema probes): nothing in it is anyone's secret.
+    pub(crate) fn synthetic(tree: DataTree<'static>) -> Readable {
+        Readable(tree)
+    }
+
+    pub fn tree(&self) -> &DataTree<'static> {
+        &self.0
+    }
+
+    pub fn into_tree(self) -> DataTree<'static> {
+        self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.reference().is_none()
+    }
+}
 
 /// A parsed `<filter>` element.
 pub enum Filter<'m> {
@@ -23,14 +63,19 @@ impl<'m> Filter<'m> {
     pub fn parse(el: &'m Element) -> Result<Filter<'m>, RpcError> {
         let ty = el.attr("type").or_else(|| el.attr_ns(NS_BASE, "type")).unwrap_or("subtree");
         match ty {
-            "subtree" => Ok(Filter::Subtree(el)),
+            "subtree" => {
+                check_subtree(el)?;
+                Ok(Filter::Subtree(el))
+            }
             "xpath" => {
                 let select = el.attr("select").or_else(|| el.attr_ns(NS_BASE, "select")).ok_or_else(|| {
                     RpcError::protocol(ErrorTag::MissingAttribute, "an xpath filter needs a select attribute")
                         .with_bad_attribute("select")
                         .with_bad_element("filter")
                 })?;
-                Ok(Filter::XPath(xpath::to_json_prefixes(select, &el.scope)?))
+                let x = xpath::to_json_prefixes(select, &el.scope)?;
+                check_xpath(&x)?;
+                Ok(Filter::XPath(x))
             }
             other => Err(RpcError::protocol(ErrorTag::BadAttribute, format!("unknown filter type \"{other}\""))
                 .with_bad_attribute("type")
@@ -38,8 +83,8 @@ impl<'m> Filter<'m> {
         }
     }
 
-    /// Applies the filter to `tree`, returning the selected data.
-    pub fn apply(&self, tree: &DataTree<'static>) -> Result<DataTree<'static>, RpcError> {
+    /// Applies the filter to readable data, returning the selected data.
+    pub fn apply(&self, tree: &Readable) -> Result<Readable, RpcError> {
         match self {
             Filter::Subtree(el) => subtree::apply(el, tree),
             Filter::XPath(x) => xpath::apply(x, tree),
@@ -47,8 +92,7 @@ impl<'m> Filter<'m> {
     }
 }
 
-/// Copies `node` (its whole subtree when `deep`, else just the node with its keys) with all
-/// ancestors into `out`.
+/// Copies `node` (its whole subtree) with all ancestors into `out`.
 pub(crate) fn copy_into(
     out: &mut DataTree<'static>,
     node: &yang2::data::DataNodeRef<'_, 'static>,
@@ -62,9 +106,9 @@ pub fn is_empty(tree: &DataTree<'static>) -> bool {
     tree.reference().is_none()
 }
 
-/// Selects all data of a tree that matches one of several XPaths (union), used by both
-/// filters.
-pub(crate) fn select_xpath(tree: &DataTree<'static>, xpath: &str, out: &mut DataTree<'static>) -> Result<(), RpcError> {
+/// Selects all data of a tree that an XPath selects (with ancestors and subtrees). Private
+/// to the filters: the public ways in take a [`Readable`].
+fn select_xpath(tree: &DataTree<'static>, xpath: &str, out: &mut DataTree<'static>) -> Result<(), RpcError> {
     if tree.reference().is_none() {
         return Ok(());
     }

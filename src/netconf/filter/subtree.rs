@@ -5,7 +5,7 @@
 use yang2::data::{Data, DataNodeRef, DataTree};
 use yang2::iter::NodeIterable;
 
-use super::copy_into;
+use super::{check_subtree, copy_into, Readable};
 use crate::error::RpcError;
 use crate::netconf::xml::Element;
 
@@ -27,14 +27,17 @@ fn kind(f: &Element) -> Kind {
 
 /// Applies the children of a `<filter>` element to `tree`. An empty filter selects nothing
 /// (section 6.4.2).
-pub fn apply(filter: &Element, tree: &DataTree<'static>) -> Result<DataTree<'static>, RpcError> {
+pub fn apply(filter: &Element, tree: &Readable) -> Result<Readable, RpcError> {
+    check_subtree(filter)?;
+    let tree = tree.tree();
     let mut out = DataTree::new(tree.context());
     let Some(first) = tree.reference() else {
-        return Ok(out);
+        return Ok(Readable::pruned(out));
     };
+    let _permit = super::cost::permit()?;
     let top: Vec<DataNodeRef<'_, 'static>> = first.inclusive_siblings().collect();
     siblings(&top, &filter.children, &mut out)?;
-    Ok(out)
+    Ok(Readable::pruned(out))
 }
 
 /// Does data node `n` have the filter element's name and (if given) namespace (6.2.1)?

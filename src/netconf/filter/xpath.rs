@@ -1,9 +1,9 @@
 //! XPath filters (RFC 6241 section 8.9): the expression's XML prefixes are resolved in the
 //! `<filter>` element's namespace scope and rewritten as the module names libyang expects.
 
-use yang2::data::DataTree;
+use yang2::data::{Data, DataTree};
 
-use super::select_xpath;
+use super::{check_xpath, select_xpath, Readable};
 use crate::error::{ErrorTag, RpcError};
 use crate::netconf::xml::Scope;
 
@@ -58,8 +58,28 @@ pub fn to_json_prefixes(expr: &str, scope: &Scope) -> Result<String, RpcError> {
     Ok(out)
 }
 
-pub fn apply(expr: &str, tree: &DataTree<'static>) -> Result<DataTree<'static>, RpcError> {
+/// Evaluates an XPath filter over readable data (cost-checked, with an evaluator permit).
+pub fn apply(expr: &str, tree: &Readable) -> Result<Readable, RpcError> {
+    check_xpath(expr)?;
     let mut out = DataTree::new(crate::yang::context());
-    select_xpath(tree, expr, &mut out)?;
-    Ok(out)
+    if tree.is_empty() {
+        return Ok(Readable::pruned(out));
+    }
+    let _permit = super::cost::permit()?;
+    select_xpath(tree.tree(), expr, &mut out)?;
+    Ok(Readable::pruned(out))
+}
+
+/// Whether an XPath selects anything of readable data (notification filters).
+pub fn selects(expr: &str, tree: &Readable) -> Result<bool, RpcError> {
+    check_xpath(expr)?;
+    if tree.is_empty() {
+        return Ok(false);
+    }
+    let _permit = super::cost::permit()?;
+    let set = tree.tree().find_xpath(expr).map_err(|e| {
+        RpcError::protocol(ErrorTag::InvalidValue, format!("invalid XPath \"{expr}\": {e}")).with_bad_element("filter")
+    })?;
+    let mut set = set;
+    Ok(set.next().is_some())
 }

@@ -12,7 +12,8 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let inline = op.param("source").and_then(|s| s.param("config"));
     match inline {
         Some(config) => {
-            let tree = ds.parse_config(config_text(config, src).as_bytes(), DataFormat::XML).map_err(locate(config))?;
+            let tree =
+                ds.parse_config(config_text(config, src)?.as_bytes(), DataFormat::XML).map_err(locate(config))?;
             ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         }
         None => {

@@ -41,7 +41,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     }
     let filter = match param("filter") {
         None => None,
-        Some(f) => Some(NotificationFilter::from_filter(&Filter::parse(f).map_err(one)?, src)),
+        Some(f) => Some(NotificationFilter::from_filter(&Filter::parse(f).map_err(one)?, src).map_err(one)?),
     };
     if ctx.subscribed.swap(true, std::sync::atomic::Ordering::SeqCst) {
         return Err(one(RpcError::protocol(

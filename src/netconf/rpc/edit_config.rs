@@ -47,7 +47,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
             .with_bad_element("url")));
     }
     let config = op.param("config").ok_or_else(|| missing("config", "edit-config"))?;
-    let text = config_text(config, src);
+    let text = config_text(config, src)?;
     let ds = &ctx.server.datastores;
     if opts.default_operation == EditOp::Replace {
         // RFC 6241 7.2: with default-operation replace, <config> replaces the whole target.

@@ -32,7 +32,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
             .with_bad_element("url")));
     }
     let config = op.child(NS_NMDA, "config").ok_or_else(|| missing("config", "edit-data"))?;
-    let text = config_text(config, src);
+    let text = config_text(config, src)?;
     let ds = &ctx.server.datastores;
     if default_operation == EditOp::Replace {
         let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;

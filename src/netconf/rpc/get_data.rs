@@ -91,17 +91,28 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
             }
         },
     };
-    let datastores = &ctx.server.datastores;
-    let full = datastores.read(ds, None).map_err(one)?;
-    let mut tree = if let Some(f) = op.child(NS_NMDA, "subtree-filter") {
+    // The filter is checked before any data is read, then runs over what NACM leaves.
+    let subtree_filter = op.child(NS_NMDA, "subtree-filter");
+    if let Some(f) = subtree_filter {
+        crate::netconf::filter::check_subtree(f).map_err(one)?;
+    }
+    let xpath_filter = match op.child(NS_NMDA, "xpath-filter") {
+        Some(x) => {
+            let expr = xpath::to_json_prefixes(x.trimmed(), &x.scope).map_err(one)?;
+            crate::netconf::filter::check_xpath(&expr).map_err(one)?;
+            Some(expr)
+        }
+        None => None,
+    };
+    let full = super::readable(ctx, ds)?;
+    let tree = if let Some(f) = subtree_filter {
         subtree::apply(f, &full).map_err(one)?
-    } else if let Some(x) = op.child(NS_NMDA, "xpath-filter") {
-        let expr = xpath::to_json_prefixes(x.trimmed(), &x.scope).map_err(one)?;
-        xpath::apply(&expr, &full).map_err(one)?
+    } else if let Some(expr) = &xpath_filter {
+        xpath::apply(expr, &full).map_err(one)?
     } else {
         full
     };
-    super::nacm_filter(ctx, &mut tree);
+    let mut tree = tree.into_tree();
     let doomed = doomed_paths(&tree, config_filter, max_depth, &origin_filter);
     for p in doomed {
         let _ = crate::datastore::tree::remove(&mut tree, &p);
@@ -127,7 +138,7 @@ fn rename_wd(op: &Element) -> Element {
     let mut e = op.clone();
     for c in &mut e.children {
         if c.name == "with-defaults" {
-            c.ns = Some(NS_WITH_DEFAULTS.to_owned());
+            c.ns = Some(NS_WITH_DEFAULTS.into());
         }
     }
     e

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use yang2::data::{Data, DataPrinterFlags, DataTree};
 
 use super::error::reply_errors;
-use super::filter::Filter;
+use super::filter::{Filter, Readable};
 use super::xml::{self, escape_attr, Element};
 use super::{Server, SessionInfo, NS_BASE, NS_MONITORING, NS_NMDA, NS_WITH_DEFAULTS};
 use crate::datastore::{Datastore, SessionId};
@@ -120,15 +120,13 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         ctx.info.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
         (errors_reply(ctx, attrs, &errors), After::Continue)
     };
-    let root = match xml::parse(src) {
+    let root = match xml::parse_with(src, crate::config::message_limits::get()) {
         Ok(r) => r,
         Err(e) => {
+            refused_input(ctx, &e);
             // RFC 6241 Appendix A: malformed-message is base:1.1 only.
             let tag = if ctx.base11 { ErrorTag::MalformedMessage } else { ErrorTag::OperationFailed };
-            return bad(
-                vec![RpcError::new(tag, ErrorType::Rpc, format!("the message is not well-formed XML: {e}"))],
-                "",
-            );
+            return bad(vec![RpcError::new(tag, ErrorType::Rpc, format!("the message cannot be parsed: {e}"))], "");
         }
     };
     if !root.is(NS_BASE, "rpc") {
@@ -139,7 +137,7 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
             RpcError::new(ErrorTag::UnknownElement, ErrorType::Rpc, format!("expected <rpc>, got <{}>", root.name))
                 .with_bad_element(root.name.clone())
         };
-        if let Some(ns) = root.ns.clone().filter(|ns| ns != NS_BASE) {
+        if let Some(ns) = root.ns.as_deref().filter(|ns| *ns != NS_BASE).map(str::to_owned) {
             let mut e = e;
             e.bad_namespace = Some(ns);
             return bad(vec![e], "");
@@ -181,6 +179,11 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
     };
+    if changes_state(op) {
+        let tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag.as_str());
+        let name = if op.ns.as_deref() == Some(NS_BASE) { op.name.clone() } else { qualified(op) };
+        crate::mgmt::audit::operation("netconf", &ctx.info.username, ctx.id, &name, tag);
+    }
     let after = if op.is(NS_BASE, "close-session") && result.is_ok() { After::Close } else { After::Continue };
     match result {
         Ok(Body::Ok) => (format!("<rpc-reply xmlns=\"{NS_BASE}\"{attrs}><ok/></rpc-reply>"), after),
@@ -189,10 +192,57 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
     }
 }
 
+/// A message that is not well-formed or over a message limit, in the audit trail: one
+/// record per session and window however many follow (a flood is one line and a count).
+fn refused_input(ctx: &SessionCtx, e: &xml::XmlError) {
+    let mut ev = crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+        .outcome("failure")
+        .user(&ctx.info.username)
+        .session(ctx.id)
+        .transport("ssh")
+        .field("reason", e.0.as_str());
+    if let Some(src) = ctx.info.source {
+        ev = ev.source(src);
+    }
+    ev.emit_aggregated(format!("netconf-input:{}", ctx.id));
+}
+
 fn errors_reply(ctx: &SessionCtx, attrs: &str, errors: &[RpcError]) -> String {
     ctx.server.stats.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     ctx.info.out_rpc_errors.fetch_add(1, Ordering::Relaxed);
     reply_errors(attrs, errors)
+}
+
+/// Operations that change the datastores, the sessions or what the engine believes, and so
+/// go into the audit trail (reads and subscriptions do not).
+fn changes_state(op: &Element) -> bool {
+    match op.ns.as_deref() {
+        Some(NS_BASE) => matches!(
+            op.name.as_str(),
+            "edit-config"
+                | "copy-config"
+                | "delete-config"
+                | "lock"
+                | "unlock"
+                | "kill-session"
+                | "commit"
+                | "cancel-commit"
+                | "discard-changes"
+        ),
+        Some(NS_NMDA) => op.name == "edit-data",
+        Some(crate::push::NS_SN) => op.name == "kill-subscription",
+        Some(ns) => ns.starts_with("urn:cats-sma:"),
+        None => false,
+    }
+}
+
+/// `module:name` of an operation outside the base namespace.
+fn qualified(op: &Element) -> String {
+    let ns = op.ns.as_deref().unwrap_or("");
+    match crate::yang::context().get_module_latest_ns(ns) {
+        Some(m) => format!("{}:{}", m.name(), op.name),
+        None => op.name.clone(),
+    }
 }
 
 /// NACM exec check (RFC 8341 section 3.4.4) before any operation runs.
@@ -218,9 +268,10 @@ fn exec_allowed(ctx: &SessionCtx, op: &Element) -> Result<(), RpcError> {
     }
 }
 
-/// Removes what the session's user may not read (RFC 8341 3.4.5).
-pub(crate) fn nacm_filter(ctx: &SessionCtx, tree: &mut DataTree<'static>) {
-    ctx.server.nacm.filter_read(&ctx.info.username, tree);
+/// What the session's user may read of a datastore (RFC 8341 3.4.5): the only input the
+/// filters of get, get-config and get-data see.
+pub(crate) fn readable(ctx: &SessionCtx, ds: crate::datastore::Datastore) -> Result<Readable, Vec<RpcError>> {
+    ctx.server.nacm.read(&ctx.server.datastores, &ctx.info.username, ds, None).map_err(one)
 }
 
 fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
@@ -288,7 +339,7 @@ fn app_rpc(ctx: &SessionCtx, module: &str, op: &Element, src: &str) -> OpResult 
         )
         .with_bad_element(op.name.clone())]);
     };
-    let mut text = op.standalone_text(src).into_bytes();
+    let mut text = op.standalone_text(src).map_err(|e| vec![too_big(e)])?.into_bytes();
     text.push(0);
     let input = DataTree::parse_op_string(
         crate::yang::context(),
@@ -437,8 +488,14 @@ pub(crate) fn filter_param(op: &Element) -> Result<Option<Filter<'_>>, Vec<RpcEr
 }
 
 /// The content of a `<config>` parameter, standalone, ready for libyang.
-pub(crate) fn config_text(config: &Element, src: &str) -> String {
-    config.children_text(src)
+pub(crate) fn config_text(config: &Element, src: &str) -> Result<String, Vec<RpcError>> {
+    config.children_text(src).map_err(|e| vec![too_big(e)])
+}
+
+/// Content that cannot be extracted within the message's own size (RFC 6241 Appendix A:
+/// too-big, "the request is too large for the implementation to handle").
+pub fn too_big(e: xml::XmlError) -> RpcError {
+    RpcError::new(ErrorTag::TooBig, ErrorType::Rpc, e.0)
 }
 
 /// Adds the bad-element libyang cannot name to errors about the content of `config`
