@@ -13,6 +13,8 @@ pub mod cps;
 pub mod datastore;
 pub mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod mgmt;
 pub mod nacm;
 pub mod netconf;

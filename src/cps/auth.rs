@@ -276,8 +276,9 @@ impl Verifier {
         let signed = Signed { method, path, csma_id, timestamp_ms: ts, nonce };
         // Constant-time comparison.
         mac(secret, &signed, body).verify_slice(&sig).map_err(|_| AuthError::BadSignature)?;
-        let skew = ts - now_ms;
-        if skew.abs() > self.window_ms {
+        // Saturating: a signed timestamp near i64::MIN/MAX must not overflow the difference.
+        let skew = ts.saturating_sub(now_ms);
+        if skew.saturating_abs() > self.window_ms {
             return Err(AuthError::StaleTimestamp { skew_ms: skew, window_ms: self.window_ms });
         }
         let last = self.last_nonce.get(&(key_id.to_owned(), csma_id.to_owned())).copied().unwrap_or(0);
@@ -332,6 +333,17 @@ mod tests {
         assert_eq!(check(&mut v, &t2, b"{}", now), Ok(()));
         let older = signed_request(now, 4, b"{}");
         assert_eq!(check(&mut v, &older, b"{}", now), Err(AuthError::ReplayedNonce { nonce: 4, last: 6 }));
+    }
+
+    #[test]
+    fn extreme_signed_timestamps_are_stale_not_overflows() {
+        // Found by the cps_wire fuzz target (fuzz/artifacts/cps_wire/signed-ts-overflow).
+        let mut v = verifier();
+        let now = 1_700_000_000_000;
+        for ts in [i64::MIN, i64::MIN + 1, i64::MAX] {
+            let t = signed_request(ts, 9, b"{}");
+            assert!(matches!(check(&mut v, &t, b"{}", now), Err(AuthError::StaleTimestamp { .. })), "{ts}");
+        }
     }
 
     #[test]

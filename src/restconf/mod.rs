@@ -273,6 +273,49 @@ impl Restconf {
     }
 }
 
+impl Restconf {
+    /// One request from an already authenticated `user`, after the HTTP layer: media
+    /// types, query, the resource handlers and their errors, as [`Restconf::handle`] runs
+    /// them. For the fuzz targets (`crate::fuzzing`), which have no TLS connection.
+    #[doc(hidden)]
+    pub async fn handle_authenticated(
+        self: &Arc<Self>,
+        user: String,
+        method: Method,
+        target: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Reply {
+        let (path, query_raw) = target.split_once('?').unwrap_or((target, ""));
+        let content_enc =
+            headers.get("content-type").and_then(|v| v.to_str().ok()).and_then(|v| media::content_type(Some(v)).ok());
+        let content_enc = content_enc.map(|k| match k {
+            media::BodyKind::Data(e) | media::BodyKind::Patch(e) => e,
+        });
+        let Some(accept) = media::accept(headers.get("accept").and_then(|v| v.to_str().ok()), content_enc) else {
+            return error_reply(&Failure::status(406, ErrorTag::InvalidValue, "no acceptable type"), Encoding::Json);
+        };
+        let query = match query::split(query_raw) {
+            Ok(q) => q,
+            Err(f) => return error_reply(&f, accept),
+        };
+        let req = Req { method, path: path.to_owned(), query, headers, body, accept };
+        let Some((caller, identity)) = self.open(user) else {
+            let f = Failure::status(503, ErrorTag::ResourceDenied, "no request identity is free; try again later");
+            return error_reply(&f, accept);
+        };
+        let result = route(self, &caller, req).await;
+        drop(identity);
+        match result {
+            Ok(r) => r,
+            Err((f, enc)) => {
+                refused_input(&caller, &f);
+                error_reply(&f, enc)
+            }
+        }
+    }
+}
+
 /// A body refused as not well-formed or over a message limit, in the audit trail (one
 /// record per user and window for a flood).
 fn refused_input(caller: &Caller, f: &Failure) {

@@ -203,7 +203,7 @@ fn query(q: Option<&str>) -> BTreeMap<String, String> {
 }
 
 /// The key, C-SMA and nonce of a verified PSK request: its reply is signed with them.
-struct ReplyKey {
+pub(crate) struct ReplyKey {
     secret: Vec<u8>,
     csma: String,
     nonce: u64,
@@ -234,7 +234,9 @@ async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
     Response::from_parts(head, Full::new(bytes))
 }
 
-fn route(
+/// Answers one request whose body has been read (synchronous; the fuzz target `cps_wire`
+/// calls it directly). `reply_key` is set when the reply must be signed.
+pub(crate) fn route(
     state: &CpsState,
     parts: &hyper::http::request::Parts,
     raw: &Bytes,

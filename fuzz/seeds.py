@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seed inputs of every fuzz target into fuzz/corpus/<target>/seed-*.
+
+The seeds are realistic messages: NETCONF rpcs as netconf-tests/ sends them, SCI reports
+and proofs as docs/sci-protocol.md describes them, C-PS requests and replies from
+docs/cps-protocol.md, policy rules from the policy tests. Each harness in
+src/fuzzing.rs documents the input layout (selector byte, separators) these follow.
+Run from the repository root: python3 fuzz/seeds.py
+"""
+
+import base64
+import gzip
+import hashlib
+import hmac
+import json
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+NC = "urn:ietf:params:xml:ns:netconf:base:1.0"
+CATS = "urn:cats-sma:yang:cats-sma"
+SN = "urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications"
+YP = "urn:ietf:params:xml:ns:yang:ietf-yang-push"
+NMDA = "urn:ietf:params:xml:ns:yang:ietf-netconf-nmda"
+DS = "urn:ietf:params:xml:ns:yang:ietf-datastores"
+POL = "urn:cats-sma:yang:cats-sma-policy"
+PATCH = "urn:ietf:params:xml:ns:yang:ietf-yang-patch"
+
+
+def write(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def rpc(i, op):
+    return f'<rpc message-id="{i}" xmlns="{NC}">{op}</rpc>'
+
+
+def sci(csci, extra="", cs="AR1"):
+    return f"<sci><csci-id>{csci}</csci-id><cs-id>{cs}</cs-id>{extra}</sci>"
+
+
+OPS = {
+    "get-config": "<get-config><source><running/></source></get-config>",
+    "get-subtree": f'<get><filter type="subtree"><cats-sma xmlns="{CATS}"><scis><sci><csci-id/></sci></scis></cats-sma></filter></get>',
+    "edit-merge": f'<edit-config><target><running/></target><config><cats-sma xmlns="{CATS}"><scis>{sci("10.0.0.7:80", "<description>third</description>")}</scis></cats-sma></config></edit-config>',
+    "edit-delete": f'<edit-config xmlns:nc="{NC}"><target><running/></target><config><cats-sma xmlns="{CATS}"><scis><sci nc:operation="delete"><csci-id>sci-b</csci-id></sci></scis></cats-sma></config></edit-config>',
+    "edit-candidate": f'<edit-config><target><candidate/></target><default-operation>replace</default-operation><test-option>test-then-set</test-option><error-option>rollback-on-error</error-option><config><cats-sma xmlns="{CATS}"><agent><csma-id>csma-2</csma-id></agent></cats-sma></config></edit-config>',
+    "commit-confirmed": "<commit><confirmed/><confirm-timeout>60</confirm-timeout><persist>p1</persist></commit>",
+    "validate": f'<validate><source><config><cats-sma xmlns="{CATS}"><scis>{sci("a:1")}</scis></cats-sma></config></source></validate>',
+    "lock": "<lock><target><candidate/></target></lock>",
+    "copy-config": f'<copy-config><target><running/></target><source><config><cats-sma xmlns="{CATS}"/></config></source></copy-config>',
+    "get-data": f'<get-data xmlns="{NMDA}" xmlns:ds="{DS}"><datastore>ds:operational</datastore><xpath-filter xmlns:c="{CATS}">/c:cats-sma/c:scis</xpath-filter><max-depth>3</max-depth><with-origin/></get-data>',
+    "edit-data": f'<edit-data xmlns="{NMDA}" xmlns:ds="{DS}"><datastore>ds:running</datastore><config><cats-sma xmlns="{CATS}"><scis>{sci("b:2")}</scis></cats-sma></config></edit-data>',
+    "get-schema": '<get-schema xmlns="urn:ietf:params:xml:ns:yang:ietf-netconf-monitoring"><identifier>cats-sma</identifier><format>yang</format></get-schema>',
+    "establish-periodic": f'<establish-subscription xmlns="{SN}" xmlns:yp="{YP}" xmlns:ds="{DS}"><yp:datastore>ds:operational</yp:datastore><yp:datastore-xpath-filter xmlns:c="{CATS}">/c:cats-sma</yp:datastore-xpath-filter><yp:periodic><yp:period>500</yp:period></yp:periodic></establish-subscription>',
+    "create-subscription": '<create-subscription xmlns="urn:ietf:params:xml:ns:netconf:notification:1.0"><stream>NETCONF</stream></create-subscription>',
+    "with-defaults": f'<get-config><source><running/></source><with-defaults xmlns="urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults">report-all-tagged</with-defaults></get-config>',
+    "policy-edit": f'<edit-config><target><running/></target><config><cats-sma xmlns="{CATS}"><policy xmlns="{POL}"><rule><name>r1</name><priority>1</priority><condition>Site_GAS &lt; 100</condition><action>SET Security_Label = 5</action></rule></policy></cats-sma></config></edit-config>',
+    "kill-session": "<kill-session><session-id>99</session-id></kill-session>",
+    "close-session": "<close-session/>",
+}
+
+# framing: selector byte (bit 0: chunked; bits 1-3: max size 16 << n; bits 4-7: read size)
+for name, op in list(OPS.items())[:4]:
+    write("framing", "eom-" + name, bytes([0x0E | 0x30]) + (rpc(1, op) + "]]>]]>").encode())
+    m = rpc(2, op).encode()
+    write("framing", "chunked-" + name, bytes([0x0F | 0x50]) + b"\n#%d\n" % len(m) + m + b"\n##\n")
+write("framing", "rfc6242-example", bytes([0x0B]) + b'\n#4\n<rpc\n#18\n message-id="102"\n\n##\n')
+write("framing", "too-big", bytes([0x02]) + b"<" + b"x" * 100 + b"/>]]>]]><ok/>]]>]]>")
+
+for name, op in OPS.items():
+    write("xml_message", name, rpc(1, op))
+    write("rpc", "admin-" + name, b"\x00" + rpc(1, op).encode())
+write("xml_message", "hello", f'<hello xmlns="{NC}"><capabilities><capability>urn:ietf:params:netconf:base:1.1</capability></capabilities></hello>')
+write("xml_message", "entities", f'<rpc message-id="a&amp;b" xmlns="{NC}"><get><filter><x xmlns="urn:x">&lt;&#65;&#x42;<![CDATA[c]]></x></filter></get></rpc>')
+write("rpc", "guest-get-config", b"\x01" + rpc(1, OPS["get-config"]).encode())
+write("rpc", "guest-edit", b"\x01" + rpc(1, OPS["edit-merge"]).encode())
+write("rpc", "candidate-commit", b"\x00" + "]]>]]>".join(rpc(i, OPS[k]) for i, k in enumerate(["lock", "edit-candidate", "validate", "commit-confirmed"])).encode())
+
+# subtree_filter: selector (0 get-config, 1 get, 2 get-data; bit 2: guest), then the filter
+sub = {
+    "containment": f'<filter type="subtree"><cats-sma xmlns="{CATS}"><scis><sci><csci-id/></sci></scis></cats-sma></filter>',
+    "content-match": f'<filter type="subtree"><cats-sma xmlns="{CATS}"><scis><sci><cs-id>AR2</cs-id></sci></scis></cats-sma></filter>',
+    "key-match": f'<filter type="subtree"><cats-sma xmlns="{CATS}"><collection><authentication><credential><key>c2Vj</key></credential></authentication></collection></cats-sma></filter>',
+    "attr-match": f'<filter type="subtree"><cats-sma xmlns="{CATS}" xmlns:nc="{NC}"><scis nc:operation="x"/></cats-sma></filter>',
+    "empty": '<filter type="subtree"/>',
+    "no-ns": '<filter><cats-sma><agent/></cats-sma></filter>',
+}
+for i, (name, f) in enumerate(sub.items()):
+    write("subtree_filter", name, bytes([i % 2 | (4 if i % 3 == 0 else 0)]) + f.encode())
+write("subtree_filter", "get-data", b"\x02" + f'<subtree-filter><cats-sma xmlns="{CATS}"><scis/></cats-sma></subtree-filter>'.encode())
+
+xp = {
+    "scis": "/c:cats-sma/c:scis/c:sci",
+    "predicate": "/c:cats-sma/c:scis/c:sci[c:cs-id='AR1']/c:description",
+    "starts-with": "/c:cats-sma/c:collection/c:authentication/c:credential[starts-with(c:key,'c')]",
+    "union": "/c:cats-sma/c:agent | /nacm:nacm",
+    "count": "//*[count(../*) > 1]",
+    "root": "/",
+    "functions": "/c:cats-sma/c:scis/c:sci[string-length(c:csci-id) > 5 and not(contains(c:csci-id, ':'))]",
+}
+for i, (name, x) in enumerate(xp.items()):
+    write("xpath_filter", name, bytes([i % 3 | (4 if i % 2 else 0)]) + x.encode())
+
+# restconf_decoders: selector 0 path, 1 query, 2 fields, 3 media, 4 basic
+for i, p in enumerate(["/cats-sma:cats-sma/scis/sci=188.3.67.3%3A67", "cats-sma:cats-sma/scis/sci=sci-b/cs-id=AR1", "ietf-netconf-acm:nacm/groups", "/cats-sma:cats-sma/agent/csma-id", "/cats-sma:cats-sma/cats-sma-cps:cps"]):
+    write("restconf_decoders", f"path-{i}", b"\x00" + p.encode())
+for i, q in enumerate(["depth=3&content=config&fields=scis/sci(csci-id;cs-id)", "with-defaults=report-all&depth=unbounded", "insert=after&point=%2Fcats-sma%3Acats-sma%2Fscis%2Fsci%3Da", "filter=%2Fc%3Aa&start-time=2026-11-30T10%3A00%3A00Z&stop-time=2026-12-30T10:00:00Z"]):
+    write("restconf_decoders", f"query-{i}", b"\x01" + q.encode())
+write("restconf_decoders", "fields", b"\x02" + b"cats-sma:cats-sma/scis/sci(csci-id;cs-id);agent")
+for i, m in enumerate(["application/yang-data+json", "application/yang-data+xml;q=0.9, application/json;q=0.5, */*;q=0.1", "application/yang-patch+xml; charset=utf-8", "text/event-stream"]):
+    write("restconf_decoders", f"media-{i}", b"\x03" + m.encode())
+write("restconf_decoders", "basic", b"\x04Basic " + base64.b64encode(b"admin:secret"))
+
+# restconf_request: "METHOD target" line, headers, blank line, body; "~" = guest
+reqs = {
+    "get-scis": "GET /restconf/data/cats-sma:cats-sma/scis?depth=2\nAccept: application/yang-data+json\n\n",
+    "get-fields": "GET /restconf/data/cats-sma:cats-sma?fields=scis/sci(csci-id)\nAccept: application/yang-data+xml\n\n",
+    "post-sci": 'POST /restconf/data/cats-sma:cats-sma/scis\nContent-Type: application/yang-data+json\n\n{"cats-sma:sci":[{"csci-id":"10.1.1.1:80","cs-id":["AR9"]}]}',
+    "put-xml": f'PUT /restconf/data/cats-sma:cats-sma/scis/sci=sci-b\nContent-Type: application/yang-data+xml\n\n<sci xmlns="{CATS}"><csci-id>sci-b</csci-id><cs-id>AR4</cs-id></sci>',
+    "patch-merge": 'PATCH /restconf/data/cats-sma:cats-sma/agent\nContent-Type: application/yang-data+json\n\n{"cats-sma:agent":{"csma-id":"x"}}',
+    "delete": "DELETE /restconf/data/cats-sma:cats-sma/scis/sci=10.0.0.6%3A80\n\n",
+    "guest-get-keys": "~GET /restconf/data/cats-sma:cats-sma/collection\n\n",
+    "operations": "GET /restconf/operations\n\n",
+    "yang-library": "GET /restconf/yang-library-version\n\n",
+    "rpc": 'POST /restconf/operations/ietf-subscribed-notifications:establish-subscription\nContent-Type: application/yang-data+json\n\n{"ietf-subscribed-notifications:input":{"stream":"NETCONF"}}',
+    "streams": "GET /restconf/data/ietf-restconf-monitoring:restconf-state/streams\n\n",
+}
+for name, r in reqs.items():
+    write("restconf_request", name, r)
+
+# yang_patch: selector (bit 0: XML; bit 1: below scis; bit 2: guest), then the body
+pj = {"ietf-yang-patch:yang-patch": {"patch-id": "p1", "edit": [
+    {"edit-id": "e1", "operation": "create", "target": "/cats-sma:cats-sma/scis/sci=10.2.2.2%3A80", "value": {"cats-sma:sci": [{"csci-id": "10.2.2.2:80", "cs-id": ["AR1"]}]}},
+    {"edit-id": "e2", "operation": "delete", "target": "/cats-sma:cats-sma/scis/sci=sci-b"},
+    {"edit-id": "e3", "operation": "merge", "target": "/cats-sma:cats-sma/agent", "value": {"cats-sma:agent": {"csma-id": "c"}}}]}}
+write("yang_patch", "json", b"\x00" + json.dumps(pj).encode())
+pj2 = {"ietf-yang-patch:yang-patch": {"patch-id": "p2", "edit": [
+    {"edit-id": "m", "operation": "replace", "target": "/sci=sci-b", "value": {"cats-sma:sci": [{"csci-id": "sci-b", "cs-id": ["AR5"]}]}},
+    {"edit-id": "i", "operation": "insert", "target": "/sci=x", "where": "before", "point": "/sci=sci-b", "value": {"cats-sma:sci": [{"csci-id": "x", "cs-id": ["AR5"]}]}}]}}
+write("yang_patch", "json-scis", b"\x02" + json.dumps(pj2).encode())
+px = (f'<yang-patch xmlns="{PATCH}"><patch-id>p3</patch-id>'
+      f'<edit><edit-id>e1</edit-id><operation>create</operation><target>/cats-sma:cats-sma/scis/sci=q</target>'
+      f'<value><sci xmlns="{CATS}"><csci-id>q</csci-id><cs-id>AR1</cs-id></sci></value></edit>'
+      f'<edit><edit-id>e2</edit-id><operation>remove</operation><target>/cats-sma:cats-sma/scis/sci=sci-b/description</target></edit>'
+      f'</yang-patch>')
+write("yang_patch", "xml", b"\x01" + px.encode())
+write("yang_patch", "xml-guest", b"\x05" + px.encode())
+
+# sci_report: selector (bit 0: CBOR), then the body (docs/sci-protocol.md)
+rep = {"csci-id": "188.3.67.3:67", "cs-id": "AR1", "seq": 42, "timestamp": "2026-11-30T10:00:00Z", "gas": 400, "computing-time": 5, "health": "HEALTHY"}
+write("sci_report", "json-one", b"\x00" + json.dumps(rep).encode())
+full = dict(rep, sequence=43, cost=7, reputation=9, **{"security-label": 3})
+del full["seq"]
+write("sci_report", "json-batch", b"\x00" + json.dumps({"reports": [rep, full]}).encode())
+write("sci_report", "json-array", b"\x00" + json.dumps([rep, dict(rep, seq=44, health="DEGRADED")]).encode())
+
+
+def cbor(v):
+    """A minimal CBOR encoder (maps, text, unsigned/negative ints, arrays, tag 1)."""
+    def head(major, n):
+        if n < 24:
+            return bytes([major << 5 | n])
+        for ai, fmt in ((24, ">B"), (25, ">H"), (26, ">I"), (27, ">Q")):
+            if n < 1 << (8 * struct.calcsize(fmt)):
+                return bytes([major << 5 | ai]) + struct.pack(fmt, n)
+    if isinstance(v, tuple) and v[0] == "tag":
+        return head(6, v[1]) + cbor(v[2])
+    if isinstance(v, bool):
+        return b"\xf5" if v else b"\xf4"
+    if isinstance(v, int):
+        return head(0, v) if v >= 0 else head(1, -1 - v)
+    if isinstance(v, str):
+        b = v.encode()
+        return head(3, len(b)) + b
+    if isinstance(v, list):
+        return head(4, len(v)) + b"".join(cbor(x) for x in v)
+    if isinstance(v, dict):
+        return head(5, len(v)) + b"".join(cbor(k) + cbor(x) for k, x in v.items())
+    raise TypeError(v)
+
+
+write("sci_report", "cbor-one", b"\x01" + cbor(rep))
+write("sci_report", "cbor-epoch", b"\x01" + cbor(dict(rep, timestamp=("tag", 1, 1800000000))))
+write("sci_report", "cbor-batch", b"\x01" + cbor({"reports": [rep, dict(rep, seq=45, timestamp=("tag", 0, "2026-11-30T10:00:05Z"))]}))
+
+# sci_auth: proof \n claimed \n body (keys as in fuzzing.rs)
+NOW = 1800000000
+body = json.dumps(dict(rep, **{"csci-id": "sci-a"}))
+sig = hmac.new(b"secret-key-of-sci-a", f"{NOW}\n{body}".encode(), hashlib.sha256).hexdigest()
+write("sci_auth", "hmac", f"CATS-HMAC-SHA256 ts={NOW}, sig={sig}\nsci-a\n{body}")
+write("sci_auth", "hmac-quoted", f'CATS-HMAC-SHA256 ts="{NOW - 10}", sig="{sig}"\nsci-a\n{body}')
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+h = b64u(b'{"alg":"HS256","typ":"JWT"}')
+p = b64u(json.dumps({"sub": "sci-b", "exp": NOW + 600, "iss": "site-1", "nbf": NOW - 5}).encode())
+s = b64u(hmac.new(b"secret-key-of-sci-b", f"{h}.{p}".encode(), hashlib.sha256).digest())
+write("sci_auth", "jwt", f"Bearer {h}.{p}.{s}\n\n{body}")
+none = b64u(b'{"alg":"none"}')
+write("sci_auth", "jwt-none", f"Bearer {none}.{p}.\n\n")
+
+# cps_wire: selector (bit 0: C-SMA side decodes a reply; bit 1: PSK configured; bit 2: the
+# harness signs), "METHOD uri", headers, blank line, body
+report = {"sequence": 1764500000123456, "kind": "delta", "trigger": "metric-change", "generated-at": "2026-11-30T12:00:00.123Z",
+          "services": [{"cs-id": "AR1", "gas": 320, "computing-time": 5, "health": "HEALTHY", "sci-count": 2}],
+          "withdrawn": ["LLM1"], "sci-withdrawn": ["188.3.67.4:70"]}
+batch = json.dumps({"csma-id": "csma-1", "site-id": "site-1", "reports": [report]}).encode()
+snap = json.dumps({"csma-id": "csma-1", "report": dict(report, kind="full", withdrawn=[], **{"sci-withdrawn": []})}).encode()
+hdr = "x-cats-csma-id: csma-1\nx-cats-key-id: k1\nx-cats-timestamp: %d\nx-cats-nonce: 7\n"
+write("cps_wire", "post-batch", b"\x00POST /cats/metrics\nx-cats-csma-id: csma-1\ncontent-type: application/json\n\n" + batch)
+write("cps_wire", "post-gzip-signed", b"\x06POST /cats/metrics\n" + (hdr % -1500).encode() + b"content-encoding: gzip\n\n" + gzip.compress(batch))
+write("cps_wire", "put-snapshot-signed", b"\x06PUT /cats/metrics/site-1\n" + (hdr % 20).encode() + b"\n" + snap)
+write("cps_wire", "put-unsigned", b"\x02PUT /cats/metrics/site-1\nx-cats-csma-id: csma-1\nx-cats-key-id: k1\nx-cats-timestamp: 1\nx-cats-nonce: 1\nx-cats-signature: 00ff\n\n" + snap)
+write("cps_wire", "delete", b"\x00DELETE /cats/metrics/188.3.67.4%3A70\nx-cats-csma-id: csma-1\nx-cats-site-id: site-1\nx-cats-sequence: 9\n\n")
+write("cps_wire", "get-site", b"\x00GET /cats/metrics/site-1\nx-cats-csma-id: csma-1\n\n")
+write("cps_wire", "select", b"\x00GET /cats/select?cs-id=AR1&ingress=ingress+1\n\n")
+write("cps_wire", "sync", b"\x00POST /cats/sync/site%2D1\n\n")
+write("cps_wire", "reply-ack", b"\x01x\n\n" + b'{"acked-sequence": 1764500000123456, "applied": 3, "stale": 0, "full-sync-requested": false}')
+write("cps_wire", "reply-state", b"\x01site%201\n\n" + json.dumps({"site-id": "site-1", "csma-id": "csma-1", "acked-sequence": 5, "full-sync-requested": True, "services": report["services"]}).encode())
+write("cps_wire", "reply-error", b"\x01x\n\n" + b'{"error": "stale-timestamp", "detail": "timestamp 40000 ms away"}')
+write("cps_wire", "reply-gzip", b"\x01x\n\n" + gzip.compress(b'{"acked-sequence": 1}'))
+
+# push_params: the operation element
+push = {
+    "periodic": f'<establish-subscription xmlns="{SN}" xmlns:yp="{YP}" xmlns:ds="{DS}"><yp:datastore>ds:running</yp:datastore><yp:datastore-subtree-filter><cats-sma xmlns="{CATS}"/></yp:datastore-subtree-filter><yp:periodic><yp:period>100</yp:period><yp:anchor-time>2026-11-30T10:00:00Z</yp:anchor-time></yp:periodic><stop-time>2030-01-01T00:00:00Z</stop-time></establish-subscription>',
+    "on-change": f'<establish-subscription xmlns="{SN}" xmlns:yp="{YP}" xmlns:ds="{DS}"><yp:datastore>ds:operational</yp:datastore><yp:datastore-xpath-filter xmlns:c="{CATS}">/c:cats-sma/c:scis</yp:datastore-xpath-filter><yp:on-change><yp:dampening-period>10</yp:dampening-period><yp:sync-on-start>false</yp:sync-on-start><yp:excluded-change>delete</yp:excluded-change></yp:on-change></establish-subscription>',
+    "stream": f'<establish-subscription xmlns="{SN}"><stream>NETCONF</stream><stream-xpath-filter xmlns:n="urn:ietf:params:xml:ns:yang:ietf-netconf-notifications">/n:netconf-config-change</stream-xpath-filter><replay-start-time>2026-11-30T10:00:00Z</replay-start-time><encoding>encode-xml</encoding></establish-subscription>',
+    "modify": f'<modify-subscription xmlns="{SN}" xmlns:yp="{YP}"><id>3</id><yp:periodic><yp:period>200</yp:period></yp:periodic><yp:datastore-xpath-filter xmlns:c="{CATS}">/c:cats-sma/c:agent</yp:datastore-xpath-filter></modify-subscription>',
+    "delete": f'<delete-subscription xmlns="{SN}"><id>3</id></delete-subscription>',
+}
+for name, x in push.items():
+    write("push_params", name, x)
+
+# policy: condition \n action (src/engine/policy tests and docs/configuration.md)
+rules = [
+    ("IF Site_GAS < 100", "THEN SET Security_Label = 5"),
+    ("SCI_Health = DEGRADED", "REDUCE SCI_GAS BY 50%"),
+    ("NOT (Cost > 100 OR Reputation <= 3) AND TRUE", "CLAMP Site_Computing_Time TO 1..3600000"),
+    ("IF Time IN Maintenance_Window", "THEN SUPPRESS_UPDATES"),
+    ("Time IN mw", "SET Cost = 4294967295"),
+    ("Time IN 'mw' AND Site_Health != UNHEALTHY", "REDUCE Site_GAS BY 12.345%"),
+    ("100 > SCI_Computing_Time", "SET SCI_Computing_Time = 0"),
+]
+for i, (c, a) in enumerate(rules):
+    write("policy", f"rule-{i}", f"{c}\n{a}")

@@ -1,0 +1,513 @@
+//! Entry points for the fuzz targets in `fuzz/` (cargo-fuzz, libFuzzer) and for
+//! `tests/fuzz_corpora.rs`, which replays every committed corpus file and crash reproducer
+//! through the same functions in the normal test suite. One plain function per target: it
+//! runs the decoder on attacker bytes and discards the result; a panic, an abort, a stack
+//! overflow or a sanitizer report is a finding. Each calls the decoder's public entry
+//! point (the one the transport calls), so the targets follow the code they exercise.
+//!
+//! Not an API: the functions build throw-away servers and may change with the targets.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::datastore::Datastores;
+use crate::netconf::{self, rpc};
+
+/// The cats-sma namespace, for the seed inputs the harnesses wrap around fuzzed text.
+const NS_CATS: &str = "urn:cats-sma:yang:cats-sma";
+
+/// The largest message any harness hands a decoder (libFuzzer's `-max_len` is smaller).
+const MAX_INPUT: usize = 1 << 20;
+
+/// A configuration with SCIs, credentials (keys NACM hides from non-recovery users) and a
+/// C-PS peer, so filters, NACM and RPCs have data to work on.
+fn sample_config() -> String {
+    format!(
+        "<cats-sma xmlns=\"{NS_CATS}\"><agent><csma-id>csma-1</csma-id></agent>\
+         <collection><authentication>\
+         <credential><name>a-psk</name><type>hmac-sha256</type><key>c2VjcmV0LWtleS1vZi1zY2ktYQ==</key></credential>\
+         <credential><name>b-jwt</name><type>jwt-hs256</type><key>c2VjcmV0LWtleS1vZi1zY2ktYg==</key>\
+         <issuer>site-1</issuer></credential>\
+         </authentication></collection><scis>\
+         <sci><csci-id>192.0.2.10:8080</csci-id><cs-id>AR1</cs-id><cs-id>AR2</cs-id>\
+         <description>first</description><credential-ref>a-psk</credential-ref></sci>\
+         <sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id><credential-ref>b-jwt</credential-ref></sci>\
+         <sci><csci-id>10.0.0.6:80</csci-id><cs-id>AR3</cs-id></sci>\
+         </scis></cats-sma>"
+    )
+}
+
+/// A fresh NETCONF server on in-memory datastores (no SSH, no engine, no files).
+fn new_server() -> Arc<netconf::Server> {
+    let ctx = crate::yang::context();
+    let datastores = Arc::new(Datastores::open(ctx, None).expect("empty in-memory datastores open"));
+    let nacm = crate::nacm::Nacm::new(Some(ADMIN.to_owned()));
+    datastores.register_consumer(nacm.clone());
+    datastores.set_write_guard(nacm.clone());
+    datastores.register_state_provider(nacm.clone());
+    let users = crate::users::UserStore::from_entries(&[]).expect("no users is a valid user store");
+    let limits = crate::mgmt::auth_limits::Limits::new(Default::default(), &users);
+    netconf::Server::new(datastores, users, crate::config::NetconfSettings::default(), nacm, limits)
+}
+
+/// The recovery user (NACM does not apply) and a user NACM applies to.
+const ADMIN: &str = "admin";
+const GUEST: &str = "guest";
+
+fn session(server: &Arc<netconf::Server>, user: &str) -> rpc::SessionCtx {
+    let (id, info) = server.open_session(user, None).expect("a fresh server has room for a session");
+    rpc::SessionCtx::new(id, server.clone(), info, true)
+}
+
+fn rpc_text(id: u32, op: &str) -> String {
+    format!("<rpc message-id=\"{id}\" xmlns=\"urn:ietf:params:xml:ns:netconf:base:1.0\">{op}</rpc>")
+}
+
+/// A fresh server holding [`sample_config`] in running (and candidate).
+fn populated_server() -> Arc<netconf::Server> {
+    let server = new_server();
+    let admin = session(&server, ADMIN);
+    let edit = rpc_text(
+        1,
+        &format!("<edit-config><target><running/></target><config>{}</config></edit-config>", sample_config()),
+    );
+    let (reply, _) = rpc::handle(&admin, &edit);
+    assert!(reply.contains("<ok/>"), "the sample configuration is valid: {reply}");
+    server.close_session(admin.id);
+    server
+}
+
+/// A current-thread runtime for code that spawns tasks or awaits; dropped after each input
+/// so tasks a request spawned (subscriptions, confirmed-commit timers) do not pile up.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread runtime builds")
+}
+
+fn text(data: &[u8]) -> Option<&str> {
+    if data.len() > MAX_INPUT {
+        return None;
+    }
+    std::str::from_utf8(data).ok()
+}
+
+/// With `CATS_SMA_FUZZ_SKIP_NUL` set (fuzz runs only), XML inputs holding a NUL byte are
+/// skipped: they panic in yang2 (an open finding, listed in tests/fuzz_corpora.rs) and
+/// would otherwise stop or swamp the runs of every XML-and-libyang target. The replay
+/// test never sets it.
+fn skip_known_open(s: &str) -> bool {
+    static SKIP: OnceLock<bool> = OnceLock::new();
+    *SKIP.get_or_init(|| std::env::var_os("CATS_SMA_FUZZ_SKIP_NUL").is_some()) && s.contains('\0')
+}
+
+/// Checks a NETCONF reply is one well-formed `<rpc-reply>`: attacker text that reached it
+/// unescaped would break it.
+fn check_reply(reply: &str) {
+    if let Err(e) = crate::netconf::xml::parse(reply) {
+        panic!("the reply is not well-formed XML ({e}): {reply}");
+    }
+}
+
+/// RFC 6242 framing, both 1.0 end-of-message and 1.1 chunked. The first byte picks the
+/// framing, the maximum message size and how the rest is cut into reads.
+pub fn framing(data: &[u8]) {
+    use crate::netconf::framing::{encode, Decoder, Framing, FramingError};
+    let Some((&cfg, stream)) = data.split_first() else { return };
+    let framing = if cfg & 1 == 0 { Framing::EndOfMessage } else { Framing::Chunked };
+    let max = 16usize << ((cfg >> 1) & 7);
+    let step = usize::from(cfg >> 4) + 1;
+    let mut d = Decoder::new(max);
+    d.set_framing(framing);
+    let mut messages = Vec::new();
+    'feed: for piece in stream.chunks(step) {
+        d.feed(piece);
+        loop {
+            match d.next_message() {
+                Ok(Some(m)) => {
+                    assert!(m.len() <= max, "a decoded message of {} bytes exceeds the limit {max}", m.len());
+                    messages.push(m);
+                }
+                Ok(None) => break,
+                Err(FramingError::TooBig(_)) => {}
+                Err(FramingError::Malformed(_)) => break 'feed,
+            }
+        }
+    }
+    // What was decoded re-encodes and decodes to the same messages.
+    let mut wire = Vec::new();
+    for m in &messages {
+        encode(framing, m, &mut wire);
+    }
+    let mut again = Decoder::new(max);
+    again.set_framing(framing);
+    again.feed(&wire);
+    for m in &messages {
+        if framing == Framing::EndOfMessage && m.windows(6).any(|w| w == crate::netconf::framing::EOM) {
+            return;
+        }
+        assert_eq!(again.next_message().ok().flatten().as_ref(), Some(m), "framing round trip");
+    }
+}
+
+/// The XML message parser every NETCONF message and XML RESTCONF body goes through.
+pub fn xml_message(data: &[u8]) {
+    let Some(s) = text(data) else { return };
+    let _ = crate::netconf::xml::parse(s);
+}
+
+fn filter_server() -> &'static Arc<netconf::Server> {
+    static SERVER: OnceLock<Arc<netconf::Server>> = OnceLock::new();
+    SERVER.get_or_init(populated_server)
+}
+
+/// Runs one read operation carrying `filter` on the shared populated server, as the
+/// recovery user or as a user NACM applies to.
+fn read_with_filter(sel: u8, filter: &str) {
+    if skip_known_open(filter) {
+        return;
+    }
+    let server = filter_server();
+    let op = match sel % 3 {
+        0 => format!("<get-config><source><running/></source>{filter}</get-config>"),
+        1 => format!("<get>{filter}</get>"),
+        _ => format!(
+            "<get-data xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-nmda\" \
+             xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\">\
+             <datastore>ds:running</datastore>{filter}</get-data>"
+        ),
+    };
+    let user = if sel & 4 == 0 { ADMIN } else { GUEST };
+    let ctx = session(server, user);
+    let (reply, _) = rpc::handle(&ctx, &rpc_text(7, &op));
+    server.close_session(ctx.id);
+    check_reply(&reply);
+}
+
+/// Subtree filters (RFC 6241 section 6): the input is the `<filter>` element (or, for
+/// get-data, the `<subtree-filter>` element) of a read, after a selector byte.
+pub fn subtree_filter(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some(filter) = text(rest) else { return };
+    read_with_filter(sel, filter);
+}
+
+/// XPath filters (RFC 6241 section 8.9, RFC 8526 xpath-filter): the input is the XPath
+/// expression, after a selector byte; prefixes `c`, `nc`, `nacm` and `if` are declared.
+pub fn xpath_filter(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some(expr) = text(rest) else { return };
+    let x = crate::netconf::xml::escape_attr(expr);
+    let decls = format!(
+        "xmlns:c=\"{NS_CATS}\" xmlns:nacm=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\" \
+         xmlns:cps=\"urn:cats-sma:yang:cats-sma-cps\""
+    );
+    let filter = if sel % 3 == 2 {
+        format!("<xpath-filter {decls}>{}</xpath-filter>", crate::netconf::xml::escape_text(expr))
+    } else {
+        format!("<filter type=\"xpath\" {decls} select=\"{x}\"/>")
+    };
+    read_with_filter(sel, &filter);
+}
+
+/// The RESTCONF request decoders that run before a handler: the data resource path (RFC
+/// 8040 section 3.5.3), the query string and its parameters (4.8), `fields` (4.8.3),
+/// Content-Type and Accept (5.2), and `Authorization: Basic`. A selector byte picks one.
+pub fn restconf_decoders(data: &[u8]) {
+    use crate::restconf::{auth, media, path, query};
+    use hyper::Method;
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some(s) = text(rest) else { return };
+    match sel % 5 {
+        0 => {
+            if let Ok(t) = path::Target::parse(s) {
+                let _ = t.data_path();
+                let _ = t.parent_path();
+                let _ = t.schema();
+                let _ = t.is_single_instance();
+                let uri = t.uri();
+                // A resolved target prints as a URI that resolves to the same path.
+                let again = path::Target::parse(&uri).unwrap_or_else(|e| panic!("{uri} does not parse again: {e:?}"));
+                assert_eq!(again.data_path().ok(), t.data_path().ok(), "{uri}");
+            }
+        }
+        1 => {
+            if let Ok(q) = query::split(s) {
+                for m in [Method::GET, Method::HEAD, Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+                    for stream in [false, true] {
+                        if let Ok(p) = query::Params::parse(&m, &q, stream) {
+                            if let Some(f) = &p.fields {
+                                let _ = query::Fields::parse(f);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        2 => {
+            let _ = query::Fields::parse(s);
+        }
+        3 => {
+            let _ = media::content_type(Some(s));
+            for r in [None, Some(media::Encoding::Json), Some(media::Encoding::Xml)] {
+                let _ = media::accept(Some(s), r);
+            }
+        }
+        _ => {
+            let _ = auth::parse_basic(s);
+        }
+    }
+}
+
+/// One RESTCONF request: `METHOD target HTTP/1.1`-like first line, header lines, an empty
+/// line and the body, handled by the resource handlers on a fresh populated server as an
+/// authenticated user (the recovery user, or a user NACM applies to when the first line
+/// starts with `~`).
+pub fn restconf_request(data: &[u8]) {
+    let Some(s) = text(data) else { return };
+    let (head, body) = s.split_once("\n\n").unwrap_or((s, ""));
+    let mut lines = head.lines();
+    let Some(first) = lines.next() else { return };
+    let (user, first) = match first.strip_prefix('~') {
+        Some(f) => (GUEST, f),
+        None => (ADMIN, first),
+    };
+    let mut words = first.split_whitespace();
+    let (Some(method), Some(target)) = (words.next(), words.next()) else { return };
+    let Ok(method) = hyper::Method::from_bytes(method.as_bytes()) else { return };
+    let mut headers = hyper::HeaderMap::new();
+    for l in lines {
+        let Some((k, v)) = l.split_once(':') else { continue };
+        let (Ok(k), Ok(v)) = (hyper::header::HeaderName::from_bytes(k.trim().as_bytes()), v.trim().parse()) else {
+            continue;
+        };
+        headers.append(k, v);
+    }
+    restconf_one(user, method, target, headers, body.as_bytes().to_vec());
+}
+
+fn restconf_one(user: &str, method: hyper::Method, target: &str, headers: hyper::HeaderMap, body: Vec<u8>) {
+    let server = populated_server();
+    let rc = crate::restconf::Restconf::new(
+        server,
+        crate::config::RestconfSettings::default(),
+        std::collections::HashMap::new(),
+    );
+    // The handlers use block_in_place, which needs the multi-threaded runtime.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a one-worker runtime builds");
+    rt.block_on(rc.handle_authenticated(user.to_owned(), method, target, headers, body.into()));
+}
+
+/// YANG Patch bodies (RFC 8072), JSON when the first byte is even, else XML, sent as
+/// `PATCH /restconf/data` (or below the SCI list when bit 1 is set).
+pub fn yang_patch(data: &[u8]) {
+    let Some((&sel, body)) = data.split_first() else { return };
+    if body.len() > MAX_INPUT {
+        return;
+    }
+    let ct = if sel & 1 == 0 { "application/yang-patch+json" } else { "application/yang-patch+xml" };
+    let target = if sel & 2 == 0 { "/restconf/data" } else { "/restconf/data/cats-sma:cats-sma/scis" };
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert("content-type", hyper::header::HeaderValue::from_static(ct));
+    let user = if sel & 4 == 0 { ADMIN } else { GUEST };
+    restconf_one(user, hyper::Method::PATCH, target, headers, body.to_vec());
+}
+
+/// SCI reports (docs/sci-protocol.md), JSON when the first byte is even, else CBOR; what
+/// decodes re-encodes and decodes to the same reports.
+pub fn sci_report(data: &[u8]) {
+    use crate::engine::report::{decode, encode, Encoding};
+    let Some((&sel, body)) = data.split_first() else { return };
+    if body.len() > MAX_INPUT {
+        return;
+    }
+    let enc = if sel & 1 == 0 { Encoding::Json } else { Encoding::Cbor };
+    if let Ok(reports) = decode(body, enc) {
+        if !reports.is_empty() {
+            let wire = encode(&reports, enc);
+            assert_eq!(decode(&wire, enc).as_ref(), Ok(&reports), "report round trip");
+        }
+    }
+}
+
+/// SCI authentication proofs (the `Authorization` value: `CATS-HMAC-SHA256 ts=…, sig=…` or
+/// `Bearer <JWT>`). Input: the proof, a newline, the claimed CSCI-ID, a newline, the body.
+pub fn sci_auth(data: &[u8]) {
+    use crate::engine::auth::{AuthTable, Credential, CredentialKind};
+    let Some(s) = text(data) else { return };
+    let mut parts = s.splitn(3, '\n');
+    let proof = parts.next();
+    let claimed = parts.next().filter(|c| !c.is_empty());
+    let body = parts.next().unwrap_or("");
+    static TABLE: OnceLock<AuthTable> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mut t = AuthTable { required: true, ..Default::default() };
+        t.credentials.insert(
+            "a-psk".into(),
+            Credential { kind: CredentialKind::HmacSha256, key: b"secret-key-of-sci-a".to_vec(), issuer: None },
+        );
+        t.credentials.insert(
+            "b-jwt".into(),
+            Credential {
+                kind: CredentialKind::JwtHs256,
+                key: b"secret-key-of-sci-b".to_vec(),
+                issuer: Some("site-1".into()),
+            },
+        );
+        t.scis.insert("sci-a".into(), "a-psk".into());
+        t.scis.insert("sci-b".into(), "b-jwt".into());
+        t
+    });
+    let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+    let _ = table.verify(proof, claimed, body.as_bytes(), now);
+}
+
+/// The C-PS REST interface (docs/cps-protocol.md) on both sides. The reference C-PS
+/// handles one request (signature, timestamp window and nonce checks, gzip, the JSON
+/// bodies, the Computing Service Table); the C-SMA decodes the C-PS's replies. Input: a
+/// selector byte, then `METHOD path`, header lines, an empty line and the body.
+pub fn cps_wire(data: &[u8]) {
+    use crate::cps::auth::{sign, Signed};
+    use crate::cps::reference::config::{CpsConfig, KeyConfig};
+    use crate::cps::reference::server::CpsState;
+    let Some((&sel, rest)) = data.split_first() else { return };
+    if rest.len() > MAX_INPUT {
+        return;
+    }
+    // The body may be binary (gzip); the head is text.
+    let split = rest.windows(2).position(|w| w == b"\n\n");
+    let (head, body) = match split {
+        Some(i) => (&rest[..i], &rest[i + 2..]),
+        None => (rest, &b""[..]),
+    };
+    let Ok(head) = std::str::from_utf8(head) else { return };
+    if sel & 1 == 1 {
+        // The C-SMA's side: a reply body.
+        let _ = serde_json::from_slice::<crate::cps::wire::Ack>(body);
+        let _ = serde_json::from_slice::<crate::cps::wire::SiteState>(body);
+        let _ = serde_json::from_slice::<crate::cps::wire::ErrorBody>(body);
+        let _ = crate::cps::session::decode_segment(head);
+        let _ = crate::cps::wire::gunzip(body, 1 << 20);
+        return;
+    }
+    let mut lines = head.lines();
+    let Some(first) = lines.next() else { return };
+    let mut words = first.split_whitespace();
+    let (Some(method), Some(uri)) = (words.next(), words.next()) else { return };
+    let mut req = hyper::Request::builder().method(method).uri(uri);
+    let mut headers = Vec::new();
+    for l in lines {
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+    const SECRET_HEX: &str = "000102030405060708090a0b0c0d0e0f";
+    let signed = sel & 2 == 2;
+    let mut config = CpsConfig::default();
+    if signed {
+        config.keys.push(KeyConfig { id: "k1".into(), secret: SECRET_HEX.into() });
+    }
+    // With bit 2 set the harness signs what it sends (as the C-SMA would), so the checks
+    // after the signature are reached; its x-cats-timestamp is then an offset from the
+    // clock (milliseconds), replaced by the absolute time it names.
+    if signed && sel & 4 == 4 {
+        let get = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.clone());
+        let offset: i64 = get("x-cats-timestamp").and_then(|t| t.parse().ok()).unwrap_or(0);
+        let nonce = get("x-cats-nonce").and_then(|t| t.parse().ok()).unwrap_or(0);
+        let csma = get("x-cats-csma-id").unwrap_or_default();
+        let ts = chrono::Utc::now().timestamp_millis().wrapping_add(offset);
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case("x-cats-timestamp"));
+        headers.push(("x-cats-timestamp".into(), ts.to_string()));
+        let path = uri.split('?').next().unwrap_or("");
+        let secret = crate::cps::auth::unhex(SECRET_HEX).unwrap_or_default();
+        let sig = sign(&secret, &Signed { method, path, csma_id: &csma, timestamp_ms: ts, nonce }, body);
+        headers.push(("x-cats-signature".into(), sig));
+    }
+    for (k, v) in &headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let Ok(req) = req.body(()) else { return };
+    let Ok(state) = CpsState::new(config) else { return };
+    let (parts, ()) = req.into_parts();
+    let raw = bytes::Bytes::copy_from_slice(body);
+    let _ = crate::cps::reference::server::route(&state, &parts, &raw, &mut None);
+}
+
+/// YANG-Push parameters (RFC 8639/8641): the input is an `<establish-subscription>` or
+/// `<modify-subscription>` element (or any element: the parsers check what it is).
+pub fn push_params(data: &[u8]) {
+    let Some(s) = text(data).filter(|s| !skip_known_open(s)) else { return };
+    let Ok(op) = crate::netconf::xml::parse(s) else { return };
+    let _ = crate::push::params::establish(&op, s);
+    let _ = crate::push::params::modify(&op, s);
+    let _ = crate::push::params::id(&op, crate::push::NS_SN);
+}
+
+/// The policy language (docs: the `condition` and `action` leaves of a policy rule): the
+/// input is a condition and an action separated by a newline, compiled as one rule next
+/// to a maintenance window `mw` that `Time IN mw` may name.
+pub fn policy(data: &[u8]) {
+    use crate::engine::policy::{Policy, PolicyConfig, RuleConfig};
+    let Some(s) = text(data) else { return };
+    let (condition, action) = s.split_once('\n').unwrap_or((s, ""));
+    let cfg = PolicyConfig {
+        rules: vec![RuleConfig::new("fuzzed", 10, condition, action)],
+        maintenance_windows: vec![crate::engine::policy::MaintenanceWindow {
+            name: "mw".into(),
+            schedule: crate::engine::policy::Schedule::Absolute {
+                start: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default(),
+                end: chrono::DateTime::from_timestamp(1_800_003_600, 0).unwrap_or_default(),
+            },
+            suppress: Default::default(),
+        }],
+        ..Default::default()
+    };
+    let Ok(p) = Policy::compile(&cfg) else { return };
+    // A compiled rule evaluates on an SCI's and a site's metrics, inside and outside `mw`.
+    use crate::engine::model::{Health, Metrics, SiteMetrics};
+    for at in [1_800_000_100, 1_700_000_000] {
+        let ctx = p.context(chrono::DateTime::from_timestamp(at, 0).unwrap_or_default());
+        let m = Metrics {
+            gas: 120,
+            computing_time_ms: 5,
+            health: Health::Degraded,
+            cost: Some(3),
+            reputation: Some(7),
+            security_label: None,
+        };
+        let _ = p.apply_sci(&m, &ctx);
+        let site = SiteMetrics {
+            cs_id: "AR1".into(),
+            gas: 500,
+            computing_time_ms: 20,
+            health: Health::Healthy,
+            cost: None,
+            security_label: Some(2),
+            sci_count: 2,
+        };
+        let _ = p.apply_site(&site, &mut Default::default(), &ctx);
+    }
+}
+
+/// The RPC handler on in-memory datastores: up to eight messages separated by
+/// `]]>]]>`, each handled as one NETCONF request in one session (the recovery user, or a
+/// user NACM applies to when the first byte is odd) on a fresh populated server; every
+/// reply must be well-formed XML.
+pub fn rpc(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some(s) = text(rest).filter(|s| !skip_known_open(s)) else { return };
+    let server = populated_server();
+    let rt = runtime();
+    let _enter = rt.enter();
+    let ctx = session(&server, if sel & 1 == 0 { ADMIN } else { GUEST });
+    for msg in s.split("]]>]]>").take(8) {
+        let (reply, after) = rpc::handle(&ctx, msg);
+        check_reply(&reply);
+        ctx.replied();
+        if after == rpc::After::Close {
+            break;
+        }
+    }
+    server.close_session(ctx.id);
+}
