@@ -201,12 +201,44 @@ impl AuthError {
     }
 }
 
-/// The verifying side: keys, the timestamp window and the highest nonce accepted per
-/// (key, C-SMA).
-pub struct Verifier {
-    keys: HashMap<String, Vec<u8>>,
+/// The freshness rules every proof of a request shares (the PSK MAC, the C-SMA's JWS): a
+/// timestamp within the window of the verifier's clock, and nonces that only rise per
+/// (key, C-SMA), recorded apart from the check so a forged request burns nothing.
+pub struct Freshness {
     window_ms: i64,
     last_nonce: HashMap<(String, String), u64>,
+}
+
+impl Freshness {
+    pub fn new(window_ms: i64) -> Freshness {
+        Freshness { window_ms, last_nonce: HashMap::new() }
+    }
+
+    /// Checks a verified proof's timestamp and nonce at `now_ms`, recording nothing.
+    pub fn check(&self, key_id: &str, csma_id: &str, ts: i64, nonce: u64, now_ms: i64) -> Result<Accepted, AuthError> {
+        // Saturating: a signed timestamp near i64::MIN/MAX must not overflow the difference.
+        let skew = ts.saturating_sub(now_ms);
+        if skew.saturating_abs() > self.window_ms {
+            return Err(AuthError::StaleTimestamp { skew_ms: skew, window_ms: self.window_ms });
+        }
+        let last = self.last_nonce.get(&(key_id.to_owned(), csma_id.to_owned())).copied().unwrap_or(0);
+        if nonce <= last {
+            return Err(AuthError::ReplayedNonce { nonce, last });
+        }
+        Ok(Accepted { key_id: key_id.to_owned(), csma_id: csma_id.to_owned(), nonce })
+    }
+
+    /// Records the nonce of a request whose proofs all passed.
+    pub fn accept(&mut self, a: Accepted) {
+        let last = self.last_nonce.entry((a.key_id, a.csma_id)).or_insert(0);
+        *last = (*last).max(a.nonce);
+    }
+}
+
+/// The verifying side of the PSK MAC: keys and the freshness rules.
+pub struct Verifier {
+    keys: HashMap<String, Vec<u8>>,
+    fresh: Freshness,
 }
 
 /// The authentication headers of one request, as received.
@@ -219,11 +251,7 @@ pub struct Presented<'a> {
 
 impl Verifier {
     pub fn new(keys: impl IntoIterator<Item = Psk>, window_ms: i64) -> Verifier {
-        Verifier {
-            keys: keys.into_iter().map(|k| (k.key_id, k.secret)).collect(),
-            window_ms,
-            last_nonce: HashMap::new(),
-        }
+        Verifier { keys: keys.into_iter().map(|k| (k.key_id, k.secret)).collect(), fresh: Freshness::new(window_ms) }
     }
 
     /// Checks one request at `now_ms`; records its nonce only when every check passed, so a
@@ -245,8 +273,7 @@ impl Verifier {
     /// Records the nonce of a request [`Verifier::check`] passed. Kept apart so that a
     /// request carrying several proofs burns its nonce only once all of them passed.
     pub fn accept(&mut self, a: Accepted) {
-        let last = self.last_nonce.entry((a.key_id, a.csma_id)).or_insert(0);
-        *last = (*last).max(a.nonce);
+        self.fresh.accept(a);
     }
 
     /// Every check of [`Verifier::verify`], recording nothing.
@@ -276,16 +303,7 @@ impl Verifier {
         let signed = Signed { method, path, csma_id, timestamp_ms: ts, nonce };
         // Constant-time comparison.
         mac(secret, &signed, body).verify_slice(&sig).map_err(|_| AuthError::BadSignature)?;
-        // Saturating: a signed timestamp near i64::MIN/MAX must not overflow the difference.
-        let skew = ts.saturating_sub(now_ms);
-        if skew.saturating_abs() > self.window_ms {
-            return Err(AuthError::StaleTimestamp { skew_ms: skew, window_ms: self.window_ms });
-        }
-        let last = self.last_nonce.get(&(key_id.to_owned(), csma_id.to_owned())).copied().unwrap_or(0);
-        if nonce <= last {
-            return Err(AuthError::ReplayedNonce { nonce, last });
-        }
-        Ok(Accepted { key_id: key_id.to_owned(), csma_id: csma_id.to_owned(), nonce })
+        self.fresh.check(key_id, csma_id, ts, nonce, now_ms)
     }
 }
 

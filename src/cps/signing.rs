@@ -19,7 +19,7 @@ use base64ct::{Base64UrlUnpadded, Encoding};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::auth::{Accepted, AuthError};
+use super::auth::{Accepted, AuthError, Freshness};
 
 /// The request header carrying the detached JWS.
 pub const H_JWS: &str = "x-cats-jws";
@@ -149,17 +149,15 @@ pub fn trusted_key(x_b64url: &str) -> Result<(String, Vec<u8>), String> {
     Ok((thumbprint(&raw), raw))
 }
 
-/// The verifying side: trusted keys by key id, the timestamp window, the highest nonce
-/// accepted per (key, C-SMA).
+/// The verifying side: trusted keys by key id and the freshness rules.
 pub struct JwsVerifier {
     keys: HashMap<String, Vec<u8>>,
-    window_ms: i64,
-    last_nonce: HashMap<(String, String), u64>,
+    fresh: Freshness,
 }
 
 impl JwsVerifier {
     pub fn new(keys: impl IntoIterator<Item = (String, Vec<u8>)>, window_ms: i64) -> JwsVerifier {
-        JwsVerifier { keys: keys.into_iter().collect(), window_ms, last_nonce: HashMap::new() }
+        JwsVerifier { keys: keys.into_iter().collect(), fresh: Freshness::new(window_ms) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -184,8 +182,7 @@ impl JwsVerifier {
 
     /// Records the nonce of a request [`JwsVerifier::check`] passed.
     pub fn accept(&mut self, a: Accepted) {
-        let last = self.last_nonce.entry((a.key_id, a.csma_id)).or_insert(0);
-        *last = (*last).max(a.nonce);
+        self.fresh.accept(a);
     }
 
     /// Every check of [`JwsVerifier::verify`], recording nothing.
@@ -218,15 +215,7 @@ impl JwsVerifier {
         if r.method != method || r.path != path || r.csma_id != csma_id {
             return Err(AuthError::BadSignature);
         }
-        let skew = r.timestamp - now_ms;
-        if skew.abs() > self.window_ms {
-            return Err(AuthError::StaleTimestamp { skew_ms: skew, window_ms: self.window_ms });
-        }
-        let last = self.last_nonce.get(&(p.kid.clone(), csma_id.to_owned())).copied().unwrap_or(0);
-        if r.nonce <= last {
-            return Err(AuthError::ReplayedNonce { nonce: r.nonce, last });
-        }
-        Ok(Accepted { key_id: p.kid, csma_id: csma_id.to_owned(), nonce: r.nonce })
+        self.fresh.check(&p.kid, csma_id, r.timestamp, r.nonce, now_ms)
     }
 }
 
