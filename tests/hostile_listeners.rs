@@ -459,6 +459,18 @@ async fn class5_http_connections_without_authentication_are_closed_at_the_auth_d
     }
     log_line(&agent, &["authentication timeout", "listener=\"restconf\""]).await;
     log_line(&agent, &["authentication timeout", "listener=\"sci-http\""]).await;
+    // An empty batch is answered 200 but proves nothing: the connection stays pending and
+    // is closed at the deadline like any other unauthenticated one (found in review).
+    let mut empty = Sci::open("127.0.0.6", agent.sci_addr.unwrap()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "an empty-batch sender is still connected after 30 s");
+        match empty.post("[]").await {
+            Ok(s) => assert_eq!(s, 200),
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 // ----- caps --------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ use std::path::Path;
 
 use rand::RngExt;
 
-/// O_NOFOLLOW on Linux (the agent's platform); std has no constant for it.
-pub const O_NOFOLLOW: i32 = 0o400000;
+/// O_NOFOLLOW (std has no constant for it; its value differs per architecture).
+pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
 
 /// Atomically replaces `path` with `content`, mode 0600.
 pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {

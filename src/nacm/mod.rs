@@ -702,8 +702,10 @@ impl Nacm {
         let Ok(mut tree) =
             DataTree::parse_op_string(crate::yang::context(), &text, yang2::data::DataFormat::XML, flags)
         else {
-            // Not a notification of a loaded module: nothing in it can be matched by a rule.
-            return Some(ev.clone());
+            // Content libyang cannot read cannot be pruned: a reader NACM restricts does not
+            // get it (fail closed).
+            tracing::debug!(event = %ev.name, "notification not delivered to {user:?}: its content cannot be pruned");
+            return None;
         };
         if self.filter_read(user, &mut tree) == 0 {
             return Some(ev.clone());

@@ -183,6 +183,9 @@ impl EventBus {
     }
 
     pub fn publish(&self, module: &str, name: &str, body: String) {
+        let mut log = self.lock();
+        // Numbered under the lock: events enter the log and the broadcast in sequence order,
+        // which the subscribers' "already replayed" checks (seq <= last) rely on.
         let ev = Arc::new(Event {
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
             time: Utc::now(),
@@ -191,7 +194,6 @@ impl EventBus {
             body,
         });
         {
-            let mut log = self.lock();
             log.ring(EventClass::of(module)).push(ev.clone());
             // Sent under the lock, so a subscriber (which takes it too) sees each event
             // either in its replay or live, never both and never neither.

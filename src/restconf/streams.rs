@@ -158,8 +158,11 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
     let filter = match &p.filter {
         Some(x) => {
             // Checked once now, so a bad expression is a 400 and not a silent nothing.
-            crate::netconf::filter::check_xpath(x)
-                .map_err(|e| Failure::status(413, ErrorTag::ResourceDenied, e.message))?;
+            crate::netconf::filter::check_xpath(x).map_err(|e| match e.tag {
+                // Too costly: 413; an expression refused for what it is: 400.
+                ErrorTag::ResourceDenied => Failure::status(413, ErrorTag::ResourceDenied, e.message),
+                tag => Failure::bad(tag, e.message),
+            })?;
             crate::yang::context()
                 .find_xpath(x)
                 .map_err(|e| Failure::bad(ErrorTag::InvalidValue, format!("filter \"{x}\": {e}")))?;

@@ -296,6 +296,10 @@ pub(crate) fn route(
     };
     let now = chrono::Utc::now().timestamp_millis();
     let h = &parts.headers;
+    // Both verifiers are held (always in this order) from check to accept, so two copies of
+    // one signed request on two connections cannot both pass before the nonce is recorded.
+    let mut psk_verifier = lock(&state.verifier);
+    let mut jws_verifier = lock(&state.jws);
     let psk = if state.config.keys.is_empty() {
         None
     } else {
@@ -305,15 +309,15 @@ pub(crate) fn route(
             nonce: header(h, H_NONCE),
             signature: header(h, H_SIGNATURE),
         };
-        match lock(&state.verifier).check(parts.method.as_str(), &path, &csma, &p, raw, now) {
+        match psk_verifier.check(parts.method.as_str(), &path, &csma, &p, raw, now) {
             Ok(a) => Some(a),
             Err(e) => return refuse(e, "a request"),
         }
     };
-    let jws = if lock(&state.jws).is_empty() {
+    let jws = if jws_verifier.is_empty() {
         None
     } else {
-        match lock(&state.jws).check(parts.method.as_str(), &path, &csma, header(h, H_JWS), raw, now) {
+        match jws_verifier.check(parts.method.as_str(), &path, &csma, header(h, H_JWS), raw, now) {
             Ok(a) => Some(a),
             Err(e) => return refuse(e, "a report signature"),
         }
@@ -322,11 +326,12 @@ pub(crate) fn route(
         if let Some(secret) = state.psks.get(&a.key_id) {
             *reply_key = Some(ReplyKey { secret: secret.clone(), csma: csma.clone(), nonce: a.nonce });
         }
-        lock(&state.verifier).accept(a);
+        psk_verifier.accept(a);
     }
     if let Some(a) = jws {
-        lock(&state.jws).accept(a);
+        jws_verifier.accept(a);
     }
+    drop((psk_verifier, jws_verifier));
     let body = match header(&parts.headers, CONTENT_ENCODING.as_str()) {
         None | Some("identity") => raw.to_vec(),
         Some("gzip") => match gunzip(raw, MAX_BODY) {

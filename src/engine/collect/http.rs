@@ -48,10 +48,10 @@ async fn handle(
     max_body: usize,
     permit: Arc<Permit>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let r = handle_report(req, engine, max_body, &permit).await;
+    let (r, accepted) = handle_report(req, engine, max_body, &permit).await;
     // An accepted report authenticates the connection (the sender had the key, or the
-    // collector needs none).
-    if r.status() == StatusCode::OK {
+    // collector needs none). A 200 for an empty batch proves nothing.
+    if accepted > 0 {
         permit.establish();
     }
     Ok(r)
@@ -62,24 +62,30 @@ async fn handle_report(
     engine: Engine,
     max_body: usize,
     permit: &Permit,
-) -> Response<Full<Bytes>> {
+) -> (Response<Full<Bytes>>, usize) {
     let peer = permit.peer;
     if req.uri().path() != "/reports" {
-        return reply(StatusCode::NOT_FOUND, json!({"error": "unknown resource; SCIs POST to /reports"}));
+        return (reply(StatusCode::NOT_FOUND, json!({"error": "unknown resource; SCIs POST to /reports"})), 0);
     }
     if req.method() != Method::POST {
         let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, json!({"error": "use POST"}));
         r.headers_mut().insert("allow", hyper::header::HeaderValue::from_static("POST"));
-        return r;
+        return (r, 0);
     }
     let ct = req.headers().get("content-type").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let ct = ct.unwrap_or_default();
     let Some(enc) = Encoding::from_content_type(&ct) else {
         count(&engine, Rejection::Malformed).await;
-        return refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Rejection::Malformed,
-            format!("content type {:?} is not application/json or application/cbor", crate::text::truncate(&ct, 64)),
+        return (
+            refusal(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Rejection::Malformed,
+                format!(
+                    "content type {:?} is not application/json or application/cbor",
+                    crate::text::truncate(&ct, 64)
+                ),
+            ),
+            0,
         );
     };
     let proof =
@@ -96,27 +102,30 @@ async fn handle_report(
                 format!("the body did not arrive within {} s", body_timeout.as_secs()),
             );
             r.headers_mut().insert("connection", hyper::header::HeaderValue::from_static("close"));
-            return r;
+            return (r, 0);
         }
         Ok(Err(e)) => {
             count(&engine, Rejection::Malformed).await;
             let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
-            return if too_big {
-                refusal(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    Rejection::Malformed,
-                    format!("body larger than {max_body} bytes"),
-                )
-            } else {
-                refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, format!("reading the body failed: {e}"))
-            };
+            return (
+                if too_big {
+                    refusal(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        Rejection::Malformed,
+                        format!("body larger than {max_body} bytes"),
+                    )
+                } else {
+                    refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, format!("reading the body failed: {e}"))
+                },
+                0,
+            );
         }
     };
     let raws = match report::decode(&body, enc) {
         Ok(r) => r,
         Err(e) => {
             count(&engine, Rejection::Malformed).await;
-            return refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, e.to_string());
+            return (refusal(StatusCode::BAD_REQUEST, Rejection::Malformed, e.to_string()), 0);
         }
     };
     // Echoed ids are shown as kept: escaped and cut to their YANG length.
@@ -133,7 +142,7 @@ async fn handle_report(
                 "www-authenticate",
                 hyper::header::HeaderValue::from_static("CATS-HMAC-SHA256, Bearer realm=\"cats-sma\""),
             );
-            return r;
+            return (r, 0);
         }
     };
     let accepted = results.iter().filter(|r| r.is_ok()).count();
@@ -147,7 +156,7 @@ async fn handle_report(
         })
         .collect();
     let status = if accepted == 0 && !rejected.is_empty() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
-    reply(status, json!({"accepted": accepted, "rejected": rejected}))
+    (reply(status, json!({"accepted": accepted, "rejected": rejected})), accepted)
 }
 
 async fn count(engine: &Engine, reason: Rejection) {

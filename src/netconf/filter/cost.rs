@@ -115,9 +115,22 @@ pub fn check_xpath_with(expr: &str, l: &FilterLimits) -> Result<(), RpcError> {
     let mut prev: u8 = 0;
     let mut last_word = String::new();
     let mut i = 0;
+    // XPath 1.0 section 3.7: a `*` is the multiply operator when a token precedes it that is
+    // not @, ::, (, [, , or an operator; otherwise it is a name test. A path after a
+    // multiply starts at the root, like one after `+`.
+    let mut star_is_operator = false;
     while i < b.len() {
         let c = b[i];
         let in_pred = stack.iter().any(|p| *p);
+        if c == b'*' {
+            let word_op = prev.is_ascii_alphabetic() && matches!(last_word.as_str(), "and" | "or" | "div" | "mod");
+            star_is_operator = prev != 0
+                && !word_op
+                && !matches!(
+                    prev,
+                    b'@' | b':' | b'(' | b'[' | b',' | b'/' | b'|' | b'+' | b'-' | b'=' | b'<' | b'>' | b'!' | b'*'
+                );
+        }
         match c {
             b'\'' | b'"' => {
                 let end = b[i + 1..].iter().position(|&x| x == c).map(|p| i + 1 + p).unwrap_or(b.len());
@@ -166,6 +179,7 @@ pub fn check_xpath_with(expr: &str, l: &FilterLimits) -> Result<(), RpcError> {
                 // A location path starts here when nothing before it can end a step.
                 let starts_path =
                     matches!(prev, 0 | b'[' | b'(' | b',' | b'|' | b'=' | b'<' | b'>' | b'!' | b'+' | b'-')
+                        || (prev == b'*' && star_is_operator)
                         || (prev.is_ascii_alphabetic() && matches!(last_word.as_str(), "and" | "or" | "div" | "mod"));
                 if descendant || starts_path {
                     scans += 1;
@@ -284,16 +298,33 @@ impl Pool {
     pub fn acquire(&'static self, max: usize, timeout: Duration) -> Result<Permit, RpcError> {
         let max = max.max(1);
         let deadline = Instant::now() + timeout;
-        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        while *busy >= max {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(denied(format_args!("all {max} filter evaluators are busy; try again later")));
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            if *busy < max {
+                *busy += 1;
+                return Ok(Permit(self));
             }
-            busy = self.freed.wait_timeout(busy, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
-        *busy += 1;
-        Ok(Permit(self))
+        // Waiting blocks this thread: on the agent's (multi-threaded) runtime the worker is
+        // handed over first, so tasks that filter notifications never park the runtime.
+        let wait = || {
+            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            while *busy >= max {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(denied(format_args!("all {max} filter evaluators are busy; try again later")));
+                }
+                busy = self.freed.wait_timeout(busy, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            *busy += 1;
+            Ok(Permit(self))
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)
+            }
+            _ => wait(),
+        }
     }
 }
 
@@ -353,6 +384,17 @@ mod tests {
         }
         for x in ["./a", "/a/b2/c", "/a[1]/b", "current()/a", "deref(../x)/y", "/a[x='1']/b", "/a/b-1/c", "/x:a1/b"] {
             assert!(check_xpath_with(x, &FilterLimits::default()).is_ok(), "{x}");
+        }
+    }
+
+    #[test]
+    fn an_absolute_path_after_a_multiply_counts_as_one() {
+        let l = FilterLimits::default();
+        let x = "/cats-sma:cats-sma/scis/sci[1 * /cats-sma:cats-sma/scis/sci/cs-id > 0]";
+        assert_eq!(check_xpath_with(x, &l).unwrap_err().tag, ErrorTag::ResourceDenied, "{x}");
+        // A wildcard is not a multiply.
+        for ok in ["/a/c[*/x]", "/a/*/b", "/a[x * 2 > 3]", "/a/@*"] {
+            assert!(check_xpath_with(ok, &l).is_ok(), "{ok}");
         }
     }
 
