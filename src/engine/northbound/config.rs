@@ -285,6 +285,9 @@ impl ConfigConsumer for EngineConfig {
         if tx.changes_under(&format!("{POLICY}/update-control")).next().is_some() {
             update_config(tx.config).validate().map_err(|e| e.to_string())?;
         }
+        if tx.changes_under(&format!("{ROOT}/collection/authentication")).next().is_some() {
+            crate::engine::auth::check(tx.config)?;
+        }
         if tx.changes_under(&format!("{ROOT}/cache")).next().is_some() {
             let c = cache(tx.config);
             if c.max_entries == 0 {
