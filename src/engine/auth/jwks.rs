@@ -2,8 +2,8 @@
 //! (RFC 7517) named by a `jwt` credential, each key selected by its `kid`.
 //!
 //! The file is re-read when it changes (its modification time, size or inode, looked at
-//! no more than once per [`POLL`] on the verification path) and whenever a commit builds a
-//! new authentication table. A file that cannot be read or parsed keeps the keys read
+//! every [`POLL`] by a watcher thread that lives as long as the keys are in use) and
+//! whenever a commit builds a new authentication table. A file that cannot be read or parsed keeps the keys read
 //! before and logs an error, so a half-written file never locks the SCIs out. Every table
 //! naming the same path shares one [`Jwks`], so a commit that rebuilds the table keeps the
 //! keys of the one before.
@@ -11,12 +11,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
 
-/// How often the verification path looks at the file's metadata.
+/// How often the watcher looks at the file's metadata.
 pub const POLL: Duration = Duration::from_secs(1);
 /// Largest JWKS file read.
 pub const MAX_FILE: u64 = 1 << 20;
@@ -60,7 +60,6 @@ struct State {
     /// The file as last read successfully or found unreadable (so an unreadable file is
     /// reported once per change, not once per message).
     stamp: Option<Stamp>,
-    checked: Instant,
 }
 
 /// The keys of one JWKS file.
@@ -85,10 +84,22 @@ impl Jwks {
         }
         let j = Arc::new(Jwks {
             path: path.to_owned(),
-            state: RwLock::new(State { keys: Arc::from(Vec::new()), stamp: None, checked: Instant::now() }),
+            state: RwLock::new(State { keys: Arc::from(Vec::new()), stamp: None }),
         });
         j.reload(true);
         open.insert(path.to_owned(), Arc::downgrade(&j));
+        // The watcher holds the keys weakly: it ends once no table uses them.
+        let weak = Arc::downgrade(&j);
+        let spawned = std::thread::Builder::new().name("jwks-watch".into()).spawn(move || loop {
+            std::thread::sleep(POLL);
+            match weak.upgrade() {
+                Some(j) => j.reload(false),
+                None => return,
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(file = %path.display(), "JWKS file will be re-read on commit only: no watcher thread: {e}");
+        }
         j
     }
 
@@ -96,23 +107,14 @@ impl Jwks {
         &self.path
     }
 
-    /// The current keys, after re-reading the file if it changed (looked at no more than
-    /// once per [`POLL`]).
+    /// The current keys.
     pub fn keys(&self) -> Arc<[TrustedKey]> {
-        let due = self.state.read().map(|s| s.checked.elapsed() >= POLL).unwrap_or(true);
-        if due {
-            self.reload(false);
-        }
         self.state.read().unwrap_or_else(|e| e.into_inner()).keys.clone()
     }
 
-    /// Re-reads the file if it changed since it was last read (or always, when `force`).
+    /// Re-reads the file if it changed since it was last looked at (or always, when `force`).
     fn reload(&self, force: bool) {
         let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
-        if !force && st.checked.elapsed() < POLL {
-            return; // another thread just looked
-        }
-        st.checked = Instant::now();
         let shown = self.path.display();
         let meta = match std::fs::metadata(&self.path) {
             Ok(m) => m,
@@ -255,12 +257,13 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         j.reload(true);
         assert_eq!(j.keys()[0].kid, "a");
-        // A new key set replaces them (force, as a commit does; the poll path is the same
-        // reload behind a metadata check).
+        // A new key set replaces them: on commit (forced), or when the watcher sees the
+        // file change (the same reload behind a metadata check).
         std::fs::write(&path, one.replace("\"a\"", "\"b\"")).unwrap();
-        j.reload(false); // within POLL of the last look: nothing happens
-        assert_eq!(j.keys()[0].kid, "a");
-        j.state.write().unwrap().checked -= POLL;
+        j.reload(false);
         assert_eq!(j.keys()[0].kid, "b");
+        std::fs::write(&path, one.replace("\"a\"", "\"c\"")).unwrap();
+        j.reload(true);
+        assert_eq!(j.keys()[0].kid, "c");
     }
 }
