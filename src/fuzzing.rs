@@ -333,8 +333,9 @@ pub fn sci_report(data: &[u8]) {
 
 /// SCI authentication proofs (the `Authorization` value: `CATS-HMAC-SHA256 ts=…, sig=…` or
 /// `Bearer <JWT>`). Input: the proof, a newline, the claimed CSCI-ID, a newline, the body.
-/// `sci-b` holds a `jwt` credential allowing HS256 (key `secret-key-of-sci-b-thirty-two-bytes`)
-/// and EdDSA with the fixed JWKS below (kid `ed-1`, the RFC 8037 A.1 test key), issuer
+/// `sci-b` holds a `jwt` credential allowing HS256 (key `secret-key-of-sci-b-thirty-two-bytes`),
+/// RS256, ES256 and EdDSA with the fixed JWKS below (kid `ed-1`: the RFC 8037 A.1 test key;
+/// kid `ec-1`: the RFC 7515 A.3 P-256 key), issuer
 /// `site-1`, audience `csma-1`; the clock stands at 1 800 000 000.
 pub fn sci_auth(data: &[u8]) {
     use crate::engine::auth::{jwks, AuthTable, Credential, JwtAlg, JwtRules};
@@ -355,7 +356,7 @@ pub fn sci_auth(data: &[u8]) {
             let _ = std::fs::rename(&tmp, &path);
         }
         let rules = JwtRules {
-            algorithms: vec![JwtAlg::HS256, JwtAlg::EdDSA],
+            algorithms: JwtAlg::ALL.to_vec(),
             issuer: "site-1".into(),
             audience: "csma-1".into(),
             jwks: Some(jwks::Jwks::open(&path)),
@@ -370,7 +371,7 @@ pub fn sci_auth(data: &[u8]) {
     let _ = table.verify(proof, claimed, body.as_bytes(), now);
 }
 
-/// The JWKS of [`sci_auth`]: the Ed25519 public key of RFC 8037, A.2, and an EC P-256 key.
+/// The JWKS of [`sci_auth`]: the public keys of RFC 8037 A.2 (Ed25519) and RFC 7515 A.3 (P-256).
 const FUZZ_JWKS: &str = r#"{"keys":[
  {"kty":"OKP","crv":"Ed25519","kid":"ed-1","use":"sig","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"},
  {"kty":"EC","crv":"P-256","kid":"ec-1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
