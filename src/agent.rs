@@ -215,6 +215,10 @@ fn list(addrs: &[SocketAddr]) -> String {
 
 fn announce_first_start(first: &FirstStart, addrs: &[SocketAddr]) {
     let Some(addr) = addrs.first() else { return };
+    eprintln!(
+        "SCIs must authenticate (seed 004): register each with its credential in one request, as shown in \
+         docs/configuration.md, \"Registering an SCI with a credential, in one step\"."
+    );
     match &first.generated_password {
         Some(pw) => eprintln!(
             "First start: created user '{ADMIN_USER}' with password '{pw}' (shown once; stored only as an argon2 hash).\n\

@@ -342,7 +342,7 @@ pub fn sci_auth(data: &[u8]) {
     let body = parts.next().unwrap_or("");
     static TABLE: OnceLock<AuthTable> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
-        let mut t = AuthTable { required: true, ..Default::default() };
+        let mut t = AuthTable::default();
         t.credentials.insert(
             "a-psk".into(),
             Credential { kind: CredentialKind::HmacSha256, key: b"secret-key-of-sci-a".to_vec(), issuer: None },
