@@ -64,7 +64,7 @@ impl Agent {
         server.events.configure(&boot.peer_limits);
         crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen, &boot.peer_limits).await?;
-        let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path)
+        let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path, boot.cps.signing_algorithm)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
         let restconf = if boot.restconf.enabled {
