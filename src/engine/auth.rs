@@ -68,7 +68,6 @@ impl Credential {
 /// credential-ref). Replaced as a whole on every commit that touches it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuthTable {
-    pub required: bool,
     pub window: Duration,
     pub credentials: HashMap<String, Credential>,
     /// CSCI-ID → credential name.
@@ -77,12 +76,7 @@ pub struct AuthTable {
 
 impl Default for AuthTable {
     fn default() -> Self {
-        AuthTable {
-            required: false,
-            window: Duration::from_secs(30),
-            credentials: HashMap::new(),
-            scis: HashMap::new(),
-        }
+        AuthTable { window: Duration::from_secs(30), credentials: HashMap::new(), scis: HashMap::new() }
     }
 }
 
@@ -245,11 +239,10 @@ pub fn check(t: &yang2::data::DataTree<'static>) -> Result<(), String> {
 /// The collection/authentication settings and the SCIs' credential-refs in a
 /// configuration tree. Reads the JWKS files the credentials name (see [`jwks`]).
 pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
-    use crate::engine::northbound::{leaf, leaf_u64, ROOT};
+    use crate::engine::northbound::{leaf_u64, ROOT};
     use yang2::data::Data;
     let base = format!("{ROOT}/collection/authentication");
     let mut out = AuthTable {
-        required: leaf(t, &format!("{base}/required")).as_deref() == Some("true"),
         window: Duration::from_secs(leaf_u64(t, &format!("{base}/timestamp-window")).unwrap_or(30)),
         ..AuthTable::default()
     };
