@@ -337,7 +337,10 @@ fn header_refusal(token: &str) -> AuthFailure {
         Some(a) if a.eq_ignore_ascii_case("none") => {
             refuse(None, Refusal::AlgNotAllowed, "alg \"none\" (an unsigned token) is never accepted")
         }
-        Some(a) => refuse(None, Refusal::AlgNotAllowed, &format!("alg {a:?} is not supported")),
+        Some(a) if a.parse::<Algorithm>().is_err() => {
+            refuse(None, Refusal::AlgNotAllowed, &format!("alg {a:?} is not supported"))
+        }
+        Some(_) => refuse(None, Refusal::Malformed, "a header member has the wrong type"),
         None => refuse(None, Refusal::Malformed, "the header is not base64url JSON with an alg"),
     }
 }
@@ -599,6 +602,8 @@ mod tests {
             assert!(refusal(&t, &hs512, BODY, now).contains("(alg-not-allowed)"));
             let odd = format!("Bearer {}.{}.AAAA", b64(&serde_json::json!({"alg": "XY1"})), b64(&c));
             assert!(refusal(&t, &odd, BODY, now).contains("(alg-not-allowed)"));
+            let bad_kid = format!("Bearer {}.{}.AAAA", b64(&serde_json::json!({"alg": "RS256", "kid": 7})), b64(&c));
+            assert!(refusal(&t, &bad_kid, BODY, now).contains("(malformed)"));
         }
     }
 
