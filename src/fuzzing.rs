@@ -285,11 +285,7 @@ pub fn restconf_request(data: &[u8]) {
 
 fn restconf_one(user: &str, method: hyper::Method, target: &str, headers: hyper::HeaderMap, body: Vec<u8>) {
     let server = populated_server();
-    let rc = crate::restconf::Restconf::new(
-        server,
-        crate::config::RestconfSettings::default(),
-        std::collections::HashMap::new(),
-    );
+    let rc = crate::restconf::Restconf::new(server, crate::config::RestconfSettings::default());
     // The handlers use block_in_place, which needs the multi-threaded runtime.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -918,6 +918,7 @@ async fn measure_bad_hmac_flood_rss() {
         .args(["run", "--state-dir"])
         .arg(dir.path().join("state"))
         .args(["--netconf-listen", "127.0.0.1:0", "--restconf-listen", "127.0.0.1:0", "--sci-listen", "127.0.0.1:0"])
+        .arg("--sci-plain-http")
         .env("CATS_SMA_ADMIN_PASSWORD", PASSWORD)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
