@@ -138,9 +138,13 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
     }
     xml.push_str("</collection><scis>");
     for i in 0..args.scis {
-        xml.push_str(&format!("<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id></sci>", csci_id(i), i % args.services));
+        xml.push_str(&format!(
+            "<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id><authentication>none</authentication></sci>",
+            csci_id(i),
+            i % args.services
+        ));
     }
-    xml.push_str(&format!("<sci><csci-id>{MARKER}</csci-id><cs-id>MARK</cs-id></sci></scis></cats-sma>"));
+    xml.push_str(&format!("<sci><csci-id>{MARKER}</csci-id><cs-id>MARK</cs-id><authentication>none</authentication></sci></scis></cats-sma>"));
     xml
 }
 

@@ -28,7 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use crate::engine::core::Sender;
+use crate::engine::core::{Proof, Sender};
 use crate::engine::model::CsciId;
 use crate::engine::report::{self, Encoding, IdKind};
 use crate::engine::validate::Rejection;
@@ -156,8 +156,12 @@ async fn handle_report(
     let ids: Vec<String> = raws.iter().map(|r| report::display_id(IdKind::CsciId, &r.csci_id)).collect();
     // A client certificate mapped to a CSCI-ID proves the sender: it may report for that SCI
     // only (a report for another is refused as unauthenticated).
-    let sender =
-        Sender { proven: certified.is_some(), csci_id: certified, transport: "http", address: Some(peer.ip()) };
+    let sender = Sender {
+        proof: certified.as_ref().map(|_| Proof::Certificate),
+        csci_id: certified,
+        transport: "http",
+        address: Some(peer.ip()),
+    };
     let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
         Ok(r) => r,
         Err(f) => {

@@ -147,7 +147,7 @@ async fn pull_one(engine: Engine, csci_id: String, url: String) {
         Ok(f) => match report::decode(&f.body, f.encoding) {
             Ok(raws) => {
                 let sender =
-                    Sender { csci_id: Some(csci_id.clone()), transport: "pull", address: f.address, proven: false };
+                    Sender { csci_id: Some(csci_id.clone()), transport: "pull", address: f.address, proof: None };
                 let Ok(results) = engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await else {
                     return;
                 };
