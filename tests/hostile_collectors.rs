@@ -190,7 +190,8 @@ fn assert_log_not_forged(agent: &AgentProcess) {
         assert!(!l.starts_with("FORGED") && !l.contains("\nFORGED"), "forged log line: {l:?}");
         assert!(!l.chars().any(|c| c.is_control() && c != '\t'), "raw control character in a log line: {l:?}");
         let event = l.as_bytes().first().is_some_and(|b| b.is_ascii_digit());
-        let banner = l.starts_with("First start") || l.starts_with("Log in with");
+        let banner =
+            l.starts_with("First start") || l.starts_with("Log in with") || l.starts_with("SCIs must authenticate");
         assert!(event || banner || l.trim().is_empty(), "a log line that is not an event: {l:?}");
     }
 }

@@ -35,14 +35,12 @@ impl Drop for AgentProcess {
 }
 
 /// Starts `cats-sma run --state-dir DIR --netconf-listen 127.0.0.1:0` and waits for the
-/// ready line, from which it learns the port. With `--sci-listen`, the SCI listener serves
-/// plain HTTP (`--sci-plain-http`, the explicit choice the agent asks for and warns about)
-/// so that [`http_post`] can talk to it; [`start_agent_tls`] keeps the default, HTTPS.
+/// ready line, from which it learns the port. The SCI listener serves plain HTTP
+/// (`--sci-plain-http`, the explicit choice the agent asks for and warns about) so that
+/// [`http_post`] can talk to it; [`start_agent_tls`] keeps the default, HTTPS.
 pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
     let mut args = extra.to_vec();
-    if extra.contains(&"--sci-listen") {
-        args.push("--sci-plain-http");
-    }
+    args.push("--sci-plain-http");
     start_agent_tls(state_dir, &args)
 }
 
