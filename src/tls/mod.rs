@@ -1,0 +1,12 @@
+//! Server-side TLS shared by RESTCONF and the SCI HTTP listener (seed 004, SCI
+//! Authentication: client certificates validated against trusted CAs, the certificate
+//! mapped to the identity it may speak for, revocation by CRL). `server.rs` builds and
+//! reloads the rustls configuration and classifies handshake failures; `cert_to_name.rs`
+//! is RFC 7589 / RFC 7407 cert-to-name; `crl.rs` reads CRL files.
+
+pub mod cert_to_name;
+pub mod crl;
+pub mod server;
+
+pub use cert_to_name::{CertToName, Entry, Fingerprint, MapType, Mapped};
+pub use server::{ClientAuth, Failure, Listener, Peer, Refused, ServerTls, Status, TlsSettings};
