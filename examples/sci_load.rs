@@ -64,6 +64,53 @@ enum Auth {
     Jwt,
     /// `Bearer` JWTs signed EdDSA, the public key in a JWKS file.
     JwtEddsa,
+    /// Mutual TLS: each SCI presents its own client certificate (P-256, issued by a CA made
+    /// here), mapped to its CSCI-ID by cert-to-name `common-name`. Implies `--tls`.
+    Mtls,
+}
+
+/// The CA and the SCIs' client certificates of `--auth mtls`.
+struct Pki {
+    ca_pem: String,
+    ca_der: Vec<u8>,
+    /// Per SCI: its certificate and key (DER).
+    clients: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+static PKI: std::sync::OnceLock<Pki> = std::sync::OnceLock::new();
+
+fn pki(n: usize) -> &'static Pki {
+    PKI.get_or_init(|| {
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        p.distinguished_name.push(rcgen::DnType::CommonName, "sci-load CA");
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+        let ca = p.self_signed(&ca_key).expect("CA certificate");
+        let issuer = rcgen::Issuer::new(p, ca_key);
+        let clients = (0..n)
+            .map(|i| {
+                let key = rcgen::KeyPair::generate().expect("client key");
+                let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("client params");
+                p.distinguished_name = rcgen::DistinguishedName::new();
+                p.distinguished_name.push(rcgen::DnType::CommonName, csci_id(i));
+                p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+                let cert = p.signed_by(&key, &issuer).expect("client certificate");
+                (cert.der().to_vec(), key.serialize_der())
+            })
+            .collect();
+        Pki { ca_pem: ca.pem(), ca_der: ca.der().to_vec(), clients }
+    })
+}
+
+/// RFC 7407 tls-fingerprint (SHA-256) of a certificate.
+fn fingerprint(der: &[u8]) -> String {
+    use sha2::Digest;
+    let mut s = "04".to_owned();
+    for b in sha2::Sha256::digest(der) {
+        s.push_str(&format!(":{b:02X}"));
+    }
+    s
 }
 
 #[derive(Parser, Debug)]
@@ -106,6 +153,9 @@ struct Args {
     /// How SCIs prove their messages. Anything but `none` implies `--per-sci`.
     #[arg(long, value_enum, default_value_t = Auth::None)]
     auth: Auth,
+    /// The collector over TLS (its generated certificate; HTTP/1.1), for every `--auth`.
+    #[arg(long)]
+    tls: bool,
     /// HTTP as SCIs really report: one connection per SCI, one report per message, each
     /// message proven per `--auth` (proofs made before the timed part of each round).
     #[arg(long)]
@@ -163,8 +213,22 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
     let mut xml = String::with_capacity(args.scis * 80 + 1024);
     xml.push_str(&format!(
         "<cats-sma xmlns=\"{NS}\"><agent><csma-id>sci-load</csma-id></agent><collection>\
-         <http><max-body-size>67108864</max-body-size></http>"
+         <http><max-body-size>67108864</max-body-size>"
     ));
+    if args.auth == Auth::Mtls {
+        let pki = pki(args.scis);
+        let ca = dir.join("sci-ca.pem");
+        std::fs::write(&ca, &pki.ca_pem).expect("CA file");
+        xml.push_str(&format!(
+            "<tls><client-ca-file>{}</client-ca-file><client-auth>optional</client-auth>\
+             <cert-to-name><id>1</id><fingerprint>{}</fingerprint>\
+             <map-type xmlns:x509c2n=\"urn:ietf:params:xml:ns:yang:ietf-x509-cert-to-name\">x509c2n:common-name</map-type>\
+             </cert-to-name></tls>",
+            ca.display(),
+            fingerprint(&pki.ca_der)
+        ));
+    }
+    xml.push_str("</http>");
     if let Some(p) = mqtt_port {
         xml.push_str(&format!(
             "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port>\
@@ -173,6 +237,8 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
     }
     let proof = match args.auth {
         Auth::None => "<authentication>none</authentication>".to_owned(),
+        // No credential-ref: the client certificate is the proof.
+        Auth::Mtls => String::new(),
         Auth::Hmac => {
             use base64ct::Encoding;
             xml.push_str(&format!(
@@ -222,8 +288,9 @@ fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, Sock
         .args(["run", "--state-dir"])
         .arg(&state)
         .args(["--netconf-listen", &format!("127.0.0.1:{nc}"), "--sci-listen", &sci.to_string()])
-        // Plain HTTP: the figures in docs/performance.md are for the plaintext collector.
-        .arg("--sci-plain-http")
+        // Plain HTTP unless asked: most figures in docs/performance.md are for the plaintext
+        // collector; --tls / --auth mtls measure the TLS one beside them.
+        .args((!uses_tls(args)).then_some("--sci-plain-http"))
         .env("CATS_SMA_ADMIN_PASSWORD", "bench")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -231,6 +298,36 @@ fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, Sock
         .spawn()
         .unwrap_or_else(|e| panic!("starting {}: {e} (cargo build --release first)", args.agent.display()));
     (Reaped(child), sci, nc)
+}
+
+fn uses_tls(args: &Args) -> bool {
+    args.tls || args.auth == Auth::Mtls
+}
+
+/// The client side of `--tls`: trusts the agent's generated collector certificate; with a
+/// client certificate for `--auth mtls`.
+fn tls_connector(state: &Path, client: Option<&(Vec<u8>, Vec<u8>)>) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(state.join("sci-cert.pem")).expect("the agent's sci-cert.pem") {
+        roots.add(c.expect("certificate")).expect("trust anchor");
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let b = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => b
+            .with_client_auth_cert(
+                vec![CertificateDer::from(cert.clone())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.clone())),
+            )
+            .expect("client certificate"),
+        None => b.with_no_client_auth(),
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// One keep-alive HTTP/1.1 connection to the collector.
@@ -241,10 +338,31 @@ struct Conn {
 
 impl Conn {
     async fn open(addr: SocketAddr, cbor: bool) -> std::io::Result<Conn> {
+        Conn::open_with(addr, cbor, None).await
+    }
+
+    /// Over TLS when `tls` is given.
+    async fn open_with(
+        addr: SocketAddr,
+        cbor: bool,
+        tls: Option<&tokio_rustls::TlsConnector>,
+    ) -> std::io::Result<Conn> {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let (send, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(std::io::Error::other)?;
-        tokio::spawn(conn);
+        let send = match tls {
+            None => {
+                let (send, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(std::io::Error::other)?;
+                tokio::spawn(conn);
+                send
+            }
+            Some(c) => {
+                let name = rustls::pki_types::ServerName::try_from("localhost").expect("server name");
+                let tls = c.connect(name, stream).await?;
+                let (send, conn) = http1::handshake(TokioIo::new(tls)).await.map_err(std::io::Error::other)?;
+                tokio::spawn(conn);
+                send
+            }
+        };
         Ok(Conn { send, content_type: if cbor { "application/cbor" } else { "application/json" } })
     }
 
@@ -270,10 +388,20 @@ impl Conn {
 }
 
 /// Waits until the collector answers (the agent has loaded its startup configuration).
-async fn wait_ready(addr: SocketAddr) -> Conn {
+async fn wait_ready(addr: SocketAddr, tls_state: Option<&Path>) -> Conn {
     let t0 = Instant::now();
     loop {
-        if let Ok(mut c) = Conn::open(addr, false).await {
+        // Over TLS, once the agent has written its collector certificate.
+        let tls = match tls_state {
+            Some(st) if st.join("sci-cert.pem").exists() => Some(tls_connector(st, None)),
+            Some(_) => None,
+            None => None,
+        };
+        let conn = match (tls_state, &tls) {
+            (Some(_), None) => Err(std::io::Error::other("no certificate yet")),
+            (_, t) => Conn::open_with(addr, false, t.as_ref()).await,
+        };
+        if let Ok(mut c) = conn {
             let probe = encode(&[raw(MARKER, "MARK", 0, Utc::now(), 0)], Encoding::Json);
             if let Ok((_, v)) = c.post(probe.into()).await {
                 if v.get("accepted").is_some() {
@@ -363,11 +491,14 @@ async fn http_load(args: &Args, addr: SocketAddr) {
 
 /// `--per-sci`: SCI k reports over its own connection k, one report per message, every
 /// message proven per `--auth`; `--rounds` messages per SCI, the rounds one after the other.
-async fn per_sci_load(args: &Args, addr: SocketAddr) {
+async fn per_sci_load(args: &Args, addr: SocketAddr, state: &Path) {
     let enc = if args.cbor { Encoding::Cbor } else { Encoding::Json };
     let mut conns = Vec::new();
-    for _ in 0..args.scis {
-        conns.push(Conn::open(addr, args.cbor).await.expect("connect to the collector"));
+    let shared = uses_tls(args).then(|| tls_connector(state, None));
+    for i in 0..args.scis {
+        let own = (args.auth == Auth::Mtls).then(|| tls_connector(state, Some(&pki(args.scis).clients[i])));
+        let tls = own.as_ref().or(shared.as_ref());
+        conns.push(Conn::open_with(addr, args.cbor, tls).await.expect("connect to the collector"));
     }
     let (mut total, mut refused_total, mut elapsed) = (0usize, 0usize, Duration::ZERO);
     for round in 1..=args.rounds {
@@ -376,7 +507,7 @@ async fn per_sci_load(args: &Args, addr: SocketAddr) {
             .map(|i| {
                 let body = encode(&[raw(&csci_id(i), &format!("CS{}", i % args.services), round as u64, ts, i)], enc);
                 let proof = match args.auth {
-                    Auth::None => None,
+                    Auth::None | Auth::Mtls => None,
                     Auth::Hmac => Some(cats_sma::engine::auth::sign_hmac(BENCH_KEY, ts.timestamp(), &body)),
                     Auth::Jwt | Auth::JwtEddsa => Some(cats_sma::engine::auth::sign_jwt(
                         jwt_signer(args.auth),
@@ -415,8 +546,9 @@ async fn per_sci_load(args: &Args, addr: SocketAddr) {
         refused_total += args.scis - accepted;
     }
     println!(
-        "http per-SCI ({:?}): {total} reports accepted, {refused_total} refused in {:.3} s: {:.0} reports/s \
+        "http{} per-SCI ({:?}): {total} reports accepted, {refused_total} refused in {:.3} s: {:.0} reports/s \
          ({} SCIs on their own connections, {} rounds, {})",
+        if uses_tls(args) { "s" } else { "" },
         args.auth,
         elapsed.as_secs_f64(),
         total as f64 / elapsed.as_secs_f64(),
@@ -614,10 +746,11 @@ async fn main() {
         args.scis,
         dir.path().join("agent.log").display()
     );
-    let probe = wait_ready(sci).await;
+    let state = dir.path().join("state");
+    let probe = wait_ready(sci, uses_tls(&args).then_some(state.as_path())).await;
     match (args.transport, broker_port) {
         (Transport::Mqtt, Some(port)) => mqtt_load(&args, probe, port).await,
-        _ if args.per_sci || args.auth != Auth::None => per_sci_load(&args, sci).await,
+        _ if args.per_sci || args.tls || args.auth != Auth::None => per_sci_load(&args, sci, &state).await,
         _ => http_load(&args, sci).await,
     }
     if let Ok(Some(st)) = agent.0.try_wait() {
