@@ -21,5 +21,6 @@ pub mod netconf;
 pub mod push;
 pub mod restconf;
 pub mod text;
+pub mod tls;
 pub mod users;
 pub mod yang;

@@ -1,0 +1,3 @@
+//! TLS shared by the agent's transports.
+
+pub mod client;
