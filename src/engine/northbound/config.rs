@@ -249,6 +249,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    crate::engine::rate_limit::apply(engine, crate::engine::rate_limit::settings(t));
     let auth = crate::engine::auth::table(t);
     let required = auth.required;
     *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
@@ -334,6 +335,9 @@ impl ConfigConsumer for EngineConfig {
         if touched("collection/mqtt") {
             let m = crate::engine::collect::mqtt::settings(tx.config);
             self.mqtt.send_if_modified(|cur| std::mem::replace(cur, m.clone()) != m);
+        }
+        if touched("collection/rate-limit") {
+            crate::engine::rate_limit::apply(&self.engine, crate::engine::rate_limit::settings(tx.config));
         }
         if touched("aggregation") {
             let f = function(tx.config);
