@@ -132,7 +132,7 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
     ));
     if let Some(p) = mqtt_port {
         xml.push_str(&format!(
-            "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port>\
+            "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port><allow-plaintext>true</allow-plaintext>\
              <shared-group>bench</shared-group></mqtt>"
         ));
     }

@@ -481,7 +481,7 @@ async fn issue_11_class_6_hostile_identifiers_over_mqtt_are_refused() {
         &mut nc,
         1,
         &format!(
-            "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
+            "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\
              </mqtt></collection><scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id></sci></scis>"
         ),
     )
@@ -651,7 +651,7 @@ async fn issue_11_hostile_pull_responses_are_bounded_and_refused() {
         &mut nc,
         1,
         &format!(
-            "<collection><pull><target><csci-id>sci-p</csci-id><url>http://{target}/metrics</url><interval>1</interval></target></pull></collection>\
+            "<collection><pull><target><csci-id>sci-p</csci-id><url>http://{target}/metrics</url><interval>1</interval><allow-plaintext>true</allow-plaintext></target></pull></collection>\
              <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id></sci></scis>"
         ),
     )

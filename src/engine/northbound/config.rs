@@ -292,6 +292,13 @@ impl ConfigConsumer for EngineConfig {
                 return Err("cache/max-entries must be at least 1".into());
             }
         }
+        // Plaintext only by explicit choice; TLS files readable and usable.
+        if tx.changes_under(&format!("{ROOT}/collection/pull")).next().is_some() {
+            crate::engine::collect::pull::check(tx.config)?;
+        }
+        if tx.changes_under(&format!("{ROOT}/collection/mqtt")).next().is_some() {
+            crate::engine::collect::mqtt::check(tx.config)?;
+        }
         Ok(())
     }
 
