@@ -43,7 +43,12 @@ fn populated() -> (Core, Vec<RawReport>) {
     for i in 0..SCIS {
         core.set_sci(
             &csci_id(i),
-            SciConfig { cs_ids: vec![cs_id(i)], credential_ref: None, expected_interval: Duration::from_secs(10) },
+            SciConfig {
+                cs_ids: vec![cs_id(i)],
+                credential_ref: None,
+                unauthenticated: true,
+                expected_interval: Duration::from_secs(10),
+            },
         );
     }
     core.events.clear();

@@ -83,6 +83,7 @@ fn main() {
             SciConfig {
                 cs_ids: vec![format!("CS{}", i % services)],
                 credential_ref: None,
+                unauthenticated: true,
                 expected_interval: Duration::from_secs(10),
             },
         );

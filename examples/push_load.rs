@@ -264,7 +264,10 @@ async fn main() {
     let t = Instant::now();
     let mut scis = String::with_capacity(args.scis * 80);
     for i in 0..args.scis {
-        scis.push_str(&format!("<sci><csci-id>{}</csci-id><cs-id>AR1</cs-id></sci>", csci(i)));
+        scis.push_str(&format!(
+            "<sci><csci-id>{}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci>",
+            csci(i)
+        ));
     }
     nc.rpc(&format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis>{scis}</scis>\

@@ -52,6 +52,15 @@ enum Transport {
     Mqtt,
 }
 
+/// How each SCI proves its messages (seed 004, SCI Authentication).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Auth {
+    /// `authentication none`: no proof (the baseline).
+    None,
+    /// `CATS-HMAC-SHA256` with one shared credential.
+    Hmac,
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "SCI report load generator: HTTP batches or MQTT through mosquitto")]
 struct Args {
@@ -89,7 +98,17 @@ struct Args {
     /// Keep the agent running after the load until stdin closes (for NETCONF measurements).
     #[arg(long)]
     hold: bool,
+    /// How SCIs prove their messages. Anything but `none` implies `--per-sci`.
+    #[arg(long, value_enum, default_value_t = Auth::None)]
+    auth: Auth,
+    /// HTTP as SCIs really report: one connection per SCI, one report per message, each
+    /// message proven per `--auth` (proofs made before the timed part of each round).
+    #[arg(long)]
+    per_sci: bool,
 }
+
+/// The HMAC key every SCI shares in `--auth hmac`.
+const BENCH_KEY: &[u8] = b"sci-load-shared-hmac-key";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
@@ -136,11 +155,27 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
              <shared-group>bench</shared-group></mqtt>"
         ));
     }
+    let proof = match args.auth {
+        Auth::None => "<authentication>none</authentication>".to_owned(),
+        Auth::Hmac => {
+            use base64ct::Encoding;
+            xml.push_str(&format!(
+                "<authentication><credential><name>bench</name><type>hmac-sha256</type><key>{}</key>\
+                 </credential></authentication>",
+                base64ct::Base64::encode_string(BENCH_KEY)
+            ));
+            "<credential-ref>bench</credential-ref>".to_owned()
+        }
+    };
     xml.push_str("</collection><scis>");
     for i in 0..args.scis {
-        xml.push_str(&format!("<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id></sci>", csci_id(i), i % args.services));
+        xml.push_str(&format!(
+            "<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id>{proof}</sci>",
+            csci_id(i),
+            i % args.services
+        ));
     }
-    xml.push_str(&format!("<sci><csci-id>{MARKER}</csci-id><cs-id>MARK</cs-id></sci></scis></cats-sma>"));
+    xml.push_str(&format!("<sci><csci-id>{MARKER}</csci-id><cs-id>MARK</cs-id><authentication>none</authentication></sci></scis></cats-sma>"));
     xml
 }
 
@@ -181,11 +216,17 @@ impl Conn {
 
     /// Posts a body; returns the status and the answer.
     async fn post(&mut self, body: Bytes) -> Result<(u16, serde_json::Value), String> {
-        let req = hyper::Request::post("/reports")
-            .header("host", "127.0.0.1")
-            .header("content-type", self.content_type)
-            .body(Full::new(body))
-            .map_err(|e| e.to_string())?;
+        self.post_proven(body, None).await
+    }
+
+    /// Posts a body with an `Authorization` value.
+    async fn post_proven(&mut self, body: Bytes, proof: Option<&str>) -> Result<(u16, serde_json::Value), String> {
+        let mut req =
+            hyper::Request::post("/reports").header("host", "127.0.0.1").header("content-type", self.content_type);
+        if let Some(p) = proof {
+            req = req.header("authorization", p);
+        }
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
         let resp = self.send.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
@@ -282,6 +323,64 @@ async fn http_load(args: &Args, addr: SocketAddr) {
         total as f64 / elapsed.as_secs_f64(),
         args.batch,
         args.connections,
+        if args.cbor { "CBOR" } else { "JSON" }
+    );
+}
+
+/// `--per-sci`: SCI k reports over its own connection k, one report per message, every
+/// message proven per `--auth`; `--rounds` messages per SCI, the rounds one after the other.
+async fn per_sci_load(args: &Args, addr: SocketAddr) {
+    let enc = if args.cbor { Encoding::Cbor } else { Encoding::Json };
+    let mut conns = Vec::new();
+    for _ in 0..args.scis {
+        conns.push(Conn::open(addr, args.cbor).await.expect("connect to the collector"));
+    }
+    let (mut total, mut refused_total, mut elapsed) = (0usize, 0usize, Duration::ZERO);
+    for round in 1..=args.rounds {
+        let ts = Utc::now();
+        let messages: Vec<(Bytes, Option<String>)> = (0..args.scis)
+            .map(|i| {
+                let body = encode(&[raw(&csci_id(i), &format!("CS{}", i % args.services), round as u64, ts, i)], enc);
+                let proof = match args.auth {
+                    Auth::None => None,
+                    Auth::Hmac => Some(cats_sma::engine::auth::sign_hmac(BENCH_KEY, ts.timestamp(), &body)),
+                };
+                (Bytes::from(body), proof)
+            })
+            .collect();
+        let t0 = Instant::now();
+        let tasks: Vec<_> = conns
+            .drain(..)
+            .zip(messages)
+            .map(|(mut c, (body, proof))| {
+                tokio::spawn(async move {
+                    let (status, v) = c.post_proven(body, proof.as_deref()).await.expect("POST /reports");
+                    let a = v.get("accepted").and_then(|a| a.as_u64()).unwrap_or(0) as usize;
+                    if a == 0 {
+                        eprintln!("status {status}: {v}");
+                    }
+                    (c, a)
+                })
+            })
+            .collect();
+        let mut accepted = 0;
+        for t in tasks {
+            let (c, a) = t.await.expect("load task");
+            conns.push(c);
+            accepted += a;
+        }
+        elapsed += t0.elapsed();
+        total += accepted;
+        refused_total += args.scis - accepted;
+    }
+    println!(
+        "http per-SCI ({:?}): {total} reports accepted, {refused_total} refused in {:.3} s: {:.0} reports/s \
+         ({} SCIs on their own connections, {} rounds, {})",
+        args.auth,
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64(),
+        args.scis,
+        args.rounds,
         if args.cbor { "CBOR" } else { "JSON" }
     );
 }
@@ -477,6 +576,7 @@ async fn main() {
     let probe = wait_ready(sci).await;
     match (args.transport, broker_port) {
         (Transport::Mqtt, Some(port)) => mqtt_load(&args, probe, port).await,
+        _ if args.per_sci || args.auth != Auth::None => per_sci_load(&args, sci).await,
         _ => http_load(&args, sci).await,
     }
     if let Ok(Some(st)) = agent.0.try_wait() {

@@ -140,7 +140,7 @@ def test_sci_credentials_are_default_deny_all(agent):
     )
     assert "c2VjcmV0LWtleS1mb3ItdGVzdHMh" in oper.get_config(source="running").data_xml
     # Writes stay denied: the default write rule is deny, and the rule above is read-only.
-    err = one_error(oper.edit_config(target="running", config=config("<collection><authentication><required>true</required></authentication></collection>")))
+    err = one_error(oper.edit_config(target="running", config=config("<collection><authentication><timestamp-window>60</timestamp-window></authentication></collection>")))
     assert err["tag"] == "access-denied"
     clear_nacm(admin)
     reset(admin)

@@ -125,7 +125,7 @@ def m(nc):
     # GAS jumps are the point of these tests, not anomalies.
     reset(
         m,
-        "<scis>" + sci(SCI) + "</scis>"
+        "<scis>" + sci(SCI, "<authentication>none</authentication>") + "</scis>"
         "<validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation>",
     )
     yield m

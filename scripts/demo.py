@@ -7,7 +7,10 @@ ports picked at random and is stopped at the end or on Ctrl-C.
 """
 
 import argparse
+import base64
 import datetime as dt
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -31,6 +34,14 @@ REPO = Path(__file__).resolve().parent.parent
 PASSWORD = "demo-admin-pw"
 PSK_ID = "demo"
 PSK_HEX = "6361747320646576656c6f706d656e74206b6579"  # "cats development key"
+
+
+# Every SCI signs its reports (seed 004: SCIs MUST authenticate): one HMAC key per SCI,
+# derived here from its CSCI-ID so the demo needs no key files.
+def sci_key(csci):
+    return hashlib.sha256(b"cats demo sci key " + csci.encode()).digest()
+
+
 INGRESS = "ingress-1"
 
 # site -> (delay from the ingress in ms, capacity index, {service: base GAS}, load phase)
@@ -108,12 +119,19 @@ def cps_config(port):
 def agent_config(site, services, cps_port):
     scis = "".join(
         f"""<sci><csci-id>{site}-{cs.lower()}</csci-id><cs-id>{cs}</cs-id>
+            <credential-ref>{site}-{cs.lower()}</credential-ref>
             <expected-interval>500</expected-interval></sci>"""
+        for cs in services
+    )
+    creds = "".join(
+        f"""<credential><name>{site}-{cs.lower()}</name><type>hmac-sha256</type>
+            <key>{base64.b64encode(sci_key(f"{site}-{cs.lower()}")).decode()}</key></credential>"""
         for cs in services
     )
     return f"""<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0">
   <cats-sma xmlns="urn:cats-sma:yang:cats-sma">
     <agent><csma-id>csma-{site}</csma-id><site-id>{site}</site-id></agent>
+    <collection><authentication>{creds}</authentication></collection>
     <scis>{scis}</scis>
     <cache><ttl-multiplier>3</ttl-multiplier><grace-period>500</grace-period></cache>
     <policy xmlns="urn:cats-sma:yang:cats-sma-policy">
@@ -170,8 +188,13 @@ class Sci(threading.Thread):
                 "computing-time": ct,
                 "health": "HEALTHY",
             }
+            body = json.dumps(report).encode()
+            ts = str(int(time.time()))
+            sig = hmac.new(sci_key(self.csci), ts.encode() + b"\n" + body, hashlib.sha256).hexdigest()
             req = urllib.request.Request(
-                self.url, json.dumps(report).encode(), {"Content-Type": "application/json"}
+                self.url,
+                body,
+                {"Content-Type": "application/json", "Authorization": f"CATS-HMAC-SHA256 ts={ts}, sig={sig}"},
             )
             try:
                 urllib.request.urlopen(req, timeout=2).read()

@@ -64,7 +64,7 @@ impl Agent {
         server.events.configure(&boot.peer_limits);
         crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
         let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen, &boot.peer_limits).await?;
-        let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path)
+        let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path, boot.cps.signing_algorithm)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
         let restconf = if boot.restconf.enabled {
@@ -222,6 +222,10 @@ fn list(addrs: &[SocketAddr]) -> String {
 
 fn announce_first_start(first: &FirstStart, addrs: &[SocketAddr]) {
     let Some(addr) = addrs.first() else { return };
+    eprintln!(
+        "SCIs must authenticate (seed 004): register each with its credential in one request, as shown in \
+         docs/configuration.md, \"Registering an SCI with a credential, in one step\"."
+    );
     match &first.generated_password {
         Some(pw) => eprintln!(
             "First start: created user '{ADMIN_USER}' with password '{pw}' (shown once; stored only as an argon2 hash).\n\

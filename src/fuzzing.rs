@@ -342,7 +342,7 @@ pub fn sci_auth(data: &[u8]) {
     let body = parts.next().unwrap_or("");
     static TABLE: OnceLock<AuthTable> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
-        let mut t = AuthTable { required: true, ..Default::default() };
+        let mut t = AuthTable::default();
         t.credentials.insert(
             "a-psk".into(),
             Credential { kind: CredentialKind::HmacSha256, key: b"secret-key-of-sci-a".to_vec(), issuer: None },
@@ -407,6 +407,17 @@ pub fn cps_wire(data: &[u8]) {
     let mut config = CpsConfig::default();
     if signed {
         config.keys.push(KeyConfig { id: "k1".into(), secret: SECRET_HEX.into() });
+    }
+    // With bit 3 set the C-PS also requires a C-SMA JWS (X-Cats-JWS) under an Ed25519 and
+    // a P-256 key, so the input's JWS header reaches the JWS parser and both verifiers.
+    if sel & 8 == 8 {
+        static JWKS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        config.trusted_csma_keys = JWKS
+            .get_or_init(|| {
+                use crate::cps::signing::{Algorithm, SigningKey};
+                [Algorithm::Ed25519, Algorithm::EcdsaP256].map(|a| SigningKey::ephemeral_with(a).jwk()).to_vec()
+            })
+            .clone();
     }
     // With bit 2 set the harness signs what it sends (as the C-SMA would), so the checks
     // after the signature are reached; its x-cats-timestamp is then an offset from the

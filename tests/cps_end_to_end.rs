@@ -14,7 +14,7 @@ fn peer_config(addr: std::net::SocketAddr, extra: &str) -> String {
         r#"<edit-config><target><running/></target><config>
         <cats-sma xmlns="urn:cats-sma:yang:cats-sma">
           <agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent>
-          <scis><sci><csci-id>188.3.67.3:67</csci-id><cs-id>AR1</cs-id></sci></scis>
+          <scis><sci><csci-id>188.3.67.3:67</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>
           <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control>
             <min-interval>0</min-interval></update-control></policy>
           <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer>

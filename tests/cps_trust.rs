@@ -23,7 +23,7 @@ fn peer_config(url: &str) -> String {
         r#"<edit-config><target><running/></target><config>
         <cats-sma xmlns="urn:cats-sma:yang:cats-sma">
           <agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent>
-          <scis><sci><csci-id>188.3.67.3:67</csci-id><cs-id>AR1</cs-id></sci></scis>
+          <scis><sci><csci-id>188.3.67.3:67</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>
           <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control>
             <min-interval>0</min-interval></update-control></policy>
           <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer>
@@ -215,4 +215,67 @@ async fn seed_cps_authentication_a_spoofed_psk_reply_changes_nothing() {
     let r = s.rpc11(&rpc(900, &peer_config(&format!("http://{}", cps.addr)))).await;
     assert!(r.contains("<ok/>"), "{r}");
     wait_for("AR1 at the real C-PS", || cst_services(&cps.state) == vec![("AR1".into(), 400)]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_metric_integrity_reports_can_be_signed_with_ecdsa_p256() {
+    // Seed 004, Metric Integrity: "signed using the C-SMA's private key" — here a P-256 key
+    // ([cps] signing_algorithm = "ecdsa-p256"), JWS ES256, verified by the reference C-PS
+    // configured with the JWK the agent shows.
+    let dir = tempfile::tempdir().unwrap();
+    let boot = dir.path().join("boot.toml");
+    std::fs::write(&boot, "[cps]\nsigning_algorithm = \"ecdsa-p256\"\n").unwrap();
+    let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0", "-c", boot.to_str().unwrap()]);
+    let sci = agent.sci_addr.unwrap();
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let r = cps_state(&mut s, 1).await;
+    assert!(r.contains("<algorithm>ES256</algorithm>"), "{r}");
+    let jwk = between(&r, "<jwk>", "</jwk>").replace("&quot;", "\"");
+    assert!(dir.path().join(cats_sma::cps::signing::KEY_FILE_P256).exists());
+    let cfg = CpsConfig { trusted_csma_keys: vec![jwk], ..cps_config() };
+    let cps = start_cps(free_addr(), Some(CpsState::new(cfg).unwrap())).await;
+    let r = s.rpc11(&rpc(2, &peer_config(&format!("http://{}", cps.addr)))).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let (status, body) = http_post(sci, "/reports", "application/json", report(1, 400).as_bytes()).await;
+    assert_eq!(status, 200, "{body}");
+    wait_for("AR1 in the C-PS table", || cst_services(&cps.state) == vec![("AR1".into(), 400)]).await;
+    // A report signed by another key (an Ed25519 one) is refused.
+    let t = transport(cps.addr);
+    let body = br#"{"csma-id":"csma-a","site-id":"site-a","reports":[]}"#.to_vec();
+    let now = chrono::Utc::now().timestamp_millis();
+    let nonce = chrono::Utc::now().timestamp_micros() as u64 + 1_000_000_000_000;
+    let b = RequestBinding {
+        method: "POST".into(),
+        path: "/cats/metrics".into(),
+        csma_id: CSMA.into(),
+        timestamp: now,
+        nonce,
+    };
+    let mac = cats_sma::cps::auth::sign(
+        SECRET,
+        &cats_sma::cps::auth::Signed { method: "POST", path: "/cats/metrics", csma_id: CSMA, timestamp_ms: now, nonce },
+        &body,
+    );
+    let r = t
+        .send(Request {
+            method: "POST",
+            path: "/cats/metrics".into(),
+            headers: vec![
+                ("x-cats-csma-id", CSMA.into()),
+                ("content-type", "application/json".into()),
+                ("x-cats-key-id", KEY_ID.into()),
+                ("x-cats-timestamp", now.to_string()),
+                ("x-cats-nonce", nonce.to_string()),
+                ("x-cats-signature", mac),
+                (H_JWS, SigningKey::ephemeral().sign(&b, &body)),
+            ],
+            body: body.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", String::from_utf8_lossy(&r.body));
+    let (status, _) = http_post(sci, "/reports", "application/json", report(2, 300).as_bytes()).await;
+    assert_eq!(status, 200);
+    wait_for("the change in the C-PS table", || cst_services(&cps.state) == vec![("AR1".into(), 300)]).await;
 }

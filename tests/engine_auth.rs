@@ -121,18 +121,34 @@ async fn sci_reports_are_authenticated_per_credential() {
             .await;
     assert_eq!(st, 422, "{b}");
 
-    // An SCI without a credential is attributed by its claim while authentication is not
-    // required, and refused once it is.
+    // Secure by default: an SCI without a credential-ref (and without a client
+    // certificate) has its unproven reports refused...
     let (st, b) = http_post(sci, "/reports", JSON, report("sci-c", "AR1", 2, 20).as_bytes()).await;
-    assert_eq!(st, 200, "{b}");
-    let req = format!(
-        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><collection><authentication>\
-         <required>true</required></authentication></collection></cats-sma></config></edit-config>"
-    );
-    assert!(nc.rpc11(&rpc(3, &req)).await.contains("<ok/>"));
-    let (st, b) = http_post(sci, "/reports", JSON, report("sci-c", "AR1", 3, 30).as_bytes()).await;
     assert_eq!(st, 422, "{b}");
-    assert!(b.contains("authentication is required"), "{b}");
+    assert!(b.contains("has no credential-ref") && b.contains("authentication none"), "{b}");
+    // ...until the operator marks it 'authentication none' (lab use), which shows in the
+    // metric cache.
+    let edit = |body: &str| {
+        format!(
+            "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis>{body}</scis>\
+             </cats-sma></config></edit-config>"
+        )
+    };
+    let r = nc.rpc11(&rpc(3, &edit("<sci><csci-id>sci-c</csci-id><authentication>none</authentication></sci>"))).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let (st, b) = http_post(sci, "/reports", JSON, report("sci-c", "AR1", 3, 30).as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    // A credential is never silently ignored: 'none' beside a credential-ref is refused.
+    let r = nc.rpc11(&rpc(5, &edit("<sci><csci-id>sci-a</csci-id><authentication>none</authentication></sci>"))).await;
+    assert!(r.contains("<rpc-error>") && r.contains("cannot be 'authentication none'"), "{r}");
+    let cache = "<get-data xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-nmda\" \
+                 xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\"><datastore>ds:operational</datastore>\
+                 <xpath-filter xmlns:c=\"urn:cats-sma:yang:cats-sma\">/c:cats-sma/c:metric-cache</xpath-filter></get-data>";
+    let r = nc.rpc11(&rpc(6, cache)).await;
+    for (id, how) in [("sci-a", "credential"), ("sci-b", "credential"), ("sci-c", "none")] {
+        let entry = r.split("<entry>").find(|e| e.contains(&format!("<csci-id>{id}</csci-id>"))).unwrap_or_default();
+        assert!(entry.contains(&format!("<authentication>{how}</authentication>")), "{id}: {r}");
+    }
 
     // Every failure is notified (seed 004: all authentication failures logged): the first
     // from this source at once, the others summed into one summary per window (issue 11).
@@ -144,10 +160,74 @@ async fn sci_reports_are_authenticated_per_credential() {
     assert!(got.contains("<aggregated-count>9</aggregated-count>"), "{got}");
 
     // Counted by reason in the operational state: 1 unsigned + 3 bad HMAC + 1 foreign
-    // report + 3 bad tokens + 1 token for another SCI + 1 required = 10.
+    // report + 3 bad tokens + 1 token for another SCI + 1 unproven sci-c = 10.
     let get = "<get-data xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-nmda\" \
                xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\"><datastore>ds:operational</datastore>\
                <xpath-filter xmlns:c=\"urn:cats-sma:yang:cats-sma\">/c:cats-sma/c:statistics</xpath-filter></get-data>";
     let r = nc.rpc11(&rpc(4, get)).await;
     assert!(r.contains(":unauthenticated</reason><count>10</count>"), "{r}");
+}
+
+fn report_at(csci: &str, seq: u64, at: chrono::DateTime<chrono::Utc>) -> String {
+    format!(
+        r#"{{"csci-id":"{csci}","cs-id":"AR1","seq":{seq},"timestamp":"{}","gas":50,"computing-time":7,"health":"HEALTHY"}}"#,
+        at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_004_metric_integrity_sequence_poisoning_is_harmless() {
+    // Issue 12: "an unauthenticated sender can post seq 2^64-1 for such an SCI and lock
+    // the real SCI out for good". Against the real agent over HTTP.
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), &[]);
+    let sci = agent.sci_addr.expect("sci listener");
+    let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    nc.hello(true).await;
+    let cfg = format!(
+        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
+         <collection><authentication>\
+           <credential><name>a-psk</name><type>hmac-sha256</type><key>{}</key></credential>\
+         </authentication></collection><scis>\
+         <sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id><credential-ref>a-psk</credential-ref></sci>\
+         <sci><csci-id>sci-lab</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci>\
+         </scis></cats-sma></config></edit-config>",
+        b64(KEY_A)
+    );
+    assert!(nc.rpc11(&rpc(1, &cfg)).await.contains("<ok/>"));
+    let t0 = chrono::Utc::now();
+    let at = |ms: i64| t0 + chrono::Duration::milliseconds(ms);
+    let signed = |body: &str| sign_hmac(KEY_A, chrono::Utc::now().timestamp(), body.as_bytes());
+
+    // An authenticated SCI: an unproven seq 2^64-1 claiming to be sci-a is refused, so it
+    // changes nothing; sci-a goes on at seq 1, 2.
+    let poison = report_at("sci-a", u64::MAX, at(0));
+    let (st, b) = http_post(sci, "/reports", JSON, poison.as_bytes()).await;
+    assert_eq!(st, 422, "{b}");
+    for (seq, ms) in [(1, 10), (2, 20)] {
+        let body = report_at("sci-a", seq, at(ms));
+        let (st, b) =
+            http_post_with(sci, "/reports", JSON, &[("authorization", &signed(&body))], body.as_bytes()).await;
+        assert_eq!(st, 200, "seq {seq}: {b}");
+    }
+
+    // An 'authentication none' SCI, where anyone can get a report accepted: seq 2^64-1 is
+    // accepted once, and the real SCI's next report (newer timestamp, seq 3) still is.
+    let (st, b) = http_post(sci, "/reports", JSON, report_at("sci-lab", 2, at(0)).as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = http_post(sci, "/reports", JSON, report_at("sci-lab", u64::MAX, at(10)).as_bytes()).await;
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = http_post(sci, "/reports", JSON, report_at("sci-lab", 3, at(20)).as_bytes()).await;
+    assert_eq!(st, 200, "the poisoned sequence must not lock the SCI out: {b}");
+    // Replays stay refused: the same report again, and the poisoned one (older time).
+    let (st, b) = http_post(sci, "/reports", JSON, report_at("sci-lab", 3, at(20)).as_bytes()).await;
+    assert!(st == 422 && b.contains("duplicate"), "{b}");
+    let (st, b) = http_post(sci, "/reports", JSON, report_at("sci-lab", u64::MAX, at(10)).as_bytes()).await;
+    assert!(st == 422 && b.contains("out-of-order"), "{b}");
+
+    let get = "<get-data xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-nmda\" \
+               xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\"><datastore>ds:operational</datastore>\
+               <xpath-filter xmlns:c=\"urn:cats-sma:yang:cats-sma\">/c:cats-sma/c:statistics</xpath-filter></get-data>";
+    let r = nc.rpc11(&rpc(2, get)).await;
+    assert!(r.contains("<sequence-restarts>1</sequence-restarts>"), "{r}");
 }

@@ -34,15 +34,15 @@ async fn sci_registered_by_netconf_is_accepted_and_shown_in_operational_state() 
     nc.hello(true).await;
     let cfg = format!(
         "<edit-config><target><candidate/></target><config><cats-sma xmlns=\"{CATS}\"><scis>\
-         <sci><csci-id>188.3.67.3:67</csci-id><cs-id>AR1</cs-id></sci>\
-         <sci><csci-id>188.3.67.4:69</csci-id><cs-id>AR1</cs-id></sci></scis></cats-sma></config></edit-config>"
+         <sci><csci-id>188.3.67.3:67</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci>\
+         <sci><csci-id>188.3.67.4:69</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis></cats-sma></config></edit-config>"
     );
     assert!(nc.rpc11(&rpc(1, &cfg)).await.contains("<ok/>"));
     assert!(nc.rpc11(&rpc(2, "<commit/>")).await.contains("<ok/>"));
 
     // The next reports are accepted (seed 004 Metric Cache table rows for AR1).
-    let (status, body) =
-        http_post(sci, "/reports", json, report("188.3.67.3:67", "AR1", 1, 400, 5, "HEALTHY").as_bytes()).await;
+    let first = report("188.3.67.3:67", "AR1", 1, 400, 5, "HEALTHY");
+    let (status, body) = http_post(sci, "/reports", json, first.as_bytes()).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"accepted\":1"), "{body}");
     let batch = format!(
@@ -56,7 +56,8 @@ async fn sci_registered_by_netconf_is_accepted_and_shown_in_operational_state() 
 
     // Bad reports: each reason, none crashes anything.
     for (payload, reason) in [
-        (report("188.3.67.3:67", "AR1", 1, 400, 5, "HEALTHY"), "duplicate"),
+        // The same report again (a retransmission): same sequence number, same time.
+        (first.clone(), "duplicate"),
         (report("188.3.67.3:67", "AR1", 9, -1, 5, "HEALTHY"), "out-of-range"),
         (report("188.3.67.3:67", "AR1", 10, 400, 3_600_001, "HEALTHY"), "out-of-range"),
     ] {
@@ -96,7 +97,7 @@ async fn policy_rules_are_checked_at_commit_and_change_what_is_reported() {
             "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">{body}</cats-sma></config></edit-config>"
         )
     };
-    let reg = "<scis><sci><csci-id>188.3.67.4:70</csci-id><cs-id>LLM1</cs-id></sci></scis>";
+    let reg = "<scis><sci><csci-id>188.3.67.4:70</csci-id><cs-id>LLM1</cs-id><authentication>none</authentication></sci></scis>";
     assert!(nc.rpc11(&rpc(1, &edit(reg))).await.contains("<ok/>"));
     let bad = format!(
         "<policy xmlns=\"{POL}\"><rule><name>r1</name><priority>1</priority><condition>Site_GAS &lt; 100</condition>\
@@ -143,7 +144,7 @@ async fn anomalies_are_quarantined_and_released_by_rpc() {
     assert!(events.rpc11(&rpc(1, sub)).await.contains("<ok/>"));
     let reg = format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis><sci>\
-         <csci-id>188.3.67.3:68</csci-id><cs-id>AR2</cs-id></sci></scis></cats-sma></config></edit-config>"
+         <csci-id>188.3.67.3:68</csci-id><cs-id>AR2</cs-id><authentication>none</authentication></sci></scis></cats-sma></config></edit-config>"
     );
     assert!(nc.rpc11(&rpc(1, &reg)).await.contains("<ok/>"));
     let json = "application/json";

@@ -102,7 +102,7 @@ async fn reports_through_mosquitto_and_reconnect_after_broker_restart() {
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
          <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\
          <shared-group>site-a</shared-group></mqtt></collection>\
-         <scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id></sci></scis></cats-sma></config></edit-config>"
+         <scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis></cats-sma></config></edit-config>"
     );
     let r = nc.rpc11(&rpc(1, &cfg)).await;
     assert!(r.contains("<ok/>"), "{r}");
@@ -223,7 +223,11 @@ async fn two_agents_in_one_shared_group_split_the_reports() {
     for (i, a) in [&a1, &a2].into_iter().enumerate() {
         let mut nc = connect(a.addr, "admin", PASSWORD).await.unwrap();
         nc.hello(true).await;
-        let scis: String = (0..n).map(|k| format!("<sci><csci-id>sci-{k}</csci-id><cs-id>AR1</cs-id></sci>")).collect();
+        let scis: String = (0..n)
+            .map(|k| {
+                format!("<sci><csci-id>sci-{k}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci>")
+            })
+            .collect();
         let cfg = format!(
             "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
              <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\

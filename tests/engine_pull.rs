@@ -50,7 +50,7 @@ async fn pull_targets_are_fetched_and_probed() {
     nc.hello(true).await;
     let cfg = format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
-         <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id></sci></scis>\
+         <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>\
          <collection><pull><target><csci-id>sci-p</csci-id><url>http://{sci}/metrics</url><interval>1</interval><allow-plaintext>true</allow-plaintext></target></pull></collection>\
          </cats-sma></config></edit-config>"
     );

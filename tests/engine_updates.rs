@@ -38,6 +38,7 @@ async fn reports_become_advertisements() {
                 SciConfig {
                     cs_ids: vec!["AR1".into()],
                     credential_ref: None,
+                    unauthenticated: true,
                     expected_interval: Duration::from_secs(5),
                 },
             )
@@ -101,6 +102,7 @@ async fn seed_004_policy_engine_maintenance_window_suppresses_on_its_own_timer()
                 SciConfig {
                     cs_ids: vec!["AR1".into()],
                     credential_ref: None,
+                    unauthenticated: true,
                     expected_interval: Duration::from_secs(600),
                 },
             )

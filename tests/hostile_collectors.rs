@@ -115,7 +115,7 @@ fn registry() -> String {
         "<collection><authentication><credential><name>a-psk</name><type>hmac-sha256</type><key>{}</key></credential>\
          </authentication></collection><scis>\
          <sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id><credential-ref>a-psk</credential-ref></sci>\
-         <sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id></sci></scis>",
+         <sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>",
         b64(KEY)
     )
 }
@@ -482,7 +482,7 @@ async fn issue_11_class_6_hostile_identifiers_over_mqtt_are_refused() {
         1,
         &format!(
             "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\
-             </mqtt></collection><scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id></sci></scis>"
+             </mqtt></collection><scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>"
         ),
     )
     .await;
@@ -652,7 +652,7 @@ async fn issue_11_hostile_pull_responses_are_bounded_and_refused() {
         1,
         &format!(
             "<collection><pull><target><csci-id>sci-p</csci-id><url>http://{target}/metrics</url><interval>1</interval><allow-plaintext>true</allow-plaintext></target></pull></collection>\
-             <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id></sci></scis>"
+             <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>"
         ),
     )
     .await;
@@ -760,7 +760,7 @@ async fn issue_11_hostile_cps_replies_are_bounded_and_escaped() {
         1,
         &format!(
             "<agent><csma-id>csma-a</csma-id><site-id>site-a</site-id></agent>\
-             <scis><sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id></sci></scis>\
+             <scis><sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>\
              <c-ps xmlns=\"urn:cats-sma:yang:cats-sma-cps\"><peer><name>evil</name><url>http://{cps}</url>\
              <allowed-cs-id>AR1</allowed-cs-id><psk><key-id>k1</key-id><key>{}</key></psk><backoff-initial>50</backoff-initial><backoff-max>200</backoff-max>\
              </peer></c-ps>",

@@ -279,7 +279,7 @@ impl Sci {
 }
 
 async fn register_sci(agent: &AgentProcess, csci: &str) {
-    let body = format!(r#"{{"cats-sma:sci":[{{"csci-id":"{csci}","cs-id":["AR1"]}}]}}"#);
+    let body = format!(r#"{{"cats-sma:sci":[{{"csci-id":"{csci}","cs-id":["AR1"],"authentication":"none"}}]}}"#);
     let r = Curl::new(agent).send_json("POST", "/data/cats-sma:cats-sma/scis", &body);
     assert_eq!(r.status, 201, "{}", r.body);
 }

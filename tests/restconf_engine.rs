@@ -33,7 +33,7 @@ async fn sci_and_policy_configured_by_restconf_drive_the_engine_like_netconf() {
     let r = c.send_json(
         "POST",
         "/data/cats-sma:cats-sma/scis",
-        r#"{"cats-sma:sci":[{"csci-id":"10.9.0.1:80","cs-id":["LLM1"]}]}"#,
+        r#"{"cats-sma:sci":[{"csci-id":"10.9.0.1:80","cs-id":["LLM1"],"authentication":"none"}]}"#,
     );
     assert_eq!(r.status, 201, "{}", r.body);
     // A bad rule is refused by the engine at commit, with the rule and position, exactly as
@@ -77,7 +77,7 @@ async fn sci_and_policy_configured_by_restconf_drive_the_engine_like_netconf() {
 
     // A second SCI configured over NETCONF is visible to RESTCONF at once.
     let cfg = "<edit-config><target><running/></target><config><cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><scis>\
-               <sci><csci-id>10.9.0.2:80</csci-id><cs-id>LLM1</cs-id></sci></scis></cats-sma></config></edit-config>";
+               <sci><csci-id>10.9.0.2:80</csci-id><cs-id>LLM1</cs-id><authentication>none</authentication></sci></scis></cats-sma></config></edit-config>";
     assert!(nc.rpc11(&rpc(2, cfg)).await.contains("<ok/>"));
     assert_eq!(c.get("/data/cats-sma:cats-sma/scis/sci=10.9.0.2%3A80").status, 200);
 
@@ -152,7 +152,7 @@ async fn netconf_stream_as_server_sent_events() {
     let r = c.send_json(
         "POST",
         "/data/cats-sma:cats-sma/scis",
-        r#"{"cats-sma:sci":[{"csci-id":"10.8.0.1:80","cs-id":["AR1"]}]}"#,
+        r#"{"cats-sma:sci":[{"csci-id":"10.8.0.1:80","cs-id":["AR1"],"authentication":"none"}]}"#,
     );
     assert_eq!(r.status, 201, "{}", r.body);
     let mut seen = String::new();

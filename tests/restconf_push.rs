@@ -100,7 +100,7 @@ async fn yang_push_over_restconf() {
     let r = c.send_json(
         "POST",
         "/data/cats-sma:cats-sma/scis",
-        r#"{"cats-sma:sci":[{"csci-id":"10.7.0.1:80","cs-id":["LLM1"]}]}"#,
+        r#"{"cats-sma:sci":[{"csci-id":"10.7.0.1:80","cs-id":["LLM1"],"authentication":"none"}]}"#,
     );
     assert_eq!(r.status, 201, "{}", r.body);
 
@@ -222,7 +222,7 @@ async fn yang_push_over_restconf() {
     let r = c.send_json(
         "POST",
         "/data/cats-sma:cats-sma/scis",
-        r#"{"cats-sma:sci":[{"csci-id":"10.7.0.2:80","cs-id":["LLM1"]}]}"#,
+        r#"{"cats-sma:sci":[{"csci-id":"10.7.0.2:80","cs-id":["LLM1"],"authentication":"none"}]}"#,
     );
     assert_eq!(r.status, 201, "{}", r.body);
     let mut sseen = String::new();

@@ -255,7 +255,7 @@ async fn seed004_sci_collection_pull_over_https_verifies_the_server_and_presents
         &mut nc,
         1,
         &format!(
-            "<scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id></sci></scis>\
+            "<scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>\
              <collection><pull><target><csci-id>sci-p</csci-id><url>https://{sci}/metrics</url><interval>1</interval>{}</target></pull></collection>",
             tls_leaves(&pki.ca, Some((&pki.cli, &pki.cli_key)))
         ),
@@ -282,8 +282,8 @@ async fn seed004_sci_collection_pull_over_https_refuses_wrong_anchor_name_and_mi
     let (needs_cert, _, _) = https_sci("sci-c", &pki.srv, &pki.srv_key, Some(&pki.ca)).await;
     let agent = start_agent(&dir.path().join("state"), &[]);
     let mut nc = agent_session(&agent).await;
-    let scis = "<scis><sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id></sci><sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id></sci>\
-                <sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id></sci></scis>";
+    let scis = "<scis><sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci><sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci>\
+                <sci><csci-id>sci-c</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>";
     let target = |id: &str, addr: SocketAddr, tls: &str| {
         format!("<target><csci-id>{id}</csci-id><url>https://{addr}/metrics</url><interval>1</interval>{tls}</target>")
     };
@@ -428,7 +428,7 @@ async fn seed004_sci_collection_mqtt_over_tls_requires_the_client_certificate() 
     let mqtt = |client: Option<(&str, &str)>| {
         format!(
             "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{tls}</broker-port>{}</mqtt></collection>\
-             <scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id></sci></scis>",
+             <scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>",
             tls_leaves(&pki.ca, client)
         )
     };
@@ -509,7 +509,7 @@ async fn seed004_security_considerations_rate_limit_per_source_answers_429_with_
     let r = edit(
         &mut nc,
         1,
-        "<scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id></sci></scis>\
+        "<scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>\
          <collection><rate-limit><per-source><rate>1</rate><burst>3</burst></per-source></rate-limit></collection>",
     )
     .await;
@@ -620,7 +620,7 @@ async fn seed004_security_considerations_mqtt_flood_leaves_memory_bounded_and_ot
         &format!(
             "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
              <allow-plaintext>true</allow-plaintext></mqtt></collection>\
-             <scis><sci><csci-id>flood</csci-id><cs-id>AR1</cs-id></sci><sci><csci-id>sci-ok</csci-id><cs-id>AR1</cs-id></sci></scis>"
+             <scis><sci><csci-id>flood</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci><sci><csci-id>sci-ok</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>"
         ),
     )
     .await;

@@ -44,6 +44,17 @@ pub struct Bootstrap {
     pub audit: crate::mgmt::audit::AuditSettings,
     /// Structural limits on every received management message.
     pub message_limits: message_limits::MessageLimits,
+    /// How reports to C-PSes are signed (`[cps]`).
+    pub cps: CpsSettings,
+}
+
+/// `[cps]`: the C-SMA's report signing key (seed 004, Metric Integrity).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpsSettings {
+    /// `ed25519` (JWS EdDSA, the default) or `ecdsa-p256` (JWS ES256). Each has its own key
+    /// file in the state directory, generated on the first start that needs it.
+    pub signing_algorithm: crate::cps::signing::Algorithm,
 }
 
 /// Default RESTCONF port (IANA's 443 needs root).

@@ -51,11 +51,11 @@ impl NorthboundKeys {
         }
     }
 
-    /// The agent's: the key and the nonce ceiling kept in the state directory.
-    pub fn from_state_dir(dir: &std::path::Path) -> std::io::Result<NorthboundKeys> {
+    /// The agent's: the key of `alg` and the nonce ceiling kept in the state directory.
+    pub fn from_state_dir(dir: &std::path::Path, alg: signing::Algorithm) -> std::io::Result<NorthboundKeys> {
         Ok(NorthboundKeys {
             nonces: Arc::new(NonceSource::persistent(&dir.join("cps_nonce"))?),
-            signing: Some(Arc::new(signing::SigningKey::load_or_generate(dir)?)),
+            signing: Some(Arc::new(signing::SigningKey::load_or_generate_with(dir, alg)?)),
         })
     }
 }

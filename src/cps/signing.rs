@@ -1,9 +1,11 @@
 //! Report signing with the C-SMA's private key (seed 004, Metric Integrity: "each report
 //! sent to the C-PS MUST be signed using the C-SMA's private key"): every request to a C-PS
-//! carries a detached JWS (RFC 7515 appendix F) in `X-Cats-JWS`, Ed25519 (RFC 8037,
-//! `alg` EdDSA), whose protected header binds the method, the path, the C-SMA id, the
-//! timestamp and the nonce, and whose payload is the body as sent. The key is generated into
-//! the state directory on the first start; its key id is its RFC 7638 JWK thumbprint.
+//! carries a detached JWS (RFC 7515 appendix F) in `X-Cats-JWS`, Ed25519 (RFC 8037, `alg`
+//! EdDSA, the default) or ECDSA P-256 (RFC 7518, `alg` ES256, bootstrap
+//! `[cps] signing_algorithm = "ecdsa-p256"`), whose protected header binds the method, the
+//! path, the C-SMA id, the timestamp and the nonce, and whose payload is the body as sent.
+//! The key is generated into the state directory on the first start; its key id is its
+//! RFC 7638 JWK thumbprint.
 //!
 //! The cryptography is aws-lc-rs (already in the tree as rustls' provider); this file only
 //! frames the JWS. The verifying side (the reference C-PS) checks the signature, the
@@ -14,7 +16,10 @@ use std::io;
 use std::path::Path;
 
 use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+use aws_lc_rs::signature::{
+    EcdsaKeyPair, Ed25519KeyPair, KeyPair, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING,
+    ED25519,
+};
 use base64ct::{Base64UrlUnpadded, Encoding};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -23,14 +28,49 @@ use super::auth::{Accepted, AuthError, Freshness};
 
 /// The request header carrying the detached JWS.
 pub const H_JWS: &str = "x-cats-jws";
-/// The file of the private key (PKCS#8 DER) in the state directory.
+/// The file of the Ed25519 private key (PKCS#8 DER) in the state directory.
 pub const KEY_FILE: &str = "cps_signing_ed25519.pk8";
+/// The file of the ECDSA P-256 private key (PKCS#8 DER) in the state directory.
+pub const KEY_FILE_P256: &str = "cps_signing_p256.pk8";
+
+/// The signature algorithm of the C-SMA's key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Ed25519 (RFC 8037), JWS `alg` EdDSA.
+    #[default]
+    Ed25519,
+    /// ECDSA with P-256 and SHA-256 (RFC 7518 section 3.4), JWS `alg` ES256.
+    EcdsaP256,
+}
+
+impl Algorithm {
+    /// The JWS `alg` value.
+    pub fn jws_alg(self) -> &'static str {
+        match self {
+            Algorithm::Ed25519 => "EdDSA",
+            Algorithm::EcdsaP256 => "ES256",
+        }
+    }
+
+    fn key_file(self) -> &'static str {
+        match self {
+            Algorithm::Ed25519 => KEY_FILE,
+            Algorithm::EcdsaP256 => KEY_FILE_P256,
+        }
+    }
+}
+
+enum Pair {
+    Ed(Ed25519KeyPair),
+    P256(EcdsaKeyPair),
+}
 /// The longest protected header a verifier decodes.
 const MAX_HEADER: usize = 2048;
 
 /// The C-SMA's signing key.
 pub struct SigningKey {
-    pair: Ed25519KeyPair,
+    pair: Pair,
     kid: String,
 }
 
@@ -65,33 +105,66 @@ struct Protected {
 const CRIT: &str = "cats-req";
 
 impl SigningKey {
-    /// Loads the key from the state directory, or generates and keeps one (0600).
+    /// Loads the Ed25519 key from the state directory, or generates and keeps one (0600).
     pub fn load_or_generate(dir: &Path) -> io::Result<SigningKey> {
-        let path = dir.join(KEY_FILE);
+        SigningKey::load_or_generate_with(dir, Algorithm::Ed25519)
+    }
+
+    /// Loads the key of `alg` from the state directory, or generates and keeps one (0600).
+    /// Each algorithm has its own file, so switching back finds the old key again.
+    pub fn load_or_generate_with(dir: &Path, alg: Algorithm) -> io::Result<SigningKey> {
+        let path = dir.join(alg.key_file());
         let der = match std::fs::read(&path) {
             Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let doc = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new())
-                    .map_err(|_| io::Error::other("cannot generate an Ed25519 key"))?;
-                crate::datastore::persist::write_atomic(&path, doc.as_ref())?;
-                doc.as_ref().to_vec()
+                let doc = generate(alg)?;
+                crate::datastore::persist::write_atomic(&path, &doc)?;
+                doc
             }
             Err(e) => return Err(e),
         };
-        SigningKey::from_pkcs8(&der)
+        SigningKey::from_pkcs8_with(alg, &der)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))
     }
 
-    /// A key that lives in memory only (tests, and adapters started without a state dir).
+    /// An Ed25519 key that lives in memory only (tests, and adapters started without a
+    /// state dir).
     pub fn ephemeral() -> SigningKey {
-        let doc = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).expect("Ed25519 key generation");
-        SigningKey::from_pkcs8(doc.as_ref()).expect("a key just generated parses")
+        SigningKey::ephemeral_with(Algorithm::Ed25519)
+    }
+
+    pub fn ephemeral_with(alg: Algorithm) -> SigningKey {
+        let doc = generate(alg).expect("key generation");
+        SigningKey::from_pkcs8_with(alg, &doc).expect("a key just generated parses")
     }
 
     pub fn from_pkcs8(der: &[u8]) -> Result<SigningKey, String> {
-        let pair = Ed25519KeyPair::from_pkcs8(der).map_err(|e| format!("not an Ed25519 PKCS#8 key: {e}"))?;
-        let kid = thumbprint(pair.public_key().as_ref());
+        SigningKey::from_pkcs8_with(Algorithm::Ed25519, der)
+    }
+
+    pub fn from_pkcs8_with(alg: Algorithm, der: &[u8]) -> Result<SigningKey, String> {
+        let pair = match alg {
+            Algorithm::Ed25519 => {
+                Pair::Ed(Ed25519KeyPair::from_pkcs8(der).map_err(|e| format!("not an Ed25519 PKCS#8 key: {e}"))?)
+            }
+            Algorithm::EcdsaP256 => Pair::P256(
+                EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der)
+                    .map_err(|e| format!("not a P-256 PKCS#8 key: {e}"))?,
+            ),
+        };
+        let public = match &pair {
+            Pair::Ed(p) => p.public_key().as_ref().to_vec(),
+            Pair::P256(p) => p.public_key().as_ref().to_vec(),
+        };
+        let kid = thumbprint(&public_jwk_members(alg, &public).ok_or("unusable public key")?);
         Ok(SigningKey { pair, kid })
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        match self.pair {
+            Pair::Ed(_) => Algorithm::Ed25519,
+            Pair::P256(_) => Algorithm::EcdsaP256,
+        }
     }
 
     /// RFC 7638 thumbprint of the public key (base64url SHA-256 of its canonical JWK).
@@ -99,28 +172,76 @@ impl SigningKey {
         &self.kid
     }
 
-    /// The raw 32-byte public key.
+    /// The public key: 32 raw bytes for Ed25519, the 65-byte uncompressed point for P-256.
     pub fn public_key(&self) -> &[u8] {
-        self.pair.public_key().as_ref()
+        match &self.pair {
+            Pair::Ed(p) => p.public_key().as_ref(),
+            Pair::P256(p) => p.public_key().as_ref(),
+        }
     }
 
-    /// The public key as a JWK (RFC 8037), what a C-PS is configured with.
+    /// The public key as a JWK (RFC 7517; RFC 8037 for Ed25519), what a C-PS is configured
+    /// with.
     pub fn jwk(&self) -> String {
+        let alg = self.algorithm();
+        let members = public_jwk_members(alg, self.public_key()).expect("our own key");
+        // The canonical members plus kid, alg and use.
         format!(
-            "{{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"{}\",\"kid\":\"{}\",\"alg\":\"EdDSA\",\"use\":\"sig\"}}",
-            Base64UrlUnpadded::encode_string(self.public_key()),
-            self.kid
+            "{},\"kid\":\"{}\",\"alg\":\"{}\",\"use\":\"sig\"}}",
+            members.trim_end_matches('}'),
+            self.kid,
+            alg.jws_alg()
         )
     }
 
     /// The detached compact JWS (`header..signature`) over `body` bound to `req`.
     pub fn sign(&self, req: &RequestBinding, body: &[u8]) -> String {
-        let protected =
-            Protected { alg: "EdDSA".into(), kid: self.kid.clone(), crit: vec![CRIT.into()], req: req.clone() };
+        let protected = Protected {
+            alg: self.algorithm().jws_alg().into(),
+            kid: self.kid.clone(),
+            crit: vec![CRIT.into()],
+            req: req.clone(),
+        };
         let header = Base64UrlUnpadded::encode_string(&serde_json::to_vec(&protected).expect("serialises"));
         let input = signing_input(&header, body);
-        let sig = self.pair.sign(&input);
-        format!("{header}..{}", Base64UrlUnpadded::encode_string(sig.as_ref()))
+        let sig = match &self.pair {
+            Pair::Ed(p) => p.sign(&input).as_ref().to_vec(),
+            // FIXED: r || s, 64 bytes, as JWS ES256 requires (RFC 7518 section 3.4).
+            Pair::P256(p) => p.sign(&SystemRandom::new(), &input).expect("ECDSA signing").as_ref().to_vec(),
+        };
+        format!("{header}..{}", Base64UrlUnpadded::encode_string(&sig))
+    }
+}
+
+fn generate(alg: Algorithm) -> io::Result<Vec<u8>> {
+    let rng = SystemRandom::new();
+    match alg {
+        Algorithm::Ed25519 => Ed25519KeyPair::generate_pkcs8(&rng)
+            .map(|d| d.as_ref().to_vec())
+            .map_err(|_| io::Error::other("cannot generate an Ed25519 key")),
+        Algorithm::EcdsaP256 => EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .map(|d| d.as_ref().to_vec())
+            .map_err(|_| io::Error::other("cannot generate a P-256 key")),
+    }
+}
+
+/// The RFC 7638 required members of the public JWK, in lexicographic order, no whitespace.
+fn public_jwk_members(alg: Algorithm, public: &[u8]) -> Option<String> {
+    let b64 = Base64UrlUnpadded::encode_string;
+    match alg {
+        Algorithm::Ed25519 => {
+            (public.len() == 32).then(|| format!("{{\"crv\":\"Ed25519\",\"kty\":\"OKP\",\"x\":\"{}\"}}", b64(public)))
+        }
+        Algorithm::EcdsaP256 => {
+            if public.len() != 65 || public[0] != 4 {
+                return None;
+            }
+            Some(format!(
+                "{{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"{}\",\"y\":\"{}\"}}",
+                b64(&public[1..33]),
+                b64(&public[33..])
+            ))
+        }
     }
 }
 
@@ -133,30 +254,66 @@ fn signing_input(header_b64: &str, body: &[u8]) -> Vec<u8> {
     input
 }
 
-/// RFC 7638: the members crv, kty, x in lexicographic order, no whitespace.
-fn thumbprint(public: &[u8]) -> String {
-    let canonical =
-        format!("{{\"crv\":\"Ed25519\",\"kty\":\"OKP\",\"x\":\"{}\"}}", Base64UrlUnpadded::encode_string(public));
+/// RFC 7638: base64url SHA-256 of the canonical members.
+fn thumbprint(canonical: &str) -> String {
     Base64UrlUnpadded::encode_string(&Sha256::digest(canonical.as_bytes()))
 }
 
-/// A trusted public key, from the raw key in base64url (a JWK's `x`).
-pub fn trusted_key(x_b64url: &str) -> Result<(String, Vec<u8>), String> {
-    let raw = Base64UrlUnpadded::decode_vec(x_b64url.trim()).map_err(|_| "public key: not base64url".to_owned())?;
-    if raw.len() != 32 {
-        return Err(format!("public key: {} bytes, an Ed25519 key has 32", raw.len()));
+/// A public key a verifier trusts: its algorithm and its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedKey {
+    pub algorithm: Algorithm,
+    pub public: Vec<u8>,
+}
+
+/// A trusted public key, by its key id: either the raw Ed25519 key in base64url (a JWK's
+/// `x`), or a whole public JWK (`{"kty":"OKP","crv":"Ed25519","x":…}` or
+/// `{"kty":"EC","crv":"P-256","x":…,"y":…}`, as `c-ps/signing-key/jwk` shows it).
+pub fn trusted_key(text: &str) -> Result<(String, TrustedKey), String> {
+    let text = text.trim();
+    let decode = |v: Option<&serde_json::Value>, what: &str| -> Result<Vec<u8>, String> {
+        let s = v.and_then(|v| v.as_str()).ok_or_else(|| format!("public key: the JWK has no {what}"))?;
+        Base64UrlUnpadded::decode_vec(s).map_err(|_| format!("public key: {what} is not base64url"))
+    };
+    let (algorithm, public) = if text.starts_with('{') {
+        let jwk: serde_json::Value = serde_json::from_str(text).map_err(|_| "public key: not a JWK".to_owned())?;
+        if jwk.get("d").is_some() {
+            return Err("public key: the JWK holds a private key".into());
+        }
+        match (jwk.get("kty").and_then(|v| v.as_str()), jwk.get("crv").and_then(|v| v.as_str())) {
+            (Some("OKP"), Some("Ed25519")) => (Algorithm::Ed25519, decode(jwk.get("x"), "x")?),
+            (Some("EC"), Some("P-256")) => {
+                let (x, y) = (decode(jwk.get("x"), "x")?, decode(jwk.get("y"), "y")?);
+                if x.len() != 32 || y.len() != 32 {
+                    return Err("public key: a P-256 JWK has 32-byte x and y".into());
+                }
+                (Algorithm::EcdsaP256, [&[4u8][..], &x, &y].concat())
+            }
+            _ => return Err("public key: only Ed25519 (OKP) and P-256 (EC) JWKs are supported".into()),
+        }
+    } else {
+        let raw = Base64UrlUnpadded::decode_vec(text).map_err(|_| "public key: not base64url".to_owned())?;
+        (Algorithm::Ed25519, raw)
+    };
+    let members = public_jwk_members(algorithm, &public).ok_or_else(|| match algorithm {
+        Algorithm::Ed25519 => format!("public key: {} bytes, an Ed25519 key has 32", public.len()),
+        Algorithm::EcdsaP256 => "public key: not an uncompressed P-256 point".to_owned(),
+    })?;
+    if algorithm == Algorithm::EcdsaP256 {
+        aws_lc_rs::signature::ParsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &public)
+            .map_err(|_| "public key: not a point on P-256".to_owned())?;
     }
-    Ok((thumbprint(&raw), raw))
+    Ok((thumbprint(&members), TrustedKey { algorithm, public }))
 }
 
 /// The verifying side: trusted keys by key id and the freshness rules.
 pub struct JwsVerifier {
-    keys: HashMap<String, Vec<u8>>,
+    keys: HashMap<String, TrustedKey>,
     fresh: Freshness,
 }
 
 impl JwsVerifier {
-    pub fn new(keys: impl IntoIterator<Item = (String, Vec<u8>)>, window_ms: i64) -> JwsVerifier {
+    pub fn new(keys: impl IntoIterator<Item = (String, TrustedKey)>, window_ms: i64) -> JwsVerifier {
         JwsVerifier { keys: keys.into_iter().collect(), fresh: Freshness::new(window_ms) }
     }
 
@@ -202,14 +359,21 @@ impl JwsVerifier {
         }
         let json = Base64UrlUnpadded::decode_vec(header).map_err(|_| AuthError::MalformedHeader(H_JWS))?;
         let p: Protected = serde_json::from_slice(&json).map_err(|_| AuthError::MalformedHeader(H_JWS))?;
-        if p.alg != "EdDSA" || p.crit != [CRIT] {
+        if !matches!(p.alg.as_str(), "EdDSA" | "ES256") || p.crit != [CRIT] {
             return Err(AuthError::MalformedHeader(H_JWS));
         }
         let sig = Base64UrlUnpadded::decode_vec(sig).map_err(|_| AuthError::MalformedHeader(H_JWS))?;
         let key = self.keys.get(&p.kid).ok_or_else(|| AuthError::UnknownKey(p.kid.clone()))?;
-        UnparsedPublicKey::new(&ED25519, key)
-            .verify(&signing_input(header, body), &sig)
-            .map_err(|_| AuthError::BadSignature)?;
+        // The key decides the algorithm; a header naming another one does not verify.
+        if p.alg != key.algorithm.jws_alg() {
+            return Err(AuthError::BadSignature);
+        }
+        let input = signing_input(header, body);
+        let ok = match key.algorithm {
+            Algorithm::Ed25519 => UnparsedPublicKey::new(&ED25519, &key.public).verify(&input, &sig),
+            Algorithm::EcdsaP256 => UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &key.public).verify(&input, &sig),
+        };
+        ok.map_err(|_| AuthError::BadSignature)?;
         // The signature is good: now what it says must be this request.
         let r = &p.req;
         if r.method != method || r.path != path || r.csma_id != csma_id {
@@ -265,6 +429,46 @@ mod tests {
         for junk in ["", "..", "a.b.c", "e30..", &"A".repeat(5000)] {
             assert!(matches!(check(&mut v, junk, b"", "/cats/metrics"), Err(AuthError::MalformedHeader(_))), "{junk}");
         }
+    }
+
+    #[test]
+    fn seed_metric_integrity_es256_signed_verified_and_the_key_fixes_the_algorithm() {
+        let k = SigningKey::ephemeral_with(Algorithm::EcdsaP256);
+        assert_eq!(k.public_key().len(), 65);
+        let jwk: serde_json::Value = serde_json::from_str(&k.jwk()).unwrap();
+        assert_eq!(
+            (jwk["kty"].as_str(), jwk["crv"].as_str(), jwk["alg"].as_str()),
+            (Some("EC"), Some("P-256"), Some("ES256"))
+        );
+        // The C-PS is configured with the whole JWK, as the agent shows it.
+        let (kid, trusted) = trusted_key(&k.jwk()).unwrap();
+        assert_eq!(kid, k.key_id());
+        assert_eq!(trusted.algorithm, Algorithm::EcdsaP256);
+        let mut v = JwsVerifier::new([(kid, trusted)], 30_000);
+        let now = 1_700_000_000_000;
+        let jws = k.sign(&binding(1, now), b"{}");
+        // Raw r || s, 64 bytes (RFC 7518 section 3.4), not DER.
+        let sig = Base64UrlUnpadded::decode_vec(jws.split_once("..").unwrap().1).unwrap();
+        assert_eq!(sig.len(), 64);
+        assert_eq!(v.verify("POST", "/cats/metrics", "c1", Some(&jws), b"{ }", now), Err(AuthError::BadSignature));
+        assert_eq!(v.verify("POST", "/cats/metrics", "c1", Some(&jws), b"{}", now), Ok(()));
+        // A header that names EdDSA for this key id never verifies (no algorithm switch).
+        let (h, s) = jws.split_once("..").unwrap();
+        let mut p: serde_json::Value = serde_json::from_slice(&Base64UrlUnpadded::decode_vec(h).unwrap()).unwrap();
+        p["alg"] = "EdDSA".into();
+        p["cats-req"]["nonce"] = 2.into();
+        let switched = format!("{}..{s}", Base64UrlUnpadded::encode_string(p.to_string().as_bytes()));
+        assert_eq!(v.verify("POST", "/cats/metrics", "c1", Some(&switched), b"{}", now), Err(AuthError::BadSignature));
+        // Keys a C-PS must not accept: a private JWK, another curve, a point off the curve.
+        let mut private = jwk.clone();
+        private["d"] = "AAAA".into();
+        assert!(trusted_key(&private.to_string()).unwrap_err().contains("private"));
+        let mut p384 = jwk.clone();
+        p384["crv"] = "P-384".into();
+        assert!(trusted_key(&p384.to_string()).is_err());
+        let mut off = jwk.clone();
+        off["y"] = Base64UrlUnpadded::encode_string(&[7u8; 32]).into();
+        assert!(trusted_key(&off.to_string()).unwrap_err().contains("P-256"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ impl StateProvider for CpsState {
         if let Some(k) = self.adapters.keys().signing {
             use base64ct::{Base64, Encoding};
             let base = format!("{C_PS}/signing-key");
-            set(tree, &format!("{base}/algorithm"), Some("EdDSA"))?;
+            set(tree, &format!("{base}/algorithm"), Some(k.algorithm().jws_alg()))?;
             set(tree, &format!("{base}/key-id"), Some(k.key_id()))?;
             set(tree, &format!("{base}/public-key"), Some(&Base64::encode_string(k.public_key())))?;
             set(tree, &format!("{base}/jwk"), Some(&k.jwk()))?;

@@ -46,7 +46,6 @@ pub struct Credential {
 /// credential-ref). Replaced as a whole on every commit that touches it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuthTable {
-    pub required: bool,
     pub window: Duration,
     pub credentials: HashMap<String, Credential>,
     /// CSCI-ID → credential name.
@@ -55,12 +54,7 @@ pub struct AuthTable {
 
 impl Default for AuthTable {
     fn default() -> Self {
-        AuthTable {
-            required: false,
-            window: Duration::from_secs(30),
-            credentials: HashMap::new(),
-            scis: HashMap::new(),
-        }
+        AuthTable { window: Duration::from_secs(30), credentials: HashMap::new(), scis: HashMap::new() }
     }
 }
 
@@ -269,11 +263,10 @@ pub fn sign_jwt(key: &[u8], csci_id: &str, issuer: Option<&str>, exp_unix: i64) 
 /// The collection/authentication settings and the SCIs' credential-refs in a
 /// configuration tree.
 pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
-    use crate::engine::northbound::{leaf, leaf_u64, ROOT};
+    use crate::engine::northbound::{leaf_u64, ROOT};
     use yang2::data::Data;
     let base = format!("{ROOT}/collection/authentication");
     let mut out = AuthTable {
-        required: leaf(t, &format!("{base}/required")).as_deref() == Some("true"),
         window: Duration::from_secs(leaf_u64(t, &format!("{base}/timestamp-window")).unwrap_or(30)),
         ..AuthTable::default()
     };

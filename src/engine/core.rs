@@ -24,8 +24,24 @@ use super::validate::{self, Anomaly, Rejection, ValidationConfig, Verdict};
 pub struct SciConfig {
     /// The CS-IDs it may report for.
     pub cs_ids: Vec<CsId>,
+    /// The credential its messages must be proven with (HMAC or JWT); without one, a TLS
+    /// client certificate mapped to its CSCI-ID is the proof it must bring.
     pub credential_ref: Option<String>,
+    /// `authentication none` (lab use): its reports are accepted without any proof.
+    pub unauthenticated: bool,
     pub expected_interval: Duration,
+}
+
+impl SciConfig {
+    /// The YANG `authentication` value of the metric-cache entry: how the SCI proves
+    /// itself.
+    pub fn authentication(&self) -> &'static str {
+        match (&self.credential_ref, self.unauthenticated) {
+            (_, true) => "none",
+            (Some(_), false) => "credential",
+            (None, false) => "certificate",
+        }
+    }
 }
 
 /// Cache settings (YANG `cache`).
@@ -55,6 +71,8 @@ impl CacheConfig {
 pub struct Stats {
     pub received: u64,
     pub accepted: u64,
+    /// Accepted reports that started their SCI's sequence again (newer timestamp).
+    pub sequence_restarts: u64,
     pub rejected: [u64; Rejection::ALL.len()],
     pub last_rejection: [Option<DateTime<Utc>>; Rejection::ALL.len()],
     pub discontinuity: Option<DateTime<Utc>>,
@@ -122,14 +140,25 @@ pub enum EngineEvent {
 /// Where a message came from and who sent it, as far as its transport knows.
 #[derive(Clone, Debug, Default)]
 pub struct Sender {
-    /// The CSCI-ID the message is from: proven by a credential when `proven`, otherwise
-    /// attributed by the transport (MQTT topic level, pull target). A report for another
-    /// CSCI-ID is refused.
+    /// The CSCI-ID the message is from: proven when `proof` is set, otherwise attributed by
+    /// the transport (MQTT topic level, pull target). A report for another CSCI-ID is
+    /// refused.
     pub csci_id: Option<CsciId>,
-    pub proven: bool,
+    /// How `csci_id` was proven, if it was.
+    pub proof: Option<Proof>,
     /// `http`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
     pub transport: &'static str,
     pub address: Option<std::net::IpAddr>,
+}
+
+/// How a message's sender was proven (seed 004, SCI Authentication).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// An HMAC signature or a JWT verified with the SCI's credential.
+    Credential,
+    /// A TLS client certificate, verified against the trust anchors and not revoked,
+    /// mapped to the CSCI-ID by cert-to-name.
+    Certificate,
 }
 
 /// How many quarantined reports are kept; the oldest go first (counted as rejected).
@@ -153,8 +182,6 @@ pub struct Core {
     pub reported: HashMap<CsId, (SiteMetrics, bool)>,
     /// Where STALE SCIs are sent to be pulled at once (seed 004 hybrid mode).
     pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<CsciId>>,
-    /// collection/authentication/required: SCIs without a credential are refused.
-    pub auth_required: bool,
     /// validation/smoothing, when enabled.
     pub smoother: Option<super::smooth::Smoother>,
     /// Someone listens to the typed change stream (`engine/changes.rs`): accepted reports
@@ -183,7 +210,6 @@ impl Core {
             ema: HashMap::new(),
             reported: HashMap::new(),
             pull_requests: None,
-            auth_required: false,
             smoother: None,
             tap: false,
             auth_flood: super::auth_failures::Aggregator::new(Duration::from_secs(10), 1024),
@@ -367,9 +393,11 @@ impl Core {
         self.ingest_from(raw, &sender)
     }
 
-    /// The one path of a report. An SCI with a credential (or any SCI when authentication
-    /// is required) must have proven the message; the sender may only report for itself and
-    /// for the CS-IDs it is registered for (seed 004, SCI Authentication).
+    /// The one path of a report. Every SCI must have proven the message (secure by
+    /// default): with its credential when it has a credential-ref, with a client
+    /// certificate mapped to it otherwise; only an SCI configured `authentication none` is
+    /// taken at its word. The sender may only report for itself and for the CS-IDs it is
+    /// registered for (seed 004, SCI Authentication).
     pub fn ingest_from(&mut self, raw: &RawReport, sender: &Sender) -> Result<(), (Rejection, String)> {
         self.stats.received += 1;
         // Identifiers first: nothing below may store, log or notify one that is not of its
@@ -386,13 +414,20 @@ impl Core {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
             return Err((self.reject(Rejection::UnknownSci, &raw.csci_id, &d), d));
         };
-        if !sender.proven && (sci.credential_ref.is_some() || self.auth_required) {
-            let d = match &sci.credential_ref {
-                Some(c) => {
-                    format!("{} must prove its messages with credential {c}; this one carried no proof", raw.csci_id)
-                }
-                None => format!("{} has no credential and authentication is required", raw.csci_id),
-            };
+        let missing = match (&sci.credential_ref, sender.proof) {
+            _ if sci.unauthenticated => None,
+            (Some(_), Some(Proof::Credential)) | (None, Some(Proof::Certificate)) => None,
+            (Some(c), _) => Some(format!(
+                "{} must prove its messages with credential {c}; this one carried no such proof",
+                raw.csci_id
+            )),
+            (None, _) => Some(format!(
+                "{} has no credential-ref: it must report over TLS with a client certificate mapped to it \
+                 (or be configured 'authentication none')",
+                raw.csci_id
+            )),
+        };
+        if let Some(d) = missing {
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
         }
         if !sci.cs_ids.contains(&raw.cs_id) {
@@ -461,6 +496,14 @@ impl Core {
 
     fn store(&mut self, report: &Report, warning: bool, now: Instant, wall: DateTime<Utc>) {
         if let Some(e) = self.cache.get_mut(&report.csci_id) {
+            if e.history.last_sequence.is_some_and(|s| report.sequence <= s) {
+                self.stats.sequence_restarts += 1;
+                tracing::info!(
+                    csci_id = %report.csci_id,
+                    "SCI restarted its sequence at {} (its timestamp is newer than the last report's)",
+                    report.sequence
+                );
+            }
             validate::record(&mut e.history, report, &self.validation, now);
         }
         let previous = self.cache.get(&report.csci_id).and_then(|e| e.reported.map(|m| m.health));
@@ -525,7 +568,19 @@ impl Core {
         // A CS-ID the SCI may no longer report for stops counting at once.
         let moved = self.cache.get(csci_id).and_then(|e| e.cs_id.clone()).filter(|cs| !sci.cs_ids.contains(cs));
         self.rate.forget(csci_id);
+        // A new way of proving itself starts a new history: whatever sequence number or
+        // timestamp was accepted under the old one (perhaps from an unauthenticated
+        // sender) cannot hold the SCI back under the new one.
+        let auth_changed = self
+            .registry
+            .get(csci_id)
+            .is_some_and(|old| old.credential_ref != sci.credential_ref || old.unauthenticated != sci.unauthenticated);
         self.registry.insert(csci_id.to_owned(), sci);
+        if auth_changed {
+            if let Some(e) = self.cache.get_mut(csci_id) {
+                e.history = validate::History::default();
+            }
+        }
         if moved.is_some() {
             let ev = self.cache.remove(csci_id);
             self.absorb(ev);

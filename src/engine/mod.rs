@@ -258,7 +258,7 @@ impl Engine {
         match verdict {
             Ok(Some(proven)) => {
                 sender.csci_id = Some(proven);
-                sender.proven = true;
+                sender.proof = Some(core::Proof::Credential);
             }
             Ok(None) => {}
             Err(f) => {
@@ -369,6 +369,7 @@ mod tests {
         let sci = |c: Option<&str>| SciConfig {
             cs_ids: vec!["AR1".into()],
             credential_ref: c.map(str::to_owned),
+            unauthenticated: c.is_none(),
             expected_interval: Duration::from_secs(5),
         };
         engine

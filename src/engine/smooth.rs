@@ -108,7 +108,12 @@ mod tests {
         let mut core = Core::new(Clock::new());
         core.set_sci(
             "sci-1",
-            SciConfig { cs_ids: vec!["AR1".into()], credential_ref: None, expected_interval: Duration::from_secs(5) },
+            SciConfig {
+                cs_ids: vec!["AR1".into()],
+                credential_ref: None,
+                unauthenticated: true,
+                expected_interval: Duration::from_secs(5),
+            },
         );
         core.set_smoothing(Some(2));
         core.validation.gas_change_percent = 10_000; // no anomaly verdicts in this test

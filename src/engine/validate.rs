@@ -207,7 +207,12 @@ pub fn validate(
         Ok(r) => r,
         Err((reason, detail)) => return Verdict::Reject { reason, detail, anomaly: None },
     };
-    if let Some(last) = history.last_sequence {
+    // A sequence number never outranks time: a report whose timestamp is newer than the
+    // last accepted one may start its sequence again (the SCI restarted), so no sender can
+    // lock an SCI out by getting a huge sequence number accepted once. Replays stay
+    // refused: a captured report is never newer than the last one accepted.
+    let restart = history.last_timestamp.is_some_and(|t| report.timestamp > t);
+    if let Some(last) = history.last_sequence.filter(|_| !restart) {
         if report.sequence == last {
             return Verdict::Reject {
                 reason: Rejection::Duplicate,
@@ -356,6 +361,31 @@ mod tests {
         let cfg = ValidationConfig::default();
         assert_eq!(check_ranges(&raw(1, 5, 0, "HEALTHY", Utc::now()), &cfg).unwrap_err().0, Rejection::Inconsistent);
         assert!(check_ranges(&raw(1, 0, 0, "UNHEALTHY", Utc::now()), &cfg).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed_004_metric_integrity_a_huge_sequence_number_cannot_lock_an_sci_out() {
+        // seq 2^64-1 accepted once (say, from a sender of an 'authentication none' SCI)
+        // does not hold the SCI back: its next report, timestamped later, starts again.
+        let cfg = ValidationConfig::default();
+        let wall = Utc::now();
+        let mut h = History::default();
+        let r = accept(validate(&raw(u64::MAX, 100, 5, "HEALTHY", wall), &h, &cfg, Instant::now(), wall));
+        record(&mut h, &r, &cfg, Instant::now());
+        let later = wall + chrono::Duration::milliseconds(500);
+        let r = accept(validate(&raw(7, 100, 5, "HEALTHY", later), &h, &cfg, Instant::now(), later));
+        assert_eq!(r.sequence, 7);
+        record(&mut h, &r, &cfg, Instant::now());
+        // A replay of the poisoned report (older timestamp) stays refused, and so does a
+        // replay of the last one (same sequence, same time).
+        assert_eq!(
+            rejected(validate(&raw(u64::MAX, 100, 5, "HEALTHY", wall), &h, &cfg, Instant::now(), later)),
+            Rejection::OutOfOrder
+        );
+        assert_eq!(
+            rejected(validate(&raw(7, 100, 5, "HEALTHY", later), &h, &cfg, Instant::now(), later)),
+            Rejection::Duplicate
+        );
     }
 
     #[tokio::test(start_paused = true)]

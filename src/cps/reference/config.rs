@@ -31,8 +31,9 @@ pub struct CpsConfig {
     /// Pre-shared keys; when any is configured every /cats/metrics request must be signed.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
-    /// Ed25519 public keys of the C-SMAs whose signed reports are accepted (base64url, the
-    /// `x` of the JWK the agent shows in `c-ps/signing-key/jwk`); when any is configured,
+    /// Public keys of the C-SMAs whose signed reports are accepted: the JWK the agent shows
+    /// in `c-ps/signing-key/jwk` (Ed25519 or P-256), or for Ed25519 just its `x`
+    /// (base64url); when any is configured,
     /// every /cats/metrics request must carry a valid `X-Cats-JWS` (seed 004, Metric
     /// Integrity: reports signed with the C-SMA's private key).
     #[serde(default)]
@@ -145,7 +146,7 @@ impl CpsConfig {
     }
 
     /// The trusted C-SMA public keys by key id.
-    pub fn csma_keys(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
+    pub fn csma_keys(&self) -> Result<Vec<(String, crate::cps::signing::TrustedKey)>, String> {
         self.trusted_csma_keys.iter().map(|k| crate::cps::signing::trusted_key(k)).collect()
     }
 

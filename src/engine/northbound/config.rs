@@ -204,12 +204,18 @@ pub fn function(t: &DataTree<'static>) -> ComputingTimeFunction {
 /// One registry entry, read at its data path.
 pub fn sci(t: &DataTree<'static>, entry_path: &str) -> Option<SciConfig> {
     let node = t.find_path(entry_path).ok()?;
-    let mut s = SciConfig { cs_ids: Vec::new(), credential_ref: None, expected_interval: Duration::from_millis(5000) };
+    let mut s = SciConfig {
+        cs_ids: Vec::new(),
+        credential_ref: None,
+        unauthenticated: false,
+        expected_interval: Duration::from_millis(5000),
+    };
     for c in node.children() {
         let v = c.value_canonical();
         match c.schema().name() {
             "cs-id" => s.cs_ids.extend(v),
             "credential-ref" => s.credential_ref = v,
+            "authentication" => s.unauthenticated = v.as_deref() == Some("none"),
             "expected-interval" => {
                 if let Some(ms) = v.and_then(|x| x.parse().ok()) {
                     s.expected_interval = Duration::from_millis(ms);
@@ -232,6 +238,18 @@ fn sci_entry(path: &str) -> Option<(String, String)> {
     Some((entry, key))
 }
 
+/// An SCI configured `authentication none` is taken at its word: said at every start and
+/// every commit that touches it (seed 004 requires SCIs to authenticate; this is for labs).
+fn warn_unauthenticated(csci_id: &str, s: &SciConfig) {
+    if s.unauthenticated {
+        tracing::warn!(
+            csci_id = %crate::text::printable(csci_id, 256),
+            "SCI is configured 'authentication none': its reports are accepted without proof of origin \
+             (lab use only; give it a credential-ref or a client certificate)"
+        );
+    }
+}
+
 /// Loads the whole engine configuration (start-up).
 pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
     let validation = validation(t);
@@ -244,6 +262,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
             let path = n.path();
             if let (Some((entry, key)), Some(s)) = (sci_entry(&path), sci(t, &path)) {
                 let _ = entry;
+                warn_unauthenticated(&key, &s);
                 scis.push((key, s));
             }
         }
@@ -251,7 +270,6 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
     let policy = compile_policy(t);
     crate::engine::rate_limit::apply(engine, crate::engine::rate_limit::settings(t));
     let auth = crate::engine::auth::table(t);
-    let required = auth.required;
     *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
     if let Err(e) = engine.updates.reconfigure(update_config(t)) {
         tracing::error!("update-control in running is not usable, keeping the defaults: {e}");
@@ -265,7 +283,6 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         core.set_smoothing(smoothing);
         core.set_cache_config(cache);
         core.set_function(function);
-        core.auth_required = required;
         for (k, s) in scis {
             core.set_sci(&k, s);
         }
@@ -354,14 +371,15 @@ impl ConfigConsumer for EngineConfig {
             // Before the registry changes reach the engine, so a new credential-ref is
             // never enforced without its key being known to the transports.
             let table = crate::engine::auth::table(tx.config);
-            let required = table.required;
             *self.engine.auth.write().unwrap_or_else(|e| e.into_inner()) = table;
-            self.engine.submit(move |core| core.auth_required = required);
         }
         let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
         for (entry, key) in entries {
             match sci(tx.config, &entry) {
-                Some(s) => self.engine.submit(move |core| core.set_sci(&key, s)),
+                Some(s) => {
+                    warn_unauthenticated(&key, &s);
+                    self.engine.submit(move |core| core.set_sci(&key, s))
+                }
                 None => self.engine.submit(move |core| core.remove_sci(&key)),
             }
         }

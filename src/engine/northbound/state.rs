@@ -38,6 +38,7 @@ struct EntryRow {
     reported: Option<Metrics>,
     timestamp: Option<DateTime<Utc>>,
     sequence: Option<u64>,
+    authentication: Option<&'static str>,
     ttl_remaining_ms: u128,
     state: SciState,
     flags: Flags,
@@ -64,6 +65,7 @@ struct Snapshot {
     discontinuity: Option<DateTime<Utc>>,
     received: u64,
     accepted: u64,
+    sequence_restarts: u64,
     rejections: Vec<(&'static str, u64, Option<DateTime<Utc>>)>,
     quarantine: Vec<Quarantined>,
 }
@@ -79,6 +81,7 @@ fn snapshot(core: &mut Core) -> Snapshot {
             reported: e.reported,
             timestamp: e.timestamp,
             sequence: e.sequence,
+            authentication: core.registry.get(&e.csci_id).map(|s| s.authentication()),
             ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
             state: e.state,
             flags: e.flags,
@@ -124,6 +127,7 @@ fn snapshot(core: &mut Core) -> Snapshot {
         discontinuity: s.discontinuity,
         received: s.received + by_source,
         accepted: s.accepted,
+        sequence_restarts: s.sequence_restarts,
         rejections,
         quarantine: core.quarantine.iter().cloned().collect(),
     }
@@ -207,6 +211,9 @@ fn to_xml(snap: &Snapshot) -> String {
             if let Some(s) = e.sequence {
                 leaf(&mut out, "sequence-number", s);
             }
+            if let Some(a) = e.authentication {
+                leaf(&mut out, "authentication", a);
+            }
             leaf(&mut out, "ttl-remaining", e.ttl_remaining_ms);
             leaf(&mut out, "state", e.state.yang());
             if let Some(f) = flags(e.flags) {
@@ -245,6 +252,7 @@ fn to_xml(snap: &Snapshot) -> String {
     }
     leaf(&mut out, "reports-received", snap.received);
     leaf(&mut out, "reports-accepted", snap.accepted);
+    leaf(&mut out, "sequence-restarts", snap.sequence_restarts);
     for (reason, count, last) in &snap.rejections {
         let _ = write!(out, "<rejection><reason xmlns:t=\"{NS_TYPES}\">t:{reason}</reason>");
         leaf(&mut out, "count", count);
