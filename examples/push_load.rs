@@ -252,6 +252,8 @@ async fn main() {
             ..Default::default()
         },
         sci_listen: Some("127.0.0.1:0".parse().unwrap()),
+        // The load is measured in plain text (docs/performance.md compares it with TLS).
+        sci_plain_http: true,
         ..Default::default()
     };
     let agent = cats_sma::agent::Agent::start(boot).await.expect("agent");

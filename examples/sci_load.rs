@@ -190,6 +190,8 @@ fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, Sock
         .args(["run", "--state-dir"])
         .arg(&state)
         .args(["--netconf-listen", &format!("127.0.0.1:{nc}"), "--sci-listen", &sci.to_string()])
+        // Plain HTTP: the figures in docs/performance.md are for the plaintext collector.
+        .arg("--sci-plain-http")
         .env("CATS_SMA_ADMIN_PASSWORD", "bench")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

@@ -25,7 +25,7 @@ SCI = "10.9.9.9:80"
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
-    a = Agent(tmp_path_factory.mktemp("push"), ["--sci-listen", "127.0.0.1:0"]).start()
+    a = Agent(tmp_path_factory.mktemp("push"), ["--sci-listen", "127.0.0.1:0", "--sci-plain-http"]).start()
     found = None
     for line in a.log:
         mt = re.search(r"SCI reports: http://([0-9.]+:\d+)/", line)

@@ -21,7 +21,7 @@ def agent(tmp_path_factory):
     ).stdout.strip()
     boot = work / "boot.toml"
     boot.write_text(f'[[users]]\nname = "{OPER}"\npassword_hash = "{hashed}"\n')
-    a = Agent(work, extra_args=["--config", str(boot), "--sci-listen", "127.0.0.1:0"]).start()
+    a = Agent(work, extra_args=["--config", str(boot), "--sci-listen", "127.0.0.1:0", "--sci-plain-http"]).start()
     a.sci_addr = next(
         mt.group(1) for line in a.log if (mt := re.search(r"SCI reports: http://([0-9.]+:\d+)/", line))
     )

@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -157,9 +158,12 @@ def agent_config(site, services, cps_port):
 class Sci(threading.Thread):
     """One simulated SCI: POSTs a report every 0.5 s while alive; its GAS follows a cycle."""
 
-    def __init__(self, url, csci, cs, base, phase, t0):
+    def __init__(self, url, csci, cs, base, phase, t0, cafile):
         super().__init__(daemon=True)
         self.url, self.csci, self.cs, self.base, self.phase, self.t0 = url, csci, cs, base, phase, t0
+        # The agent's SCI listener speaks HTTPS with a certificate it generated into its
+        # state directory on the first start: trust exactly that one.
+        self.tls = ssl.create_default_context(cafile=cafile)
         self.alive = threading.Event()
         self.alive.set()
         self.stop = threading.Event()
@@ -197,7 +201,7 @@ class Sci(threading.Thread):
                 {"Content-Type": "application/json", "Authorization": f"CATS-HMAC-SHA256 ts={ts}, sig={sig}"},
             )
             try:
-                urllib.request.urlopen(req, timeout=2).read()
+                urllib.request.urlopen(req, timeout=2, context=self.tls).read()
             except (urllib.error.URLError, OSError):
                 self.errors += 1
 
@@ -291,7 +295,8 @@ def main():
                                  timeout=30) as m:
                 m.edit_config(target="running", config=agent_config(site, services, cps_port))
             for cs, base in services.items():
-                sci = Sci(f"http://127.0.0.1:{sci_port}/reports", f"{site}-{cs.lower()}", cs, base, phase, t0)
+                sci = Sci(f"https://127.0.0.1:{sci_port}/reports", f"{site}-{cs.lower()}", cs, base, phase, t0,
+                          str(work / site / "sci-cert.pem"))
                 sci.start()
                 scis.append(sci)
         # Let every site's first advertisement reach the C-PS before the clock starts.

@@ -18,6 +18,8 @@ pub struct Agent {
     pub netconf_addrs: Vec<SocketAddr>,
     /// Where SCIs POST reports, when HTTP collection is enabled.
     pub sci_http: Option<SocketAddr>,
+    /// What the SCI listener speaks (https / http) and its server certificate.
+    pub sci_tls: Arc<crate::engine::collect::http::TlsStatus>,
     /// The metric engine (its update stream feeds the C-PS adapters and YANG-Push).
     pub engine: crate::engine::Engine,
     /// The C-PS REST adapters (one session per configured peer).
@@ -63,7 +65,7 @@ impl Agent {
         let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
         server.events.configure(&boot.peer_limits);
         crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
-        let (engine, sci_http) = start_engine(&datastores, &server, boot.sci_listen, &boot.peer_limits).await?;
+        let (engine, sci_http, sci_tls) = start_engine(&datastores, &server, &boot, &state.path).await?;
         let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path, boot.cps.signing_algorithm)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
@@ -89,7 +91,7 @@ impl Agent {
             announce_first_start(&first, &addrs);
         }
         let sci = match sci_http {
-            Some(a) => format!("; SCI reports: http://{a}/reports"),
+            Some(a) => format!("; SCI reports: {}://{a}/reports", sci_tls.scheme()),
             None => "; SCI HTTP collection disabled".into(),
         };
         let rc = match &restconf {
@@ -100,7 +102,7 @@ impl Agent {
             None => "; RESTCONF disabled".into(),
         };
         info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}{rc}", list(&addrs));
-        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, engine, cps, restconf, state, task })
+        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, sci_tls, engine, cps, restconf, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.
@@ -117,9 +119,10 @@ impl Agent {
 async fn start_engine(
     datastores: &Arc<Datastores>,
     server: &Arc<netconf::Server>,
-    sci_listen: Option<SocketAddr>,
-    limits: &crate::config::peer_limits::PeerLimits,
-) -> Result<(crate::engine::Engine, Option<SocketAddr>), String> {
+    boot: &Bootstrap,
+    state_dir: &std::path::Path,
+) -> Result<(crate::engine::Engine, Option<SocketAddr>, Arc<crate::engine::collect::http::TlsStatus>), String> {
+    let (sci_listen, limits) = (boot.sci_listen, &boot.peer_limits);
     use crate::engine::collect::http;
     use crate::engine::northbound::{config, state};
     let weak = Arc::downgrade(server);
@@ -153,12 +156,16 @@ async fn start_engine(
         settings.listen = a;
         settings.enabled = true;
     }
+    if boot.sci_plain_http {
+        settings.force_plain();
+    }
     let (http_tx, http_rx) = tokio::sync::watch::channel(settings);
     let (bound_tx, mut bound_rx) = tokio::sync::watch::channel(None);
     datastores.register_consumer(Arc::new(config::EngineConfig {
         engine: engine.clone(),
         http: http_tx,
         http_override: sci_listen,
+        http_plain: boot.sci_plain_http,
         mqtt: mqtt_tx,
         pull: pull_tx,
         pending_policy: Default::default(),
@@ -166,11 +173,20 @@ async fn start_engine(
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
         Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
-    tokio::spawn(http::serve(engine.clone(), http_rx, bound_tx, server.limits.sci_http.clone()));
+    let tls_status = Arc::new(http::TlsStatus::default());
+    datastores.register_state_provider(tls_status.clone());
+    tokio::spawn(http::serve(
+        engine.clone(),
+        http_rx,
+        bound_tx,
+        server.limits.sci_http.clone(),
+        state_dir.to_owned(),
+        tls_status.clone(),
+    ));
     // The collector reports its first bind (or that it is disabled / failed).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
     let bound = *bound_rx.borrow();
-    Ok((engine, bound))
+    Ok((engine, bound, tls_status))
 }
 
 /// Starts the C-PS adapters: subscribed to the update controller before any peer starts (a

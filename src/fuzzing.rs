@@ -285,11 +285,7 @@ pub fn restconf_request(data: &[u8]) {
 
 fn restconf_one(user: &str, method: hyper::Method, target: &str, headers: hyper::HeaderMap, body: Vec<u8>) {
     let server = populated_server();
-    let rc = crate::restconf::Restconf::new(
-        server,
-        crate::config::RestconfSettings::default(),
-        std::collections::HashMap::new(),
-    );
+    let rc = crate::restconf::Restconf::new(server, crate::config::RestconfSettings::default());
     // The handlers use block_in_place, which needs the multi-threaded runtime.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -521,4 +517,43 @@ pub fn rpc(data: &[u8]) {
         }
     }
     server.close_session(ctx.id);
+}
+
+/// RFC 7589 cert-to-name over a client certificate chain (`tls::CertToName::map`: X.509
+/// parsing of the subject, SANs and the CA path rebuilt by signature), as the SCI listener
+/// and RESTCONF run it after a handshake, with every map type and a fingerprint entry for
+/// the end entity and for the anchor; also the fingerprint and map-type text parsers.
+/// Input: up to four DER certificates, each after its length in two bytes (big-endian):
+/// the end entity first, then the chain it presented; the last one is also the anchor.
+pub fn client_cert(data: &[u8]) {
+    use crate::tls::{CertToName, Entry, Fingerprint, MapType};
+    use rustls::pki_types::CertificateDer;
+    if let Ok(t) = std::str::from_utf8(data) {
+        let _ = Fingerprint::parse(t);
+        let _ = MapType::from_identity(t, Some(t));
+    }
+    let (mut ders, mut rest) = (Vec::new(), data);
+    while rest.len() >= 2 && ders.len() < 4 {
+        let n = (u16::from_be_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        ders.push(CertificateDer::from(rest[2..2 + n].to_vec()));
+        rest = &rest[2 + n..];
+    }
+    let (Some(ee), Some(anchor)) = (ders.first().cloned(), ders.last().cloned()) else { return };
+    let anchors = [anchor.clone()];
+    let maps = [
+        MapType::Specified("name".into()),
+        MapType::SanRfc822Name,
+        MapType::SanDnsName,
+        MapType::SanIpAddress,
+        MapType::SanAny,
+        MapType::CommonName,
+    ];
+    for map in maps {
+        for of in [&ee, &anchor] {
+            let Ok(fingerprint) = Fingerprint::parse(&Fingerprint::sha256_of(of.as_ref())) else { continue };
+            if let Ok(list) = CertToName::new(vec![Entry { id: 1, fingerprint, map: map.clone() }]) {
+                let _ = list.map(&ders, &anchors);
+            }
+        }
+    }
 }

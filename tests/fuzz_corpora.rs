@@ -93,4 +93,5 @@ corpus_tests!(
     push_params,
     policy,
     rpc,
+    client_cert,
 );

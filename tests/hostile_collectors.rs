@@ -193,7 +193,8 @@ fn assert_log_not_forged(agent: &AgentProcess) {
         assert!(!l.starts_with("FORGED") && !l.contains("\nFORGED"), "forged log line: {l:?}");
         assert!(!l.chars().any(|c| c.is_control() && c != '\t'), "raw control character in a log line: {l:?}");
         let event = l.as_bytes().first().is_some_and(|b| b.is_ascii_digit());
-        let banner = l.starts_with("First start") || l.starts_with("Log in with");
+        let banner =
+            l.starts_with("First start") || l.starts_with("Log in with") || l.starts_with("SCIs must authenticate");
         assert!(event || banner || l.trim().is_empty(), "a log line that is not an event: {l:?}");
     }
 }
@@ -924,6 +925,7 @@ async fn measure_bad_hmac_flood_rss() {
         .args(["run", "--state-dir"])
         .arg(dir.path().join("state"))
         .args(["--netconf-listen", "127.0.0.1:0", "--restconf-listen", "127.0.0.1:0", "--sci-listen", "127.0.0.1:0"])
+        .arg("--sci-plain-http")
         .env("CATS_SMA_ADMIN_PASSWORD", PASSWORD)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")

@@ -34,6 +34,9 @@ enum Command {
         /// SCI collection HTTP listen address, overriding the datastore's collection/http.
         #[arg(long = "sci-listen", value_name = "ADDR:PORT")]
         sci_listen: Option<SocketAddr>,
+        /// Serve SCI collection over plain HTTP instead of HTTPS (tests and labs; warned).
+        #[arg(long = "sci-plain-http")]
+        sci_plain_http: bool,
         /// RESTCONF listen address; repeat for several. Port 0 picks a free port.
         #[arg(long = "restconf-listen", value_name = "ADDR:PORT")]
         restconf_listen: Vec<SocketAddr>,
@@ -79,7 +82,15 @@ pub fn main() -> i32 {
                 }
             }
         }
-        Command::Run { config, state_dir, netconf_listen, sci_listen, restconf_listen, restconf_plain_http } => {
+        Command::Run {
+            config,
+            state_dir,
+            netconf_listen,
+            sci_listen,
+            sci_plain_http,
+            restconf_listen,
+            restconf_plain_http,
+        } => {
             init_tracing();
             let mut boot = match config {
                 Some(f) => match Bootstrap::load(&f) {
@@ -99,6 +110,9 @@ pub fn main() -> i32 {
             }
             if sci_listen.is_some() {
                 boot.sci_listen = sci_listen;
+            }
+            if sci_plain_http {
+                boot.sci_plain_http = true;
             }
             if !restconf_listen.is_empty() {
                 boot.restconf.listen = restconf_listen;

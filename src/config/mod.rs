@@ -27,6 +27,9 @@ pub struct Bootstrap {
     /// The SCI collection HTTP listen address, overriding the datastore's collection/http
     /// (which is otherwise authoritative and can be changed at run time).
     pub sci_listen: Option<SocketAddr>,
+    /// Serve SCI collection over plain HTTP whatever collection/http/tls/enabled says (for
+    /// tests and labs; a warning is logged at every bind). Default false: TLS.
+    pub sci_plain_http: bool,
     /// The NACM recovery user (RFC 8341 section 3.2): not subject to access control, so a
     /// broken NACM configuration can always be repaired. Defaults to the generated admin.
     pub recovery_user: Option<String>,
@@ -74,8 +77,12 @@ pub struct RestconfSettings {
     /// PEM file of the CAs whose client certificates are accepted (RFC 7589 style client
     /// authentication); without it only HTTP Basic authentication is possible.
     pub client_ca: Option<PathBuf>,
-    /// Maps a verified client certificate to a user (RFC 7589 cert-to-name, map-type
-    /// "specified": by certificate fingerprint).
+    /// CRL files (PEM or DER) of those CAs: a revoked client certificate is refused at the
+    /// handshake. Re-read when a file changes (docs/security.md, "TLS, client certificates
+    /// and CRLs").
+    pub client_crl: Vec<PathBuf>,
+    /// Maps a verified client certificate to a user (RFC 7589 cert-to-name: by the
+    /// fingerprint of the certificate or of a CA in its chain, then a map type).
     pub cert_to_name: Vec<CertToName>,
     /// Serve plain HTTP instead of HTTPS. For tests only: Basic credentials then travel in
     /// clear, so the agent refuses it on anything but a loopback address.
@@ -95,6 +102,7 @@ impl Default for RestconfSettings {
             tls_cert: None,
             tls_key: None,
             client_ca: None,
+            client_crl: Vec::new(),
             cert_to_name: Vec::new(),
             plain_http_for_tests: false,
             max_body_size: 64 * 1024 * 1024,
@@ -103,27 +111,44 @@ impl Default for RestconfSettings {
     }
 }
 
-/// One cert-to-name entry: the SHA-256 fingerprint of a client certificate (hex, colons
-/// optional) and the user it authenticates as.
+/// One cert-to-name entry (RFC 7407 / RFC 7589): the fingerprint of a client certificate
+/// or of a CA certificate in its chain (hex, colons optional; SHA-256, or `04:` + SHA-256
+/// as in RFC 7407), the map type (`specified` by default, `san-rfc822-name`,
+/// `san-dns-name`, `san-ip-address`, `san-any`, `common-name`) and, for `specified`, the
+/// user. Entries are searched by `id` (default: the position in the file, from 1).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CertToName {
+    pub id: Option<u32>,
     pub fingerprint: String,
-    pub name: String,
+    #[serde(default = "specified")]
+    pub map_type: String,
+    pub name: Option<String>,
+}
+
+fn specified() -> String {
+    "specified".into()
 }
 
 impl CertToName {
-    /// The fingerprint as 32 bytes, or why it is not one.
-    pub fn digest(&self) -> Result<[u8; 32], String> {
-        let hex: String = self.fingerprint.chars().filter(|c| *c != ':').collect();
-        if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(format!("{:?} is not a SHA-256 fingerprint (64 hex digits)", self.fingerprint));
+    /// The entry as the TLS module uses it (`position` from 0 gives the default id).
+    pub fn entry(&self, position: usize) -> Result<crate::tls::Entry, String> {
+        let map = crate::tls::MapType::from_identity(&self.map_type, self.name.as_deref())?;
+        if self.name.is_some() && !matches!(map, crate::tls::MapType::Specified(_)) {
+            return Err(format!("name is for map_type \"specified\", not {:?}", self.map_type));
         }
-        let mut out = [0u8; 32];
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
-        }
-        Ok(out)
+        Ok(crate::tls::Entry {
+            id: self.id.unwrap_or(position as u32 + 1),
+            fingerprint: crate::tls::Fingerprint::parse(&self.fingerprint)?,
+            map,
+        })
+    }
+
+    /// A whole list, checked (ids unique).
+    pub fn entries(list: &[CertToName]) -> Result<Vec<crate::tls::Entry>, String> {
+        let v = list.iter().enumerate().map(|(i, m)| m.entry(i)).collect::<Result<Vec<_>, _>>()?;
+        crate::tls::CertToName::new(v.clone())?;
+        Ok(v)
     }
 }
 
@@ -214,9 +239,10 @@ impl Bootstrap {
             if !r.cert_to_name.is_empty() && r.client_ca.is_none() {
                 return Err("restconf.cert_to_name needs restconf.client_ca".into());
             }
-            for m in &r.cert_to_name {
-                m.digest().map_err(|e| format!("restconf.cert_to_name: {e}"))?;
+            if !r.client_crl.is_empty() && r.client_ca.is_none() {
+                return Err("restconf.client_crl needs restconf.client_ca".into());
             }
+            CertToName::entries(&r.cert_to_name).map_err(|e| format!("restconf.cert_to_name: {e}"))?;
         }
         self.peer_limits.check()?;
         self.limits.check()?;
@@ -300,6 +326,28 @@ mod tests {
         )
         .unwrap();
         assert!(b.check().unwrap_err().contains("fingerprint"));
+        // RFC 7589 map types: `specified` by default (older files keep working), a name only
+        // with it, the other types by name.
+        let fp = "AB".repeat(32);
+        let b: Bootstrap = toml::from_str(&format!(
+            "[restconf]\nclient_ca = \"ca.pem\"\nclient_crl = [\"ca.crl\"]\n\
+             [[restconf.cert_to_name]]\nfingerprint = \"{fp}\"\nname = \"x\"\n\
+             [[restconf.cert_to_name]]\nfingerprint = \"04:{fp}\"\nmap_type = \"common-name\""
+        ))
+        .unwrap();
+        b.check().unwrap();
+        let e = CertToName::entries(&b.restconf.cert_to_name).unwrap();
+        assert_eq!((e[0].id, e[1].id), (1, 2));
+        assert_eq!(e[1].map, crate::tls::MapType::CommonName);
+        for bad in ["map_type = \"san-any\"\nname = \"x\"", "map_type = \"specified\"", "map_type = \"sn\""] {
+            let b: Bootstrap = toml::from_str(&format!(
+                "[restconf]\nclient_ca = \"ca.pem\"\n[[restconf.cert_to_name]]\nfingerprint = \"{fp}\"\n{bad}"
+            ))
+            .unwrap();
+            assert!(b.check().unwrap_err().contains("cert_to_name"), "{bad}");
+        }
+        let b: Bootstrap = toml::from_str("[restconf]\nclient_crl = [\"ca.crl\"]").unwrap();
+        assert!(b.check().unwrap_err().contains("client_ca"));
         let b: Bootstrap = toml::from_str("[limits.ssh]\nmax_pending = 0").unwrap();
         assert!(b.check().unwrap_err().contains("limits.ssh.max_pending"));
         let b: Bootstrap = toml::from_str("[limits]\npassword_workers = 0").unwrap();

@@ -304,6 +304,13 @@ impl Core {
         self.notify_auth_failure(sender, claimed, Rejection::Unauthenticated, detail);
     }
 
+    /// A connection refused for its TLS client certificate (revoked, expired, unknown CA,
+    /// no CSCI-ID for it): logged, notified and audited like a refused report (aggregated per
+    /// source), without counting a report.
+    pub fn connection_auth_failure(&mut self, sender: &Sender, claimed: Option<CsciId>, detail: String) {
+        self.notify_auth_failure(sender, claimed, Rejection::Unauthenticated, detail);
+    }
+
     /// Counts a rejection without logging it (the caller logs, or aggregates).
     fn count_only(&mut self, reason: Rejection) {
         let i = reason.index();

@@ -20,7 +20,6 @@ pub mod tls;
 pub mod yang_patch;
 pub mod yangdata;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -91,7 +90,6 @@ pub struct Restconf {
     pub netconf: Arc<netconf::Server>,
     pub settings: RestconfSettings,
     pub auth: auth::Authenticator,
-    pub cert_names: HashMap<[u8; 32], String>,
     pub last_modified: Arc<LastModified>,
     pub subscriptions: subscriptions::Subscriptions,
 }
@@ -151,11 +149,7 @@ pub fn error_reply(f: &Failure, enc: Encoding) -> Reply {
 }
 
 impl Restconf {
-    pub fn new(
-        netconf: Arc<netconf::Server>,
-        settings: RestconfSettings,
-        cert_names: HashMap<[u8; 32], String>,
-    ) -> Arc<Restconf> {
+    pub fn new(netconf: Arc<netconf::Server>, settings: RestconfSettings) -> Arc<Restconf> {
         // Running was loaded (from startup) when the agent started.
         let last_modified = Arc::new(LastModified(Mutex::new(Some(chrono::Utc::now().with_nanosecond_zero()))));
         netconf.datastores.register_consumer(last_modified.clone());
@@ -164,7 +158,6 @@ impl Restconf {
             auth: auth::Authenticator::new(netconf.users.clone(), netconf.limits.clone()),
             netconf,
             settings,
-            cert_names,
             last_modified,
             subscriptions: Default::default(),
         })
@@ -478,14 +471,12 @@ pub async fn start(
     } else {
         Some(tls::load(&settings, state_dir)?)
     };
-    let cert_names = tls.as_ref().map(|t| t.cert_names.clone()).unwrap_or_default();
-    let rc = Restconf::new(netconf.clone(), settings.clone(), cert_names);
+    let rc = Restconf::new(netconf.clone(), settings.clone());
     let mut addrs = Vec::new();
-    let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
     for a in &settings.listen {
         let listener = TcpListener::bind(a).await.map_err(|e| format!("RESTCONF listen {a}: {e}"))?;
         addrs.push(listener.local_addr().map_err(|e| e.to_string())?);
-        tokio::spawn(accept_loop(rc.clone(), listener, acceptor.clone(), netconf.shutdown.subscribe()));
+        tokio::spawn(accept_loop(rc.clone(), listener, tls.clone(), netconf.shutdown.subscribe()));
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     if let Some(a) = addrs.first() {
@@ -495,7 +486,7 @@ pub async fn start(
         "RESTCONF listening on {}",
         addrs.iter().map(|a| format!("{scheme}://{a}/restconf")).collect::<Vec<_>>().join(", ")
     );
-    Ok((rc, Listening { addrs, scheme, cert_file: tls.map(|t| t.cert_file) }))
+    Ok((rc, Listening { addrs, scheme, cert_file: tls.map(|t| t.cert_file().to_owned()) }))
 }
 
 /// Resolves once the server shuts down (the watch guard is not kept across awaits).
@@ -506,7 +497,7 @@ pub async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
 async fn accept_loop(
     rc: Arc<Restconf>,
     listener: TcpListener,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    acceptor: Option<Arc<crate::tls::ServerTls>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let gate = rc.netconf.limits.restconf.clone();
@@ -533,25 +524,44 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             match acceptor {
-                Some(acc) => {
-                    match tokio::time::timeout(permit.limits().handshake_timeout(), acc.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let cert_user = tls
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .and_then(|c| c.first())
-                                .and_then(|c| rc.cert_names.get(&tls::fingerprint(c)).cloned());
-                            serve_connection(rc, TokioIo::new(tls), cert_user, permit, shutdown).await
+                Some(tls) => match tls.accept(stream, permit.limits().handshake_timeout()).await {
+                    Ok((stream, peer_tls)) => {
+                        let cert_user = peer_tls.mapped.map(|m| m.name);
+                        let revoked = tls.invalidated(&peer_tls.chain);
+                        tokio::select! {
+                            _ = serve_connection(rc, TokioIo::new(stream), cert_user, permit, shutdown) => {}
+                            r = revoked => refused(&tls, peer, &r),
                         }
-                        Ok(Err(e)) => debug!(%peer, "RESTCONF TLS handshake failed: {e}"),
-                        Err(_) => permit.gate().timed_out(peer, Timeout::Handshake),
                     }
-                }
+                    Err(r) if r.failure == crate::tls::Failure::Timeout => {
+                        tls.record(r.failure);
+                        permit.gate().timed_out(peer, Timeout::Handshake);
+                    }
+                    Err(r) => refused(&tls, peer, &r),
+                },
                 None => serve_connection(rc, TokioIo::new(stream), None, permit, shutdown).await,
             }
         });
     }
+}
+
+/// A connection refused (or closed) for its client certificate: counted, and for a
+/// certificate problem logged and audited as a failed certificate login.
+fn refused(tls: &crate::tls::ServerTls, peer: SocketAddr, r: &crate::tls::Refused) {
+    tls.record(r.failure);
+    if !r.failure.is_authentication() {
+        debug!(%peer, "RESTCONF TLS handshake failed: {}", r.detail);
+        return;
+    }
+    warn!(%peer, reason = r.failure.as_str(), "RESTCONF client certificate refused: {}", r.detail);
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::Login)
+        .outcome("failure")
+        .source(peer.ip().to_string())
+        .transport("restconf")
+        .field("method", "certificate")
+        .field("reason", r.failure.as_str())
+        .field("detail", r.detail.as_str())
+        .emit_aggregated(format!("restconf-tls/{}", peer.ip()));
 }
 
 async fn serve_connection<I>(

@@ -56,6 +56,8 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("ietf-yang-push", &["on-change"]),
     ("ietf-yang-patch", &[]),
     ("ietf-restconf-monitoring", &[]),
+    // Its identities are the cert-to-name map types of collection/http/tls.
+    ("ietf-x509-cert-to-name", &[]),
     ("cats-sma-types", &[]),
     ("cats-sma", &[]),
     ("cats-sma-policy", &[]),

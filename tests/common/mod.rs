@@ -35,8 +35,17 @@ impl Drop for AgentProcess {
 }
 
 /// Starts `cats-sma run --state-dir DIR --netconf-listen 127.0.0.1:0` and waits for the
-/// ready line, from which it learns the port.
+/// ready line, from which it learns the port. The SCI listener serves plain HTTP
+/// (`--sci-plain-http`, the explicit choice the agent asks for and warns about) so that
+/// [`http_post`] can talk to it; [`start_agent_tls`] keeps the default, HTTPS.
 pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
+    let mut args = extra.to_vec();
+    args.push("--sci-plain-http");
+    start_agent_tls(state_dir, &args)
+}
+
+/// Like [`start_agent`], with the SCI listener as configured (TLS unless told otherwise).
+pub fn start_agent_tls(state_dir: &Path, extra: &[&str]) -> AgentProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cats-sma"))
         .args(["run", "--state-dir"])
         .arg(state_dir)
@@ -58,15 +67,20 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
     let keep = lines.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            // Kept before the ready line is reported, so a test sees every line up to it.
+            keep.lock().unwrap().push(line.clone());
             if let Some(rest) = line.split("cats-sma ready: NETCONF over SSH listening on ").nth(1) {
                 let addr = rest.split([',', ' ', ';']).next().unwrap_or("").to_owned();
-                let sci =
-                    line.split("SCI reports: http://").nth(1).and_then(|r| r.split('/').next()).map(str::to_owned);
+                let sci = line
+                    .split("SCI reports: http://")
+                    .nth(1)
+                    .or_else(|| line.split("SCI reports: https://").nth(1))
+                    .and_then(|r| r.split('/').next())
+                    .map(str::to_owned);
                 let rc =
                     line.split("RESTCONF: ").nth(1).and_then(|r| r.split([',', ' ', ';']).next()).map(str::to_owned);
                 let _ = tx.send((addr, sci, rc));
             }
-            keep.lock().unwrap().push(line);
         }
     });
     let (addr, sci, restconf) = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {

@@ -6,10 +6,18 @@
 //! reason in the operational state. Connections pass the SCI gate of
 //! [`crate::mgmt::auth_limits`]: caps at accept, header and body deadlines, and a deadline
 //! for the first accepted report (until then a connection counts as unauthenticated).
+//!
+//! TLS is on by default (collection/http/tls, through the shared [`crate::tls`] server
+//! side): HTTP/1.1 and HTTP/2 by ALPN, a handshake deadline, client certificates verified
+//! against the configured CA and CRLs. A client certificate that cert-to-name maps to a
+//! CSCI-ID authenticates the connection as that SCI, which may then report for itself only.
+//! Plain HTTP is an explicit choice (tls/enabled false, or `--sci-plain-http`), warned
+//! about at every (re)bind.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -19,13 +27,15 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::engine::core::Sender;
+use crate::engine::core::{Proof, Sender};
+use crate::engine::model::CsciId;
 use crate::engine::report::{self, Encoding, IdKind};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 use crate::mgmt::auth_limits::{Gate, Permit, Timeout};
+use crate::tls::{ClientAuth, Failure, Refused, ServerTls, TlsSettings};
 
 /// Where and how the HTTP collector listens (YANG collection/http).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +43,18 @@ pub struct HttpSettings {
     pub enabled: bool,
     pub listen: SocketAddr,
     pub max_body: usize,
+    /// TLS (collection/http/tls); None serves plain HTTP.
+    pub tls: Option<TlsSettings>,
+    /// Why the tls container cannot be used (a fingerprint or map type the module refuses).
+    pub tls_error: Option<String>,
+}
+
+impl HttpSettings {
+    /// Plain HTTP whatever collection/http/tls says (`--sci-plain-http`, `sci_plain_http`).
+    pub fn force_plain(&mut self) {
+        self.tls = None;
+        self.tls_error = None;
+    }
 }
 
 fn reply(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
@@ -48,8 +70,9 @@ async fn handle(
     engine: Engine,
     max_body: usize,
     permit: Arc<Permit>,
+    certified: Option<CsciId>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (r, accepted) = handle_report(req, engine, max_body, &permit).await;
+    let (r, accepted) = handle_report(req, engine, max_body, &permit, certified).await;
     // An accepted report authenticates the connection (the sender had the key, or the
     // collector needs none). A 200 for an empty batch proves nothing.
     if accepted > 0 {
@@ -63,6 +86,7 @@ async fn handle_report(
     engine: Engine,
     max_body: usize,
     permit: &Permit,
+    certified: Option<CsciId>,
 ) -> (Response<Full<Bytes>>, usize) {
     let peer = permit.peer;
     if req.uri().path() != "/reports" {
@@ -135,7 +159,14 @@ async fn handle_report(
     };
     // Echoed ids are shown as kept: escaped and cut to their YANG length.
     let ids: Vec<String> = raws.iter().map(|r| report::display_id(IdKind::CsciId, &r.csci_id)).collect();
-    let sender = Sender { transport: "http", address: Some(peer.ip()), ..Sender::default() };
+    // A client certificate mapped to a CSCI-ID proves the sender: it may report for that SCI
+    // only (a report for another is refused as unauthenticated).
+    let sender = Sender {
+        proof: certified.as_ref().map(|_| Proof::Certificate),
+        csci_id: certified,
+        transport: "http",
+        address: Some(peer.ip()),
+    };
     let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
         Ok(r) => r,
         Err(f) => {
@@ -191,27 +222,157 @@ fn refusal(status: StatusCode, reason: Rejection, detail: String) -> Response<Fu
     reply(status, json!({"error": detail, "reason": reason.identity()}))
 }
 
+/// What the listener runs with now, for the operational state (collection/http/tls-state)
+/// and the ready line.
+#[derive(Default)]
+pub struct TlsStatus {
+    now: Mutex<TlsNow>,
+}
+
+#[derive(Clone, Default)]
+enum TlsNow {
+    /// Not listening.
+    #[default]
+    Off,
+    Plain,
+    Tls(Arc<ServerTls>),
+    /// TLS is configured but could not start: the listener stays closed (fail closed).
+    Failed(String),
+}
+
+impl TlsStatus {
+    fn set(&self, n: TlsNow) {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = n;
+    }
+
+    fn get(&self) -> TlsNow {
+        self.now.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `https` or `http` (what the listener speaks now).
+    pub fn scheme(&self) -> &'static str {
+        match self.get() {
+            TlsNow::Tls(_) => "https",
+            _ => "http",
+        }
+    }
+
+    /// The server certificate in use, for clients to trust (the generated one, say).
+    pub fn cert_file(&self) -> Option<PathBuf> {
+        match self.get() {
+            TlsNow::Tls(t) => Some(t.cert_file().to_owned()),
+            _ => None,
+        }
+    }
+}
+
+impl crate::datastore::StateProvider for TlsStatus {
+    fn render(
+        &self,
+        tree: &mut yang2::data::DataTree<'static>,
+        xpath: Option<&str>,
+    ) -> Result<(), crate::error::RpcError> {
+        use crate::datastore::tree::set;
+        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+            return Ok(());
+        }
+        let base = "/cats-sma:cats-sma/collection/http/tls-state";
+        let t = match self.get() {
+            TlsNow::Off => return Ok(()),
+            TlsNow::Plain => return set(tree, &format!("{base}/enabled"), Some("false")).map(|_| ()),
+            TlsNow::Failed(e) => {
+                set(tree, &format!("{base}/enabled"), Some("false"))?;
+                set(tree, &format!("{base}/last-reload-error"), Some(&e))?;
+                return Ok(());
+            }
+            TlsNow::Tls(t) => t,
+        };
+        let st = t.status();
+        let time = |d: chrono::DateTime<chrono::Utc>| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        set(tree, &format!("{base}/enabled"), Some("true"))?;
+        set(tree, &format!("{base}/certificate-file"), Some(&st.certificate_file.display().to_string()))?;
+        set(tree, &format!("{base}/generated-certificate"), Some(if st.generated { "true" } else { "false" }))?;
+        let auth = if st.client_ca.is_some() { st.client_auth.as_str() } else { "none" };
+        set(tree, &format!("{base}/client-auth"), Some(auth))?;
+        set(tree, &format!("{base}/loaded-at"), Some(&time(st.loaded_at)))?;
+        set(tree, &format!("{base}/reloads"), Some(&st.reloads.to_string()))?;
+        set(tree, &format!("{base}/reload-failures"), Some(&st.reload_failures.to_string()))?;
+        if let Some(e) = &st.last_reload_error {
+            set(tree, &format!("{base}/last-reload-error"), Some(e))?;
+        }
+        set(tree, &format!("{base}/mapped-connections"), Some(&st.mapped.to_string()))?;
+        for (i, c) in st.crls.iter().enumerate() {
+            let e = format!("{base}/crl[index='{i}']");
+            set(tree, &format!("{e}/file"), Some(&c.file.display().to_string()))?;
+            set(tree, &format!("{e}/issuer"), Some(&c.issuer))?;
+            if let Some(d) = c.this_update {
+                set(tree, &format!("{e}/this-update"), Some(&time(d)))?;
+            }
+            if let Some(d) = c.next_update {
+                set(tree, &format!("{e}/next-update"), Some(&time(d)))?;
+            }
+            set(tree, &format!("{e}/revoked-certificates"), Some(&c.revoked.min(u32::MAX as usize).to_string()))?;
+        }
+        for (reason, n) in st.failures {
+            set(tree, &format!("{base}/handshake-failures[reason='{reason}']/count"), Some(&n.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
 /// Serves until the settings change to disabled / another address (then rebinds) or the
-/// sender is dropped. `bound` reports the address actually bound (port 0 resolved).
+/// sender is dropped. `bound` reports the address actually bound (port 0 resolved); the
+/// generated server certificate, when one is needed, goes into `state_dir`.
 pub async fn serve(
     engine: Engine,
     mut settings: watch::Receiver<HttpSettings>,
     bound: watch::Sender<Option<SocketAddr>>,
     gate: Arc<Gate>,
+    state_dir: PathBuf,
+    status: Arc<TlsStatus>,
 ) {
     loop {
         let current = settings.borrow_and_update().clone();
-        if !current.enabled {
-            let _ = bound.send(None);
-            if settings.changed().await.is_err() {
-                return;
+        let tls = if !current.enabled {
+            Err(None)
+        } else {
+            match (&current.tls, &current.tls_error) {
+                (_, Some(e)) => Err(Some(e.clone())),
+                (None, None) => Ok(None),
+                (Some(t), None) => {
+                    let (t, dir) = (t.clone(), state_dir.clone());
+                    match tokio::task::spawn_blocking(move || ServerTls::start(crate::tls::server::SCI_HTTP, t, &dir))
+                        .await
+                    {
+                        Ok(Ok(t)) => Ok(Some(t)),
+                        Ok(Err(e)) => Err(Some(e)),
+                        Err(e) => Err(Some(e.to_string())),
+                    }
+                }
             }
-            continue;
-        }
+        };
+        let tls = match tls {
+            Ok(t) => t,
+            Err(why) => {
+                match why {
+                    Some(e) => {
+                        error!("SCI collection: TLS cannot start, the listener stays closed: {e}");
+                        status.set(TlsNow::Failed(e));
+                    }
+                    None => status.set(TlsNow::Off),
+                }
+                let _ = bound.send(None);
+                if settings.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
         let listener = match TcpListener::bind(current.listen).await {
             Ok(l) => l,
             Err(e) => {
                 warn!("SCI collection: cannot listen on {}: {e}", current.listen);
+                status.set(TlsNow::Off);
                 let _ = bound.send(None);
                 if settings.changed().await.is_err() {
                     return;
@@ -220,7 +381,28 @@ pub async fn serve(
             }
         };
         let addr = listener.local_addr().ok();
-        info!("SCI collection over HTTP accepting reports at {}", addr.map(|a| a.to_string()).unwrap_or_default());
+        let shown = addr.map(|a| a.to_string()).unwrap_or_default();
+        let reloader = match &tls {
+            Some(t) => {
+                let st = t.status();
+                info!(
+                    "SCI collection over HTTPS accepting reports at {shown} (certificate {}, client certificates {})",
+                    st.certificate_file.display(),
+                    if st.client_ca.is_some() { st.client_auth.as_str() } else { "not asked for" }
+                );
+                status.set(TlsNow::Tls(t.clone()));
+                Some(t.spawn_reloader())
+            }
+            None => {
+                warn!(
+                    "SCI collection over plain HTTP at {shown}: reports and their proofs travel in clear and \
+                     no client certificate can authenticate an SCI (collection/http/tls/enabled is false or \
+                     --sci-plain-http is set)"
+                );
+                status.set(TlsNow::Plain);
+                None
+            }
+        };
         let _ = bound.send(addr);
         loop {
             tokio::select! {
@@ -234,25 +416,126 @@ pub async fn serve(
                 }
                 accepted = listener.accept() => {
                     let Ok((stream, peer)) = accepted else { continue };
-                    // Over a cap: closed at once (counted and logged by the gate).
+                    // Over a cap: closed at once, before any TLS (counted and logged by the gate).
                     let Ok(permit) = gate.admit(peer) else { continue };
                     let _ = stream.set_nodelay(true);
                     let engine = engine.clone();
                     let max = current.max_body;
-                    tokio::spawn(serve_connection(stream, engine, max, permit));
+                    match &tls {
+                        Some(t) => tokio::spawn(serve_tls(stream, engine, max, permit, t.clone())),
+                        None => tokio::spawn(serve_connection(TokioIo::new(stream), engine, max, permit, None, false)),
+                    };
                 }
             }
+        }
+        if let Some(r) = reloader {
+            r.abort();
         }
     }
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, engine: Engine, max: usize, permit: Arc<Permit>) {
+/// One TLS connection: the handshake within the gate's deadline, the client certificate's
+/// CSCI-ID, then HTTP/1.1 or HTTP/2 until done, or until a reload (a new CRL) makes the
+/// certificate unacceptable.
+async fn serve_tls(
+    stream: tokio::net::TcpStream,
+    engine: Engine,
+    max: usize,
+    permit: Arc<Permit>,
+    tls: Arc<ServerTls>,
+) {
+    let (stream, peer) = match tls.accept(stream, permit.limits().handshake_timeout()).await {
+        Ok(x) => x,
+        Err(r) => return refused(&engine, &tls, &permit, None, r).await,
+    };
+    let mapped = peer.mapped.as_ref().map(|m| m.name.clone());
+    let csci = mapped.clone().filter(|n| report::check_id(IdKind::CsciId, n).is_ok());
+    if csci.is_none() && mapped.is_some() {
+        let shown = report::display_id(IdKind::CsciId, mapped.as_deref().unwrap_or(""));
+        let detail = format!("the client certificate maps to {shown}, which is not a CSCI-ID");
+        if tls.settings().client_auth == ClientAuth::Required {
+            return refused(&engine, &tls, &permit, None, Refused { failure: Failure::Unmapped, detail }).await;
+        }
+        debug!(peer = %permit.peer, "{detail}; the connection is not certificate-authenticated");
+    }
+    if csci.is_some() {
+        // A verified certificate with a CSCI-ID is authentication: out of the pending pools.
+        permit.establish();
+    }
+    let invalidated = tls.invalidated(&peer.chain);
+    tokio::select! {
+        _ = serve_connection(TokioIo::new(stream), engine.clone(), max, permit.clone(), csci.clone(), true) => {}
+        r = invalidated => refused(&engine, &tls, &permit, csci, r).await,
+    }
+}
+
+/// A connection refused at (or after) the handshake: counted by reason; a certificate
+/// problem is also an SCI authentication failure (logged, notified, audited, aggregated per
+/// source); a handshake that took too long counts as the gate's handshake timeout.
+async fn refused(engine: &Engine, tls: &ServerTls, permit: &Permit, claimed: Option<CsciId>, r: Refused) {
+    tls.record(r.failure);
+    if r.failure == Failure::Timeout {
+        permit.gate().timed_out(permit.peer, Timeout::Handshake);
+        return;
+    }
+    if !r.failure.is_authentication() {
+        debug!(peer = %permit.peer, "SCI collection: TLS handshake failed: {}", r.detail);
+        return;
+    }
+    let sender = Sender { transport: "http", address: Some(permit.peer.ip()), ..Sender::default() };
+    let detail = format!("TLS client certificate refused ({}): {}", r.failure.as_str(), r.detail);
+    engine.submit_peer(move |core| core.connection_auth_failure(&sender, claimed, detail)).await;
+}
+
+/// Whether a connection error is hyper's header read timeout.
+fn is_header_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// HTTP on one connection: HTTP/1.1 only in plain text, HTTP/1.1 or HTTP/2 (hyper-util's
+/// auto builder) over TLS. `certified` is the CSCI-ID the client certificate proved.
+async fn serve_connection<I>(
+    io: I,
+    engine: Engine,
+    max: usize,
+    permit: Arc<Permit>,
+    certified: Option<CsciId>,
+    h2: bool,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let p = permit.clone();
-    let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max, p.clone()));
+    let svc = hyper::service::service_fn(move |req| handle(req, engine.clone(), max, p.clone(), certified.clone()));
+    let header_timeout = permit.limits().header_read_timeout();
+    if h2 {
+        let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+        // The header deadline also ends idle HTTP/1.1 keep-alive connections; HTTP/2 (whose
+        // preface has no header deadline) is bounded by the authentication deadline until
+        // the connection authenticates, and by keep-alive pings after.
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(std::time::Duration::from_secs(30)));
+        let conn = builder.serve_connection(io, svc);
+        tokio::select! {
+            r = conn => if let Err(e) = r {
+                if is_header_timeout(e.as_ref()) {
+                    permit.gate().timed_out(permit.peer, Timeout::Header);
+                }
+            },
+            _ = permit.auth_deadline() => {}
+        }
+        return;
+    }
     let mut builder = hyper::server::conn::http1::Builder::new();
     // Also ends idle keep-alive connections: hyper starts it whenever it waits for a head.
-    builder.timer(TokioTimer::new()).header_read_timeout(permit.limits().header_read_timeout());
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    let conn = builder.serve_connection(io, svc);
     tokio::select! {
         r = conn => if let Err(e) = r {
             if e.is_timeout() {
@@ -273,5 +556,59 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> HttpSettings {
         .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
     let port = leaf_u64(t, &format!("{ROOT}/collection/http/port")).map(|p| p as u16).unwrap_or(8470);
     let max_body = leaf_u64(t, &format!("{ROOT}/collection/http/max-body-size")).map(|m| m as usize).unwrap_or(65536);
-    HttpSettings { enabled, listen: SocketAddr::new(ip, port), max_body }
+    let (tls, tls_error) = match tls_settings(t) {
+        Ok(tls) => (tls, None),
+        Err(e) => (None, Some(format!("collection/http/tls: {e}"))),
+    };
+    HttpSettings { enabled, listen: SocketAddr::new(ip, port), max_body, tls, tls_error }
+}
+
+/// collection/http/tls: None when tls/enabled is false.
+pub fn tls_settings(t: &yang2::data::DataTree<'static>) -> Result<Option<TlsSettings>, String> {
+    use crate::engine::northbound::{leaf, ROOT};
+    use yang2::data::Data;
+    let base = format!("{ROOT}/collection/http/tls");
+    if leaf(t, &format!("{base}/enabled")).as_deref() == Some("false") {
+        return Ok(None);
+    }
+    let path = |l: &str| leaf(t, &format!("{base}/{l}")).map(PathBuf::from);
+    let mut s = TlsSettings {
+        cert_file: path("certificate-file"),
+        key_file: path("private-key-file"),
+        client_ca: path("client-ca-file"),
+        client_auth: match leaf(t, &format!("{base}/client-auth")).as_deref() {
+            Some("required") => ClientAuth::Required,
+            _ => ClientAuth::Optional,
+        },
+        ..TlsSettings::default()
+    };
+    if let Ok(set) = t.find_xpath(&format!("{base}/crl-file")) {
+        s.crl_files = set.filter_map(|n| n.value_canonical()).map(PathBuf::from).collect();
+    }
+    if let Ok(set) = t.find_xpath(&format!("{base}/cert-to-name")) {
+        for e in set {
+            let (mut id, mut fp, mut map, mut name) = (None, None, None, None);
+            for c in e.children() {
+                let v = c.value_canonical();
+                match c.schema().name() {
+                    "id" => id = v.and_then(|v| v.parse::<u32>().ok()),
+                    "fingerprint" => fp = v,
+                    "map-type" => map = v,
+                    "name" => name = v,
+                    _ => {}
+                }
+            }
+            let (Some(id), Some(fp), Some(map)) = (id, fp, map) else {
+                return Err("a cert-to-name entry lacks id, fingerprint or map-type".into());
+            };
+            s.cert_to_name.push(crate::tls::Entry {
+                id,
+                fingerprint: crate::tls::Fingerprint::parse(&fp).map_err(|e| format!("cert-to-name {id}: {e}"))?,
+                map: crate::tls::MapType::from_identity(&map, name.as_deref())
+                    .map_err(|e| format!("cert-to-name {id}: {e}"))?,
+            });
+        }
+    }
+    s.check()?;
+    Ok(Some(s))
 }

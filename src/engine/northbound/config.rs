@@ -27,6 +27,8 @@ pub struct EngineConfig {
     /// The HTTP collector's settings; None when the command line fixed the address.
     pub http: tokio::sync::watch::Sender<crate::engine::collect::http::HttpSettings>,
     pub http_override: Option<std::net::SocketAddr>,
+    /// `--sci-plain-http` / `sci_plain_http`: plain HTTP whatever collection/http/tls says.
+    pub http_plain: bool,
     /// The pull targets.
     pub pull: tokio::sync::watch::Sender<crate::engine::collect::pull::PullSettings>,
     /// The MQTT collector's settings.
@@ -303,6 +305,16 @@ impl ConfigConsumer for EngineConfig {
         if tx.changes_under(&format!("{POLICY}/update-control")).next().is_some() {
             update_config(tx.config).validate().map_err(|e| e.to_string())?;
         }
+        if tx.changes_under(&format!("{ROOT}/collection/http")).next().is_some() && !self.http_plain {
+            // TLS files that cannot be used are refused now rather than closing the listener.
+            let h = crate::engine::collect::http::settings(tx.config);
+            if let Some(e) = h.tls_error {
+                return Err(e);
+            }
+            if let Some(t) = h.tls.filter(|_| h.enabled) {
+                crate::tls::server::check_files(&t).map_err(|e| format!("collection/http/tls: {e}"))?;
+            }
+        }
         if tx.changes_under(&format!("{ROOT}/cache")).next().is_some() {
             let c = cache(tx.config);
             if c.max_entries == 0 {
@@ -349,6 +361,9 @@ impl ConfigConsumer for EngineConfig {
             if let Some(a) = self.http_override {
                 h.listen = a;
                 h.enabled = true;
+            }
+            if self.http_plain {
+                h.force_plain();
             }
             self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
         }
