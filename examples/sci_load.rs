@@ -155,6 +155,9 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
              <shared-group>bench</shared-group></mqtt>"
         ));
     }
+    // The generator is one source posting for every SCI: the per-source bucket is opened
+    // wide (the per-SCI one stays as configured by default, and is on the measured path).
+    xml.push_str("<rate-limit><per-source><rate>1000000</rate><burst>10000000</burst></per-source></rate-limit>");
     let proof = match args.auth {
         Auth::None => "<authentication>none</authentication>".to_owned(),
         Auth::Hmac => {

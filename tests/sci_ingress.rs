@@ -255,13 +255,14 @@ async fn seed004_sci_collection_pull_over_https_verifies_the_server_and_presents
         &mut nc,
         1,
         &format!(
-            "<scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>\
+            "<scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id></sci></scis>\
              <collection><pull><target><csci-id>sci-p</csci-id><url>https://{sci}/metrics</url><interval>1</interval>{}</target></pull></collection>",
             tls_leaves(&pki.ca, Some((&pki.cli, &pki.cli_key)))
         ),
     )
     .await;
     assert!(r.contains("<ok/>"), "{r}");
+    // sci-p has no credential: the verified server certificate is its proof.
     let (landed, reply) = wait_for(&mut nc, 10, &cache_entry("sci-p"), |r| r.contains("<gas>250</gas>")).await;
     assert!(landed, "the report pulled over HTTPS reached the cache: {reply}");
     assert!(hits.load(Ordering::SeqCst) >= 1);

@@ -8,7 +8,9 @@
 //! the URL's host; a client certificate is presented when configured. A plain http URL is
 //! accepted only with `allow-plaintext` (checked at commit), and warned about at every
 //! (re)start of the poller. Every failed pull is counted with its error in the target's
-//! operational state (`target/state`), never only logged.
+//! operational state (`target/state`), never only logged. A verified HTTPS answer counts as
+//! a certificate proof of the target's CSCI-ID (an SCI without a credential-ref needs no
+//! `authentication none` to be pulled over HTTPS).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use crate::engine::core::Sender;
+use crate::engine::core::{Proof, Sender};
 use crate::engine::report::{self, Encoding};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
@@ -133,6 +135,9 @@ pub struct Fetched {
     pub encoding: Encoding,
     pub proof: Option<String>,
     pub address: Option<std::net::IpAddr>,
+    /// The answer came over TLS from a server whose certificate chained to the target's
+    /// trust anchors and named the URL's host.
+    pub verified: bool,
 }
 
 /// Why a pull brought nothing.
@@ -272,7 +277,7 @@ pub async fn fetch(url: &str, tls: Option<Arc<rustls::ClientConfig>>, max_body: 
             }
         })?
         .to_bytes();
-    Ok(Fetched { body, encoding: enc, proof, address })
+    Ok(Fetched { body, encoding: enc, proof, address, verified: https })
 }
 
 /// Fetches a target as configured, reading its TLS files now (the `probe-sci` probe).
@@ -352,11 +357,16 @@ async fn pull_one(
     match fetch(&url, tls, engine.limits.pull_response_bytes).await {
         Ok(f) => match report::decode(&f.body, f.encoding) {
             Ok(raws) => {
+                // A verified HTTPS answer is a certificate proof (seed 004, SCI
+                // Authentication): the agent chose whom to ask for this CSCI-ID (the
+                // target's URL) and the server proved with a certificate from the
+                // target's anchors that it is that host. A credential proof in the answer
+                // still decides for an SCI with a credential-ref.
                 let sender = Sender {
                     csci_id: Some(csci_id.clone()),
                     transport: "pull",
                     address: f.address,
-                    ..Sender::default()
+                    proof: f.verified.then_some(Proof::Certificate),
                 };
                 let results = match engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await {
                     Ok(r) => r,
