@@ -376,6 +376,11 @@ fn broker(dir: &Path, plain: u16, tls: Option<(u16, &Pki)>) -> Broker {
             pki.ca, pki.srv, pki.srv_key
         ));
     }
+    broker_with(dir, conf, &[Some(plain), tls.map(|t| t.0)].into_iter().flatten().collect::<Vec<_>>())
+}
+
+/// mosquitto with the configuration `conf`, once it listens on every port of `ports`.
+fn broker_with(dir: &Path, conf: String, ports: &[u16]) -> Broker {
     let path: PathBuf = dir.join("mosquitto.conf");
     std::fs::write(&path, conf).unwrap();
     // mosquitto started as root reads its files as the 'mosquitto' user.
@@ -386,7 +391,7 @@ fn broker(dir: &Path, plain: u16, tls: Option<(u16, &Pki)>) -> Broker {
         .expect("mosquitto is installed by scripts/setup.sh");
     let guard =
         Broker(Command::new(bin).arg("-c").arg(&path).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    for port in [Some(plain), tls.map(|t| t.0)].into_iter().flatten() {
+    for &port in ports {
         let mut up = false;
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -472,6 +477,60 @@ async fn seed004_sci_collection_mqtt_over_tls_requires_the_client_certificate() 
     let err = leaf(&state, "last-error").unwrap_or_default();
     assert!(err.contains("CertificateRequired") || err.contains("alert") || err.contains("reset"), "{state}");
     eprintln!("MQTT without the client certificate: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed004_sci_collection_mqtt_over_tls_with_username_and_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let pki = pki(certs.path());
+    let passwd = certs.path().join("passwd");
+    let st = Command::new("mosquitto_passwd")
+        .args(["-c", "-b"])
+        .arg(&passwd)
+        .args(["cats-sma", "broker-secret-1"])
+        .stdout(Stdio::null())
+        .status()
+        .expect("mosquitto_passwd (mosquitto) is installed by scripts/setup.sh");
+    assert!(st.success());
+    let port = free_port();
+    let conf = format!(
+        "per_listener_settings false\nallow_anonymous false\npassword_file {}\npersistence false\n\
+         listener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\n",
+        passwd.display(),
+        pki.ca,
+        pki.srv,
+        pki.srv_key
+    );
+    let _b = broker_with(certs.path(), conf, &[port]);
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let mut nc = agent_session(&agent).await;
+    let mqtt = |password: &str| {
+        format!(
+            "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
+             {}<username>cats-sma</username><password>{password}</password></mqtt></collection>",
+            tls_leaves(&pki.ca, None)
+        )
+    };
+    let r = edit(&mut nc, 1, &mqtt("broker-secret-1")).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let (up, state) = wait_for(&mut nc, 10, MQTT_STATE, |r| r.contains("<status>connected</status>")).await;
+    assert!(up && state.contains("<transport>tls</transport>"), "{state}");
+    // A wrong password: the broker refuses the CONNECT, and the state says so.
+    let r = edit(&mut nc, 500, &mqtt("not-the-password")).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let (refused, state) =
+        wait_for(&mut nc, 600, MQTT_STATE, |r| count(r, "failures") >= 1 && !r.contains("<status>connected</status>"))
+            .await;
+    assert!(refused, "{state}");
+    let err = leaf(&state, "last-error").unwrap_or_default();
+    assert!(err.contains("NotAuthorized") || err.contains("BadUserNamePassword"), "{err}");
+    // The password is never in the agent's log.
+    let lines = agent.stderr_lines.lock().unwrap();
+    assert!(
+        !lines.iter().any(|l| l.contains("broker-secret-1") || l.contains("not-the-password")),
+        "a password was logged"
+    );
 }
 
 // ----- rate limits -----------------------------------------------------------------------
