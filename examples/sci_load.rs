@@ -59,6 +59,11 @@ enum Auth {
     None,
     /// `CATS-HMAC-SHA256` with one shared credential.
     Hmac,
+    /// `Bearer` JWTs signed HS256 with one shared credential (claims and body hash as
+    /// docs/sci-protocol.md).
+    Jwt,
+    /// `Bearer` JWTs signed EdDSA, the public key in a JWKS file.
+    JwtEddsa,
 }
 
 #[derive(Parser, Debug)]
@@ -107,8 +112,19 @@ struct Args {
     per_sci: bool,
 }
 
-/// The HMAC key every SCI shares in `--auth hmac`.
-const BENCH_KEY: &[u8] = b"sci-load-shared-hmac-key";
+/// The HMAC key every SCI shares in `--auth hmac` (and the HS256 key of `--auth jwt`).
+const BENCH_KEY: &[u8] = b"sci-load-shared-hmac-key-of-32-bytes";
+
+/// The signer of `--auth jwt` / `jwt-eddsa`.
+fn jwt_signer(auth: Auth) -> &'static cats_sma::engine::auth::JwtSigner {
+    use cats_sma::engine::auth::{JwtAlg, JwtSigner};
+    static HS: std::sync::OnceLock<JwtSigner> = std::sync::OnceLock::new();
+    static ED: std::sync::OnceLock<JwtSigner> = std::sync::OnceLock::new();
+    match auth {
+        Auth::JwtEddsa => ED.get_or_init(|| JwtSigner::generate(JwtAlg::EdDSA, "bench-ed")),
+        _ => HS.get_or_init(|| JwtSigner::hs256(BENCH_KEY)),
+    }
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
@@ -143,7 +159,7 @@ impl Drop for Reaped {
     }
 }
 
-fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
+fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
     let mut xml = String::with_capacity(args.scis * 80 + 1024);
     xml.push_str(&format!(
         "<cats-sma xmlns=\"{NS}\"><agent><csma-id>sci-load</csma-id></agent><collection>\
@@ -169,6 +185,22 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
             ));
             "<credential-ref>bench</credential-ref>".to_owned()
         }
+        Auth::Jwt | Auth::JwtEddsa => {
+            use base64ct::Encoding;
+            let (alg, extra) = if args.auth == Auth::Jwt {
+                ("HS256", format!("<key>{}</key>", base64ct::Base64::encode_string(BENCH_KEY)))
+            } else {
+                let jwks = dir.join("jwks.json");
+                let jwk = jwt_signer(Auth::JwtEddsa).public_jwk().expect("an EdDSA key has a public JWK");
+                std::fs::write(&jwks, serde_json::json!({ "keys": [jwk] }).to_string()).expect("JWKS file");
+                ("EdDSA", format!("<jwks-file>{}</jwks-file>", jwks.display()))
+            };
+            xml.push_str(&format!(
+                "<authentication><credential><name>bench</name><type>jwt</type><algorithm>{alg}</algorithm>{extra}\
+                 <issuer>sci-load</issuer><audience>sci-load</audience></credential></authentication>"
+            ));
+            "<credential-ref>bench</credential-ref>".to_owned()
+        }
     };
     xml.push_str("</collection><scis>");
     for i in 0..args.scis {
@@ -185,7 +217,7 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>) -> String {
 fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, SocketAddr, u16) {
     let state = dir.join("state");
     std::fs::create_dir_all(&state).expect("state dir");
-    std::fs::write(state.join("startup.xml"), startup_xml(args, mqtt_port)).expect("startup file");
+    std::fs::write(state.join("startup.xml"), startup_xml(args, mqtt_port, dir)).expect("startup file");
     let sci = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let nc = args.netconf_port.unwrap_or_else(free_port);
     let log = std::fs::File::create(dir.join("agent.log")).expect("agent log");
@@ -349,6 +381,13 @@ async fn per_sci_load(args: &Args, addr: SocketAddr) {
                 let proof = match args.auth {
                     Auth::None => None,
                     Auth::Hmac => Some(cats_sma::engine::auth::sign_hmac(BENCH_KEY, ts.timestamp(), &body)),
+                    Auth::Jwt | Auth::JwtEddsa => Some(cats_sma::engine::auth::sign_jwt(
+                        jwt_signer(args.auth),
+                        &csci_id(i),
+                        "sci-load",
+                        "sci-load",
+                        &body,
+                    )),
                 };
                 (Bytes::from(body), proof)
             })

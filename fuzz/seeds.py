@@ -15,6 +15,7 @@ import hmac
 import json
 import os
 import struct
+import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 NC = "urn:ietf:params:xml:ns:netconf:base:1.0"
@@ -201,12 +202,43 @@ def b64u(b):
     return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 
 
-h = b64u(b'{"alg":"HS256","typ":"JWT"}')
-p = b64u(json.dumps({"sub": "sci-b", "exp": NOW + 600, "iss": "site-1", "nbf": NOW - 5}).encode())
-s = b64u(hmac.new(b"secret-key-of-sci-b", f"{h}.{p}".encode(), hashlib.sha256).digest())
-write("sci_auth", "jwt", f"Bearer {h}.{p}.{s}\n\n{body}")
+def jws(header, claims, sign):
+    signing_input = b64u(json.dumps(header).encode()) + "." + b64u(json.dumps(claims).encode())
+    return signing_input + "." + b64u(sign(signing_input.encode()))
+
+
+def hs256(key):
+    return lambda m: hmac.new(key, m, hashlib.sha256).digest()
+
+
+def ed25519(message):
+    """Signs with the RFC 8037 A.1 test key (its public half is the JWKS of fuzzing.rs)."""
+    d = base64.urlsafe_b64decode("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=")
+    der = bytes.fromhex("302e020100300506032b657004220420") + d
+    # Not subprocess: fuzz/select.py, beside this script, shadows the module it imports.
+    with tempfile.TemporaryDirectory() as t:
+        key, msg, sig = (os.path.join(t, n) for n in ("k.der", "m", "s"))
+        open(key, "wb").write(der)
+        open(msg, "wb").write(message)
+        argv = ["openssl", "pkeyutl", "-sign", "-keyform", "DER", "-inkey", key, "-rawin", "-in", msg, "-out", sig]
+        pid = os.posix_spawnp("openssl", argv, os.environ)
+        assert os.waitpid(pid, 0)[1] == 0, "openssl pkeyutl failed"
+        return open(sig, "rb").read()
+
+
+body_b = json.dumps(dict(rep, **{"csci-id": "sci-b"}))
+claims = {"sub": "sci-b", "iss": "site-1", "aud": "csma-1", "iat": NOW - 5, "exp": NOW + 55, "nbf": NOW - 5,
+          "body_sha256": b64u(hashlib.sha256(body_b.encode()).digest())}
+key_b = b"secret-key-of-sci-b-thirty-two-bytes"
+write("sci_auth", "jwt", f"Bearer {jws({'alg': 'HS256', 'typ': 'JWT'}, claims, hs256(key_b))}\n\n{body_b}")
+write("sci_auth", "jwt-aud-array", f"Bearer {jws({'alg': 'HS256'}, dict(claims, aud=['x', 'csma-1']), hs256(key_b))}\nsci-b\n{body_b}")
+write("sci_auth", "jwt-eddsa", f"Bearer {jws({'alg': 'EdDSA', 'kid': 'ed-1'}, claims, ed25519)}\n\n{body_b}")
+write("sci_auth", "jwt-es256-unverifiable", f"Bearer {jws({'alg': 'ES256', 'kid': 'ec-1'}, claims, lambda m: bytes(64))}\n\n{body_b}")
+write("sci_auth", "jwt-confusion", f"Bearer {jws({'alg': 'HS256', 'kid': 'ed-1'}, claims, hs256(b'11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo'))}\n\n{body_b}")
+write("sci_auth", "jwt-crit", f"Bearer {jws({'alg': 'HS256', 'crit': ['exp-ext'], 'exp-ext': 1}, claims, hs256(key_b))}\n\n{body_b}")
+write("sci_auth", "jwt-body-swapped", f"Bearer {jws({'alg': 'HS256'}, claims, hs256(key_b))}\n\n{body_b.replace('sci-b', 'sci-a')}")
 none = b64u(b'{"alg":"none"}')
-write("sci_auth", "jwt-none", f"Bearer {none}.{p}.\n\n")
+write("sci_auth", "jwt-none", f"Bearer {none}.{b64u(json.dumps(claims).encode())}.\n\n{body_b}")
 
 # cps_wire: selector (bit 0: C-SMA side decodes a reply; bit 1: PSK configured; bit 2: the
 # harness signs), "METHOD uri", headers, blank line, body

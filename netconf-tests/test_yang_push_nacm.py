@@ -34,7 +34,7 @@ def admin(agent):
     admin = agent.connect()
     reset(
         admin,
-        "<scis>" + sci(SCI) + "</scis>"
+        "<scis>" + sci(SCI, "<authentication>none</authentication>") + "</scis>"
         "<validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation>",
     )
     yield admin

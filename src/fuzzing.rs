@@ -25,8 +25,8 @@ fn sample_config() -> String {
         "<cats-sma xmlns=\"{NS_CATS}\"><agent><csma-id>csma-1</csma-id></agent>\
          <collection><authentication>\
          <credential><name>a-psk</name><type>hmac-sha256</type><key>c2VjcmV0LWtleS1vZi1zY2ktYQ==</key></credential>\
-         <credential><name>b-jwt</name><type>jwt-hs256</type><key>c2VjcmV0LWtleS1vZi1zY2ktYg==</key>\
-         <issuer>site-1</issuer></credential>\
+         <credential><name>b-jwt</name><type>jwt</type><key>c2VjcmV0LWtleS1vZi1zY2ktYi10aGlydHktdHdvLWJ5dGVz</key>\
+         <algorithm>HS256</algorithm><issuer>site-1</issuer><audience>csma-1</audience></credential>\
          </authentication></collection><scis>\
          <sci><csci-id>192.0.2.10:8080</csci-id><cs-id>AR1</cs-id><cs-id>AR2</cs-id>\
          <description>first</description><credential-ref>a-psk</credential-ref></sci>\
@@ -329,8 +329,12 @@ pub fn sci_report(data: &[u8]) {
 
 /// SCI authentication proofs (the `Authorization` value: `CATS-HMAC-SHA256 ts=…, sig=…` or
 /// `Bearer <JWT>`). Input: the proof, a newline, the claimed CSCI-ID, a newline, the body.
+/// `sci-b` holds a `jwt` credential allowing HS256 (key `secret-key-of-sci-b-thirty-two-bytes`),
+/// RS256, ES256 and EdDSA with the fixed JWKS below (kid `ed-1`: the RFC 8037 A.1 test key;
+/// kid `ec-1`: the RFC 7515 A.3 P-256 key), issuer
+/// `site-1`, audience `csma-1`; the clock stands at 1 800 000 000.
 pub fn sci_auth(data: &[u8]) {
-    use crate::engine::auth::{AuthTable, Credential, CredentialKind};
+    use crate::engine::auth::{jwks, AuthTable, Credential, JwtAlg, JwtRules};
     let Some(s) = text(data) else { return };
     let mut parts = s.splitn(3, '\n');
     let proof = parts.next();
@@ -339,18 +343,22 @@ pub fn sci_auth(data: &[u8]) {
     static TABLE: OnceLock<AuthTable> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
         let mut t = AuthTable::default();
-        t.credentials.insert(
-            "a-psk".into(),
-            Credential { kind: CredentialKind::HmacSha256, key: b"secret-key-of-sci-a".to_vec(), issuer: None },
-        );
-        t.credentials.insert(
-            "b-jwt".into(),
-            Credential {
-                kind: CredentialKind::JwtHs256,
-                key: b"secret-key-of-sci-b".to_vec(),
-                issuer: Some("site-1".into()),
-            },
-        );
+        t.credentials.insert("a-psk".into(), Credential::hmac(b"secret-key-of-sci-a"));
+        // The JWKS file is written once per process, renamed into place (parallel fuzz jobs
+        // share the path; its content is always the same).
+        let path = std::env::temp_dir().join("cats-sma-fuzz-jwks.json");
+        let tmp = path.with_extension(format!("{}", std::process::id()));
+        if std::fs::write(&tmp, FUZZ_JWKS).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+        let rules = JwtRules {
+            algorithms: JwtAlg::ALL.to_vec(),
+            issuer: "site-1".into(),
+            audience: "csma-1".into(),
+            jwks: Some(jwks::Jwks::open(&path)),
+            ..JwtRules::default()
+        };
+        t.credentials.insert("b-jwt".into(), Credential::jwt(b"secret-key-of-sci-b-thirty-two-bytes", rules));
         t.scis.insert("sci-a".into(), "a-psk".into());
         t.scis.insert("sci-b".into(), "b-jwt".into());
         t
@@ -358,6 +366,11 @@ pub fn sci_auth(data: &[u8]) {
     let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
     let _ = table.verify(proof, claimed, body.as_bytes(), now);
 }
+
+/// The JWKS of [`sci_auth`]: the public keys of RFC 8037 A.2 (Ed25519) and RFC 7515 A.3 (P-256).
+const FUZZ_JWKS: &str = r#"{"keys":[
+ {"kty":"OKP","crv":"Ed25519","kid":"ed-1","use":"sig","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"},
+ {"kty":"EC","crv":"P-256","kid":"ec-1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
 
 /// The C-PS REST interface (docs/cps-protocol.md) on both sides. The reference C-PS
 /// handles one request (signature, timestamp window and nonce checks, gzip, the JSON

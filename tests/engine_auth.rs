@@ -6,13 +6,13 @@
 
 mod common;
 
-use cats_sma::engine::auth::{sign_hmac, sign_jwt};
+use cats_sma::engine::auth::{jwt, sign_hmac, sign_jwt, JwtSigner};
 use common::*;
 
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
 const JSON: &str = "application/json";
 const KEY_A: &[u8] = b"sci-a-shared-secret-0123";
-const KEY_B: &[u8] = b"sci-b-token-signing-key!";
+const KEY_B: &[u8] = b"sci-b-token-signing-key-32-bytes!";
 
 fn report(csci: &str, cs: &str, seq: u64, gas: i64) -> String {
     let now = chrono::Utc::now().to_rfc3339();
@@ -49,7 +49,8 @@ async fn sci_reports_are_authenticated_per_credential() {
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
          <collection><authentication>\
            <credential><name>a-psk</name><type>hmac-sha256</type><key>{}</key></credential>\
-           <credential><name>b-jwt</name><type>jwt-hs256</type><key>{}</key><issuer>site-1</issuer></credential>\
+           <credential><name>b-jwt</name><type>jwt</type><key>{}</key><algorithm>HS256</algorithm>\
+           <issuer>site-1</issuer><audience>csma-1</audience></credential>\
          </authentication></collection><scis>\
          <sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id><credential-ref>a-psk</credential-ref></sci>\
          <sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id><credential-ref>b-jwt</credential-ref></sci>\
@@ -103,22 +104,26 @@ async fn sci_reports_are_authenticated_per_credential() {
 
     // JWT: a valid token for sci-b is accepted; expired, wrong issuer or for another SCI not.
     let body = report("sci-b", "AR1", 1, 300);
-    let token = sign_jwt(KEY_B, "sci-b", Some("site-1"), now + 300);
+    let b_key = JwtSigner::hs256(KEY_B);
+    let token = sign_jwt(&b_key, "sci-b", "site-1", "csma-1", body.as_bytes());
     let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &token)], body.as_bytes()).await;
     assert_eq!(st, 200, "{b}");
     let body = report("sci-b", "AR1", 2, 310);
+    let bearer = |s: &JwtSigner, iss: &str, iat: i64| {
+        format!("Bearer {}", s.sign(&jwt::claims("sci-b", iss, "csma-1", body.as_bytes(), iat, 60)))
+    };
     for bad in [
-        sign_jwt(KEY_B, "sci-b", Some("site-1"), now - 5),
-        sign_jwt(KEY_B, "sci-b", Some("site-2"), now + 300),
-        sign_jwt(KEY_A, "sci-b", Some("site-1"), now + 300),
+        bearer(&b_key, "site-1", now - 200),
+        bearer(&b_key, "site-2", now),
+        bearer(&JwtSigner::hs256(b"not-the-key-of-sci-b-at-all-32-bytes"), "site-1", now),
     ] {
         let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &bad)], body.as_bytes()).await;
         assert_eq!(st, 401, "{b}");
     }
     // A token for sci-b carrying sci-a's report: refused (reports only for itself).
-    let (st, b) =
-        http_post_with(sci, "/reports", JSON, &[("authorization", &token)], report("sci-a", "AR1", 9, 1).as_bytes())
-            .await;
+    let other = report("sci-a", "AR1", 9, 1);
+    let token = sign_jwt(&b_key, "sci-b", "site-1", "csma-1", other.as_bytes());
+    let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &token)], other.as_bytes()).await;
     assert_eq!(st, 422, "{b}");
 
     // Secure by default: an SCI without a credential-ref (and without a client

@@ -282,8 +282,9 @@ async fn issue_11_class_6_hostile_identifiers_over_sci_http_are_refused_with_a_r
     }
     // A JWT whose sub is hostile.
     for sub in ["sci\r\nFORGED-LOG-LINE", "sci\u{0}"] {
-        let token = cats_sma::engine::auth::sign_jwt(KEY, sub, None, now + 60);
         let body = report_json("sci-a", "AR1", 1);
+        let signer = cats_sma::engine::auth::JwtSigner::hs256(KEY);
+        let token = cats_sma::engine::auth::sign_jwt(&signer, sub, "site-1", "csma-1", body.as_bytes());
         let (st, b) = http_post_with(sci, "/reports", JSON, &[("authorization", &token)], body.as_bytes()).await;
         assert_eq!(st, 401, "{b}");
         let v: serde_json::Value = serde_json::from_str(&b).unwrap();

@@ -5,24 +5,32 @@
 //!   where `sig` is HMAC-SHA256(key, "<ts>\n" + body). The timestamp must be within the
 //!   configured window of our clock, so an old message cannot be replayed later; a replay
 //!   inside the window only repeats reports the sequence-number check already discards.
-//! - `jwt-hs256`: the message carries `Bearer <JWT>` (RFC 7519, HS256 only); the subject is
-//!   the CSCI-ID, `exp` is required, `nbf` and the configured issuer are checked.
+//! - `jwt`: the message carries `Bearer <JWT>` (RFC 7519), signed with HS256 and the
+//!   credential's key or with RS256, ES256 or EdDSA and a public key of the credential's
+//!   JWKS file; the subject is the CSCI-ID, issuer, audience, expiry, issue time and a
+//!   lifetime limit are checked, and the token is bound to the message body by its SHA-256
+//!   (see [`jwt`]).
 //!
 //! The proof travels in the HTTP `Authorization` header, the MQTT v5 user property
 //! `authorization`, or the `Authorization` header of a pulled response. Verification runs
 //! in the transport's task against a shared [`AuthTable`], so the engine task does no
 //! cryptography; the engine then only checks that the proven CSCI-ID is the reporting one.
 
+pub mod jwks;
+pub mod jwt;
+
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use base64ct::{Base64, Base64UrlUnpadded, Encoding as _};
+use base64ct::{Base64, Encoding as _};
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::report::{check_id, display_id, IdKind};
+
+pub use jwt::{sign_jwt, JwtAlg, JwtRules, JwtSigner};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -32,14 +40,28 @@ pub const HMAC_SCHEME: &str = "CATS-HMAC-SHA256";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CredentialKind {
     HmacSha256,
-    JwtHs256,
+    Jwt,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credential {
     pub kind: CredentialKind,
+    /// The HMAC key, or a `jwt` credential's HS256 secret (empty when it has none).
     pub key: Vec<u8>,
-    pub issuer: Option<String>,
+    /// What a `jwt` credential accepts (unused for HMAC).
+    pub jwt: JwtRules,
+}
+
+impl Credential {
+    /// An `hmac-sha256` credential.
+    pub fn hmac(key: &[u8]) -> Credential {
+        Credential { kind: CredentialKind::HmacSha256, key: key.to_vec(), jwt: JwtRules::default() }
+    }
+
+    /// A `jwt` credential with these rules and HS256 secret (empty: none).
+    pub fn jwt(key: &[u8], rules: JwtRules) -> Credential {
+        Credential { kind: CredentialKind::Jwt, key: key.to_vec(), jwt: rules }
+    }
 }
 
 /// What the transports verify against (YANG collection/authentication plus each SCI's
@@ -104,8 +126,7 @@ impl AuthTable {
         let fail = |claimed: Option<&str>, detail: String| AuthFailure::new(claimed, &detail);
         let (scheme, rest) = proof.split_once(' ').unwrap_or((proof, ""));
         if scheme.eq_ignore_ascii_case("bearer") {
-            let claims = self.verify_jwt(rest.trim(), now)?;
-            return Ok(Some(claims));
+            return jwt::verify(self, rest.trim(), body, now).map(Some);
         }
         if !scheme.eq_ignore_ascii_case(HMAC_SCHEME) {
             return Err(fail(
@@ -145,61 +166,6 @@ impl AuthTable {
         mac.update(body);
         mac.verify_slice(&sig).map_err(|_| fail(claimed, format!("HMAC signature does not verify with {name}")))?;
         Ok(Some(csci.to_owned()))
-    }
-
-    fn verify_jwt(&self, token: &str, now: DateTime<Utc>) -> Result<String, AuthFailure> {
-        let fail = |claimed: Option<&str>, detail: String| AuthFailure::new(claimed, &detail);
-        let mut parts = token.split('.');
-        let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-            return Err(fail(None, "bearer token is not a JWT (header.payload.signature)".into()));
-        };
-        let json = |seg: &str, what: &str| -> Result<serde_json::Value, AuthFailure> {
-            let raw =
-                Base64UrlUnpadded::decode_vec(seg).map_err(|_| fail(None, format!("JWT {what} is not base64url")))?;
-            serde_json::from_slice(&raw).map_err(|_| fail(None, format!("JWT {what} is not JSON")))
-        };
-        let header = json(h, "header")?;
-        if header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
-            return Err(fail(None, "JWT alg must be HS256".into()));
-        }
-        let claims = json(p, "payload")?;
-        let Some(sub) = claims.get("sub").and_then(|v| v.as_str()) else {
-            return Err(fail(None, "JWT has no sub (CSCI-ID) claim".into()));
-        };
-        let claimed = Some(sub);
-        check_id(IdKind::CsciId, sub).map_err(|e| fail(claimed, format!("JWT sub: {e}")))?;
-        let Some((name, cred)) = self.credential_of(sub) else {
-            return Err(fail(claimed, format!("{sub} has no credential configured")));
-        };
-        if cred.kind != CredentialKind::JwtHs256 {
-            return Err(fail(claimed, format!("credential {name} of {sub} is not a JWT credential")));
-        }
-        let sig =
-            Base64UrlUnpadded::decode_vec(s).map_err(|_| fail(claimed, "JWT signature is not base64url".into()))?;
-        let mut mac = HmacSha256::new_from_slice(&cred.key).map_err(|_| fail(claimed, "unusable key".into()))?;
-        mac.update(h.as_bytes());
-        mac.update(b".");
-        mac.update(p.as_bytes());
-        mac.verify_slice(&sig).map_err(|_| fail(claimed, format!("JWT signature does not verify with {name}")))?;
-        let now_s = now.timestamp();
-        match claims.get("exp").and_then(|v| v.as_i64()) {
-            None => return Err(fail(claimed, "JWT has no exp claim".into())),
-            Some(exp) if exp <= now_s => {
-                return Err(fail(claimed, format!("JWT expired {} s ago", now_s.saturating_sub(exp))))
-            }
-            Some(_) => {}
-        }
-        if let Some(nbf) = claims.get("nbf").and_then(|v| v.as_i64()) {
-            if nbf > now_s.saturating_add(self.window.as_secs() as i64) {
-                return Err(fail(claimed, "JWT is not valid yet (nbf)".into()));
-            }
-        }
-        if let Some(iss) = &cred.issuer {
-            if claims.get("iss").and_then(|v| v.as_str()) != Some(iss.as_str()) {
-                return Err(fail(claimed, format!("JWT issuer is not \"{iss}\"")));
-            }
-        }
-        Ok(sub.to_owned())
     }
 }
 
@@ -244,24 +210,34 @@ pub fn sign_hmac(key: &[u8], ts_unix: i64, body: &[u8]) -> String {
     format!("{HMAC_SCHEME} ts={ts}, sig={}", hex_encode(&mac.finalize().into_bytes()))
 }
 
-/// A `Bearer` proof: an HS256 JWT for `csci_id`, valid until `exp_unix`.
-pub fn sign_jwt(key: &[u8], csci_id: &str, issuer: Option<&str>, exp_unix: i64) -> String {
-    let header = Base64UrlUnpadded::encode_string(br#"{"alg":"HS256","typ":"JWT"}"#);
-    let mut claims = serde_json::json!({"sub": csci_id, "exp": exp_unix});
-    if let Some(i) = issuer {
-        claims["iss"] = serde_json::Value::from(i);
+/// What the schema cannot say about the credentials of a configuration tree: an HS256
+/// secret has at least 32 bytes (RFC 7518, 3.2). Checked when a commit is prepared.
+pub fn check(t: &yang2::data::DataTree<'static>) -> Result<(), String> {
+    use crate::engine::northbound::ROOT;
+    use yang2::data::Data;
+    let Ok(set) = t.find_xpath(&format!("{ROOT}/collection/authentication/credential[algorithm = 'HS256']")) else {
+        return Ok(());
+    };
+    for n in set {
+        let (mut name, mut len) = (String::new(), 0);
+        for c in n.children() {
+            match (c.schema().name(), c.value_canonical()) {
+                ("name", Some(v)) => name = v,
+                ("key", Some(v)) => len = decode_key(&v).map_or(0, |k| k.len()),
+                _ => {}
+            }
+        }
+        if len < 32 {
+            return Err(format!(
+                "credential {name}: an HS256 key must be at least 32 bytes (RFC 7518, 3.2), this one has {len}"
+            ));
+        }
     }
-    let payload = Base64UrlUnpadded::encode_string(claims.to_string().as_bytes());
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
-    mac.update(header.as_bytes());
-    mac.update(b".");
-    mac.update(payload.as_bytes());
-    let sig = Base64UrlUnpadded::encode_string(&mac.finalize().into_bytes());
-    format!("Bearer {header}.{payload}.{sig}")
+    Ok(())
 }
 
 /// The collection/authentication settings and the SCIs' credential-refs in a
-/// configuration tree.
+/// configuration tree. Reads the JWKS files the credentials name (see [`jwks`]).
 pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
     use crate::engine::northbound::{leaf_u64, ROOT};
     use yang2::data::Data;
@@ -273,14 +249,22 @@ pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
     if let Ok(set) = t.find_xpath(&format!("{base}/credential")) {
         for n in set {
             let mut name = None;
-            let mut cred = Credential { kind: CredentialKind::HmacSha256, key: Vec::new(), issuer: None };
+            let mut cred = Credential::hmac(b"");
+            cred.jwt.algorithms.clear();
             for c in n.children() {
                 let v = c.value_canonical();
                 match (c.schema().name(), v) {
                     ("name", Some(v)) => name = Some(v),
-                    ("type", Some(v)) if v == "jwt-hs256" => cred.kind = CredentialKind::JwtHs256,
+                    ("type", Some(v)) if v == "jwt" => cred.kind = CredentialKind::Jwt,
                     ("key", Some(v)) => cred.key = decode_key(&v).unwrap_or_default(),
-                    ("issuer", Some(v)) => cred.issuer = Some(v),
+                    ("algorithm", Some(v)) => cred.jwt.algorithms.extend(JwtAlg::from_name(&v)),
+                    ("jwks-file", Some(v)) => cred.jwt.jwks = Some(jwks::Jwks::open(std::path::Path::new(&v))),
+                    ("issuer", Some(v)) => cred.jwt.issuer = v,
+                    ("audience", Some(v)) => cred.jwt.audience = v,
+                    ("leeway", Some(v)) => cred.jwt.leeway = v.parse().ok().map(Duration::from_secs),
+                    ("max-lifetime", Some(v)) => {
+                        cred.jwt.max_lifetime = v.parse().map(Duration::from_secs).unwrap_or(jwt::DEFAULT_MAX_LIFETIME)
+                    }
                     _ => {}
                 }
             }
@@ -311,19 +295,11 @@ pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
 mod tests {
     use super::*;
 
-    fn table_with(kind: CredentialKind, issuer: Option<&str>) -> AuthTable {
-        let mut t = AuthTable::default();
-        t.credentials.insert(
-            "k1".into(),
-            Credential { kind, key: b"0123456789abcdef".to_vec(), issuer: issuer.map(str::to_owned) },
-        );
-        t.scis.insert("sci-1".into(), "k1".into());
-        t
-    }
-
     #[test]
     fn hmac_proof_verifies_and_tampering_fails() {
-        let t = table_with(CredentialKind::HmacSha256, None);
+        let mut t = AuthTable::default();
+        t.credentials.insert("k1".into(), Credential::hmac(b"0123456789abcdef"));
+        t.scis.insert("sci-1".into(), "k1".into());
         let now = Utc::now();
         let body = br#"{"csci-id":"sci-1"}"#;
         let proof = sign_hmac(b"0123456789abcdef", now.timestamp(), body);
@@ -339,29 +315,9 @@ mod tests {
         // No proof is not a failure here: the engine decides per SCI.
         assert_eq!(t.verify(None, Some("sci-1"), body, now), Ok(None));
         assert!(t.verify(Some("Digest x"), Some("sci-1"), body, now).is_err());
-    }
-
-    #[test]
-    fn jwt_proof_checks_signature_expiry_and_issuer() {
-        let t = table_with(CredentialKind::JwtHs256, Some("site-a"));
-        let now = Utc::now();
-        let good = sign_jwt(b"0123456789abcdef", "sci-1", Some("site-a"), now.timestamp() + 60);
-        assert_eq!(t.verify(Some(&good), None, b"", now), Ok(Some("sci-1".into())));
-        let expired = sign_jwt(b"0123456789abcdef", "sci-1", Some("site-a"), now.timestamp() - 1);
-        assert!(t.verify(Some(&expired), None, b"", now).unwrap_err().detail.contains("expired"));
-        let other_iss = sign_jwt(b"0123456789abcdef", "sci-1", Some("site-b"), now.timestamp() + 60);
-        assert!(t.verify(Some(&other_iss), None, b"", now).unwrap_err().detail.contains("issuer"));
-        let forged = sign_jwt(b"not-the-right-key", "sci-1", Some("site-a"), now.timestamp() + 60);
-        assert!(t.verify(Some(&forged), None, b"", now).is_err());
-        // alg none is never accepted.
-        let none = format!(
-            "Bearer {}.{}.",
-            Base64UrlUnpadded::encode_string(br#"{"alg":"none"}"#),
-            Base64UrlUnpadded::encode_string(br#"{"sub":"sci-1","exp":9999999999}"#)
-        );
-        assert!(t.verify(Some(&none), None, b"", now).is_err());
-        // An HMAC proof for a JWT credential is refused.
-        let h = sign_hmac(b"0123456789abcdef", now.timestamp(), b"x");
-        assert!(t.verify(Some(&h), Some("sci-1"), b"x", now).is_err());
+        // A bearer token for an HMAC credential is refused.
+        let token = sign_jwt(&JwtSigner::hs256(b"0123456789abcdef"), "sci-1", "i", "a", body);
+        let e = t.verify(Some(&token), None, body, now).unwrap_err();
+        assert!(e.detail.contains("not a jwt credential"), "{}", e.detail);
     }
 }

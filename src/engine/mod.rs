@@ -336,7 +336,7 @@ fn dispatch(ev: &EngineEvent, notify: &NotificationSink) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::auth::{sign_jwt, Credential, CredentialKind};
+    use crate::engine::auth::{sign_jwt, Credential, JwtRules, JwtSigner};
     use crate::engine::core::SciConfig;
 
     fn raw(csci: &str) -> RawReport {
@@ -359,11 +359,11 @@ mod tests {
         // seed 004, SCI Collection Interface: "Each connection is identified by the CSCI-ID
         // and authenticated": a token for sci-2 published on sci-1's topic is refused.
         let engine = Engine::start(Clock::new(), Arc::new(|_: &str, _: &str, _: String| {}));
-        let key = b"0123456789abcdef".to_vec();
+        let key = b"0123456789abcdef0123456789abcdef".to_vec();
         {
             let mut t = engine.auth.write().unwrap();
-            t.credentials
-                .insert("j".into(), Credential { kind: CredentialKind::JwtHs256, key: key.clone(), issuer: None });
+            let rules = JwtRules { issuer: "site".into(), audience: "csma".into(), ..JwtRules::default() };
+            t.credentials.insert("j".into(), Credential::jwt(&key, rules));
             t.scis.insert("sci-2".into(), "j".into());
         }
         let sci = |c: Option<&str>| SciConfig {
@@ -378,12 +378,13 @@ mod tests {
                 core.set_sci("sci-2", sci(Some("j")));
             })
             .await;
-        let token = sign_jwt(&key, "sci-2", None, chrono::Utc::now().timestamp() + 60);
+        let body = br#"{"csci-id":"sci-2"}"#;
+        let token = sign_jwt(&JwtSigner::hs256(&key), "sci-2", "site", "csma", body);
         let as_sci1 = Sender { csci_id: Some("sci-1".into()), transport: "mqtt", ..Sender::default() };
-        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), b"", as_sci1).await;
+        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), body, as_sci1).await;
         assert!(r.unwrap_err().detail.contains("came as sci-1"));
         let as_sci2 = Sender { csci_id: Some("sci-2".into()), transport: "mqtt", ..Sender::default() };
-        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), b"", as_sci2).await.unwrap();
+        let r = engine.ingest_message(vec![raw("sci-2")], Some(&token), body, as_sci2).await.unwrap();
         assert!(r[0].is_ok(), "{r:?}");
         let stats = engine.query(|core| core.stats.rejected[validate::Rejection::Unauthenticated.index()]).await;
         assert_eq!(stats, Some(1));

@@ -305,6 +305,9 @@ impl ConfigConsumer for EngineConfig {
         if tx.changes_under(&format!("{POLICY}/update-control")).next().is_some() {
             update_config(tx.config).validate().map_err(|e| e.to_string())?;
         }
+        if tx.changes_under(&format!("{ROOT}/collection/authentication")).next().is_some() {
+            crate::engine::auth::check(tx.config)?;
+        }
         if tx.changes_under(&format!("{ROOT}/collection/http")).next().is_some() && !self.http_plain {
             // TLS files that cannot be used are refused now rather than closing the listener.
             let h = crate::engine::collect::http::settings(tx.config);
