@@ -231,10 +231,13 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
     xml.push_str("</http>");
     if let Some(p) = mqtt_port {
         xml.push_str(&format!(
-            "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port>\
+            "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port><allow-plaintext>true</allow-plaintext>\
              <shared-group>bench</shared-group></mqtt>"
         ));
     }
+    // The generator is one source posting for every SCI: the per-source bucket is opened
+    // wide (the per-SCI one stays as configured by default, and is on the measured path).
+    xml.push_str("<rate-limit><per-source><rate>1000000</rate><burst>10000000</burst></per-source></rate-limit>");
     let proof = match args.auth {
         Auth::None => "<authentication>none</authentication>".to_owned(),
         // No credential-ref: the client certificate is the proof.

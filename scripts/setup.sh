@@ -224,7 +224,22 @@ EOF
     fi
 }
 
+# The TLS tests (tests/sci_ingress.rs) run mosquitto with a TLS listener and
+# require_certificate: Debian's mosquitto is built with TLS (it links libssl3), so the
+# package as shipped does; a build without TLS would fail those tests, say so here.
+check_mosquitto_tls() {
+    local bin
+    bin=$(command -v mosquitto || true)
+    [ -n "$bin" ] || bin=/usr/sbin/mosquitto
+    if [ -x "$bin" ] && have ldd && ldd "$bin" 2>/dev/null | grep -q 'libssl'; then
+        summary+=("mosquitto with TLS")
+    else
+        log "WARNING: $bin is not linked with OpenSSL: the MQTT-over-TLS tests cannot run"
+    fi
+}
+
 install_system_packages
+check_mosquitto_tls
 install_rust
 setup_venv
 install_ietf_modules

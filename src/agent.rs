@@ -142,9 +142,16 @@ async fn start_engine(
     let (pull_tx, pull_rx) = tokio::sync::watch::channel(pull_settings);
     let (now_tx, now_rx) = tokio::sync::mpsc::unbounded_channel();
     engine.submit(move |core| core.pull_requests = Some(now_tx));
-    tokio::spawn(crate::engine::collect::pull::serve(engine.clone(), pull_rx.clone(), now_rx));
+    let pull_status = crate::engine::collect::pull::PullStatus::default();
+    let mqtt_status = crate::engine::collect::mqtt::MqttStatus::default();
+    tokio::spawn(crate::engine::collect::pull::serve(engine.clone(), pull_rx.clone(), now_rx, pull_status.clone()));
     let (mqtt_tx, mqtt_rx) = tokio::sync::watch::channel(mqtt_settings);
-    tokio::spawn(crate::engine::collect::mqtt::serve(engine.clone(), mqtt_rx));
+    tokio::spawn(crate::engine::collect::mqtt::serve(engine.clone(), mqtt_rx, mqtt_status.clone()));
+    datastores.register_state_provider(Arc::new(crate::engine::collect::state::CollectorState {
+        ingress: engine.ingress.clone(),
+        pull: pull_status,
+        mqtt: mqtt_status,
+    }));
     if let Some(a) = sci_listen {
         settings.listen = a;
         settings.enabled = true;

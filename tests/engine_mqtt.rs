@@ -100,7 +100,7 @@ async fn reports_through_mosquitto_and_reconnect_after_broker_restart() {
     nc.hello(true).await;
     let cfg = format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
-         <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
+         <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\
          <shared-group>site-a</shared-group></mqtt></collection>\
          <scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis></cats-sma></config></edit-config>"
     );
@@ -167,7 +167,7 @@ async fn mqtt_reports_carry_their_proof_in_a_user_property() {
     let key = b"mqtt-sci-shared-secret";
     let cfg = format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
-         <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port></mqtt>\
+         <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext></mqtt>\
          <authentication><credential><name>k</name><type>hmac-sha256</type><key>{}</key></credential></authentication>\
          </collection><scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><credential-ref>k</credential-ref></sci></scis>\
          </cats-sma></config></edit-config>",
@@ -230,7 +230,7 @@ async fn two_agents_in_one_shared_group_split_the_reports() {
             .collect();
         let cfg = format!(
             "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
-             <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
+             <collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\
              <shared-group>site-a</shared-group><client-id>agent-{i}</client-id></mqtt></collection>\
              <scis>{scis}</scis></cats-sma></config></edit-config>"
         );

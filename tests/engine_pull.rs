@@ -51,7 +51,7 @@ async fn pull_targets_are_fetched_and_probed() {
     let cfg = format!(
         "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\">\
          <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>\
-         <collection><pull><target><csci-id>sci-p</csci-id><url>http://{sci}/metrics</url><interval>1</interval></target></pull></collection>\
+         <collection><pull><target><csci-id>sci-p</csci-id><url>http://{sci}/metrics</url><interval>1</interval><allow-plaintext>true</allow-plaintext></target></pull></collection>\
          </cats-sma></config></edit-config>"
     );
     let reply = nc.rpc11(&rpc(1, &cfg)).await;

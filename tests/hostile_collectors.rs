@@ -106,6 +106,9 @@ fn b64(k: &[u8]) -> String {
     base64ct::Base64::encode_string(k)
 }
 
+/// A per-source rate limit no flood in these tests reaches.
+const FLOOD_RATE: &str = "<collection><rate-limit><per-source><rate>1000000</rate><burst>10000000</burst></per-source></rate-limit></collection>";
+
 /// The registry used by most tests: sci-a proves its reports with an HMAC key, sci-c not.
 fn registry() -> String {
     format!(
@@ -480,7 +483,7 @@ async fn issue_11_class_6_hostile_identifiers_over_mqtt_are_refused() {
         &mut nc,
         1,
         &format!(
-            "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
+            "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext>\
              </mqtt></collection><scis><sci><csci-id>sci-1</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>"
         ),
     )
@@ -650,7 +653,7 @@ async fn issue_11_hostile_pull_responses_are_bounded_and_refused() {
         &mut nc,
         1,
         &format!(
-            "<collection><pull><target><csci-id>sci-p</csci-id><url>http://{target}/metrics</url><interval>1</interval></target></pull></collection>\
+            "<collection><pull><target><csci-id>sci-p</csci-id><url>http://{target}/metrics</url><interval>1</interval><allow-plaintext>true</allow-plaintext></target></pull></collection>\
              <scis><sci><csci-id>sci-p</csci-id><cs-id>AR1</cs-id><authentication>none</authentication></sci></scis>"
         ),
     )
@@ -837,6 +840,9 @@ async fn issue_11_class_7_bad_hmac_flood_is_bounded_aggregated_and_keeps_managem
     // Management events before the flood: this session's start and a config change.
     let mut nc = admin(&agent).await;
     configure(&mut nc, 1, &registry()).await;
+    // What 3 000 forged reports cost once past the ingress rate limit (which would answer
+    // most of them 429 on a fast machine): its per-source bucket is opened wide here.
+    configure(&mut nc, 2, FLOOD_RATE).await;
     let mut live = admin(&agent).await;
     let sub = live.rpc11(&rpc(1, &format!("<create-subscription xmlns=\"{NOTIF_NS}\"/>"))).await;
     assert!(sub.contains("<ok/>"), "{sub}");

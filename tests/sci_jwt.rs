@@ -401,7 +401,7 @@ async fn seed004_sci_authentication_jwt_over_mqtt_is_bound_to_the_payload() {
     let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     nc.hello(true).await;
     let cfg = edit(&format!(
-        "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port></mqtt>\
+        "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port><allow-plaintext>true</allow-plaintext></mqtt>\
          <authentication>{}</authentication></collection>\
          <scis><sci><csci-id>sci-m</csci-id><cs-id>AR1</cs-id><credential-ref>m</credential-ref></sci></scis>",
         credential("m", &["HS256"], Some(HS_KEY), None, "")

@@ -22,11 +22,15 @@ pub struct PeerLimits {
     /// Sources tracked for that aggregation; failures from further sources are summed
     /// together into one overflow entry.
     pub auth_failure_sources: usize,
-    /// Messages from collectors (HTTP, pull) queued for the engine at once; a sender waits
-    /// for a slot.
+    /// Messages from collectors (HTTP, pull, MQTT) queued for the engine at once; a sender
+    /// waits for a slot.
     pub collector_queue: usize,
     /// Bytes of MQTT payload handed to the engine before the MQTT collector waits for it.
     pub mqtt_backlog_bytes: usize,
+    /// MQTT reports the broker may have sent and the agent not yet acknowledged (the MQTT v5
+    /// Receive Maximum); the collector reads the next one only once the engine has a slot
+    /// for the last, so a flood waits at the broker.
+    pub mqtt_inflight: u16,
     /// Largest pulled response body, in bytes.
     pub pull_response_bytes: usize,
     /// Largest C-PS reply body, in bytes.
@@ -43,6 +47,7 @@ impl Default for PeerLimits {
             auth_failure_sources: 1024,
             collector_queue: 1024,
             mqtt_backlog_bytes: 4 * 1024 * 1024,
+            mqtt_inflight: 64,
             pull_response_bytes: 1024 * 1024,
             cps_reply_bytes: 1024 * 1024,
         }
@@ -65,6 +70,7 @@ impl PeerLimits {
         at_least("auth_failure_sources", self.auth_failure_sources, 1)?;
         at_least("collector_queue", self.collector_queue, 1)?;
         at_least("mqtt_backlog_bytes", self.mqtt_backlog_bytes, 64 * 1024)?;
+        at_least("mqtt_inflight", self.mqtt_inflight as usize, 1)?;
         at_least("pull_response_bytes", self.pull_response_bytes, 4096)?;
         at_least("cps_reply_bytes", self.cps_reply_bytes, 4096)
     }

@@ -452,10 +452,12 @@ impl<'t> Editor<'t> {
 fn restore_defaults(tree: &mut DataTree<'static>, path: &str) {
     let Some(parent) = ancestor_paths(path).pop() else { return };
     let Ok(node) = tree.find_path(&parent) else { return };
+    // Configuration defaults only: an implicit state container (config false, e.g. a
+    // `state` child of the parent) would make the next NO_STATE validation fail.
     // SAFETY: `node` is a live inner node of `tree`; lyd_new_implicit_tree only adds
     // children below it (no sibling or root changes), and a null diff pointer is allowed.
     unsafe {
-        yang2::ffi::lyd_new_implicit_tree(node.as_raw(), 0, std::ptr::null_mut());
+        yang2::ffi::lyd_new_implicit_tree(node.as_raw(), yang2::ffi::LYD_IMPLICIT_NO_STATE, std::ptr::null_mut());
     }
 }
 

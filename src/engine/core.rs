@@ -189,6 +189,8 @@ pub struct Core {
     pub tap: bool,
     /// Auth-failure flood control: what is notified and logged at once, what is summed.
     pub auth_flood: super::auth_failures::Aggregator,
+    /// The per-SCI ingress rate limit (`rate_limit.rs`).
+    pub rate: super::rate_limit::SciLimiter,
 }
 
 impl Core {
@@ -211,6 +213,7 @@ impl Core {
             smoother: None,
             tap: false,
             auth_flood: super::auth_failures::Aggregator::new(Duration::from_secs(10), 1024),
+            rate: Default::default(),
         }
     }
 
@@ -438,6 +441,12 @@ impl Core {
             let d = format!("{} may not report for CS-ID {}", raw.csci_id, raw.cs_id);
             return Err((self.refuse_sender(Rejection::UnauthorizedCsId, raw, sender, d.clone()), d));
         }
+        // Only now, with the sender authenticated and authorised: a claim alone cannot
+        // spend a legitimate SCI's tokens. Logged once per episode by the limiter.
+        if let Err(d) = self.rate.admit(&raw.csci_id, sci.expected_interval, sender.transport) {
+            self.count_only(Rejection::RateLimited);
+            return Err((Rejection::RateLimited, d));
+        }
         let (ttl, grace) = (self.cache_config.ttl_for(sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         if self.cache.get(&raw.csci_id).is_none() {
@@ -565,6 +574,7 @@ impl Core {
         let (now, wall) = (self.clock.now(), self.clock.wall());
         // A CS-ID the SCI may no longer report for stops counting at once.
         let moved = self.cache.get(csci_id).and_then(|e| e.cs_id.clone()).filter(|cs| !sci.cs_ids.contains(cs));
+        self.rate.forget(csci_id);
         // A new way of proving itself starts a new history: whatever sequence number or
         // timestamp was accepted under the old one (perhaps from an unauthenticated
         // sender) cannot hold the SCI back under the new one.
@@ -589,6 +599,7 @@ impl Core {
     /// Deregisters an SCI: its metrics are withdrawn.
     pub fn remove_sci(&mut self, csci_id: &str) {
         self.registry.remove(csci_id);
+        self.rate.forget(csci_id);
         if let Some(s) = &mut self.smoother {
             s.forget(csci_id);
         }

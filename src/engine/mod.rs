@@ -13,6 +13,7 @@ pub mod core;
 pub mod model;
 pub mod northbound;
 pub mod policy;
+pub mod rate_limit;
 pub mod report;
 pub mod sci_state;
 pub mod smooth;
@@ -53,6 +54,8 @@ pub struct Engine {
     pub changes: changes::ChangeTap,
     /// What peers may cost (`[peer_limits]`).
     pub limits: Arc<PeerLimits>,
+    /// The per-source ingress rate limit, checked by the transports before anything else.
+    pub ingress: Arc<rate_limit::Ingress>,
     /// Slots for collector messages queued to the engine task: a message waits for one,
     /// so a flood waits at its own connection instead of growing the queue.
     slots: Arc<tokio::sync::Semaphore>,
@@ -80,9 +83,12 @@ impl Engine {
         let feed = updates.clone();
         let tap = changes::tap();
         let changes = tap.clone();
+        let ingress = Arc::new(rate_limit::Ingress::default());
+        let counters = ingress.counters.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             core.auth_flood = flood;
+            core.rate.counters = counters;
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
             let mut maintenance = None;
             loop {
@@ -146,7 +152,7 @@ impl Engine {
                 }
             }
         });
-        Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), slots }
+        Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), ingress, slots }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.

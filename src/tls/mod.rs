@@ -1,10 +1,13 @@
-//! Server-side TLS shared by RESTCONF and the SCI HTTP listener (seed 004, SCI
-//! Authentication: client certificates validated against trusted CAs, the certificate
-//! mapped to the identity it may speak for, revocation by CRL). `server.rs` builds and
-//! reloads the rustls configuration and classifies handshake failures; `cert_to_name.rs`
-//! is RFC 7589 / RFC 7407 cert-to-name; `crl.rs` reads CRL files.
+//! TLS shared by the agent's transports. Server side, for RESTCONF and the SCI HTTP
+//! listener (seed 004, SCI Authentication: client certificates validated against trusted
+//! CAs, the certificate mapped to the identity it may speak for, revocation by CRL):
+//! `server.rs` builds and reloads the rustls configuration and classifies handshake
+//! failures; `cert_to_name.rs` is RFC 7589 / RFC 7407 cert-to-name; `crl.rs` reads CRL
+//! files. Client side, for the agent's own SCI connections (HTTPS pull, MQTT to the
+//! broker): `client.rs`.
 
 pub mod cert_to_name;
+pub mod client;
 pub mod crl;
 pub mod server;
 

@@ -1,8 +1,9 @@
 //! HTTP push (seed 004, push mode): `POST /reports` with one report or a batch, JSON or
 //! CBOR. The answer says what was accepted and, per rejected report, why: 200 when at
 //! least one report was accepted, 422 when all were refused, 400 for an undecodable body,
-//! 413 above the size limit, 415 for another content type, 404/405 otherwise. Every refusal
-//! is counted by reason in the operational state. Connections pass the SCI gate of
+//! 413 above the size limit, 415 for another content type, 429 with `Retry-After` over a
+//! rate limit (`engine/rate_limit.rs`), 404/405 otherwise. Every refusal is counted by
+//! reason in the operational state. Connections pass the SCI gate of
 //! [`crate::mgmt::auth_limits`]: caps at accept, header and body deadlines, and a deadline
 //! for the first accepted report (until then a connection counts as unauthenticated).
 //!
@@ -96,6 +97,10 @@ async fn handle_report(
         r.headers_mut().insert("allow", hyper::header::HeaderValue::from_static("POST"));
         return (r, 0);
     }
+    // Rate limiting (seed 004): per source, before the body is read or any proof checked.
+    if let Err(wait) = engine.ingress.admit(peer.ip(), "http") {
+        return (too_many(wait, format!("too many messages from {}", peer.ip())), 0);
+    }
     let ct = req.headers().get("content-type").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let ct = ct.unwrap_or_default();
     let Some(enc) = Encoding::from_content_type(&ct) else {
@@ -177,6 +182,12 @@ async fn handle_report(
         }
     };
     let accepted = results.iter().filter(|r| r.is_ok()).count();
+    if accepted == 0 && !results.is_empty() && results.iter().all(|r| matches!(r, Err((Rejection::RateLimited, _)))) {
+        // Every report over its SCI's limit: 429, Retry-After the longest wait among them.
+        let (first, who) = (results[0].as_ref().err().map(|e| e.1.clone()).unwrap_or_default(), ids.clone());
+        let wait = engine.query(move |core| who.iter().filter_map(|i| core.rate.retry_after(i)).max()).await.flatten();
+        return (too_many(wait.unwrap_or(std::time::Duration::from_secs(1)), first), 0);
+    }
     let rejected: Vec<serde_json::Value> = results
         .iter()
         .enumerate()
@@ -192,6 +203,17 @@ async fn handle_report(
 
 async fn count(engine: &Engine, reason: Rejection) {
     engine.submit_peer(move |core| core.count_rejection(reason, "http")).await;
+}
+
+/// 429 Too Many Requests with `Retry-After` (whole seconds) and the `rate-limited` reason.
+fn too_many(wait: std::time::Duration, detail: String) -> Response<Full<Bytes>> {
+    let secs = wait.as_secs().max(1);
+    let mut r = reply(
+        StatusCode::TOO_MANY_REQUESTS,
+        json!({"error": detail, "reason": Rejection::RateLimited.identity(), "retry-after": secs}),
+    );
+    r.headers_mut().insert(hyper::header::RETRY_AFTER, secs.into());
+    r
 }
 
 /// A message refused as a whole: the status, the rejection reason (a

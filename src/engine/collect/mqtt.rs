@@ -5,19 +5,42 @@
 //! broker goes away. The `+` level of the topic is the publishing SCI's CSCI-ID: a report
 //! for another CSCI-ID is refused as unauthenticated. Payloads are JSON or CBOR (the MQTT v5
 //! content type `application/cbor` selects CBOR).
+//!
+//! The broker is reached over TLS (rustls, `tls::client`: the configured trust anchors, an
+//! optional client certificate) with an optional user name and password; plain TCP only
+//! with `allow-plaintext`, warned about at every (re)start. Backpressure: the collector
+//! polls the connection for the next PUBLISH only once the engine has a slot for the one
+//! it holds (rumqttc reads at most 10 packets per poll and acknowledges them as it reads
+//! them), and announces a Receive Maximum of `peer_limits.mqtt_inflight`, so the broker
+//! has at most that many unacknowledged reports in flight to the agent; a flood waits in
+//! the broker's queue (its own limits) and the TCP window, not in the agent's memory. The
+//! connection, its errors and its counters are in `collection/mqtt/state`.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rumqttc::v5::mqttbytes::v5::Packet;
+use chrono::{DateTime, Utc};
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::engine::core::Sender;
 use crate::engine::report::{self, check_id, Encoding, IdKind};
 use crate::engine::validate::Rejection;
-use crate::engine::Engine;
+use crate::engine::{Engine, Slot};
+use crate::tls::client::{ClientFiles, Loader};
+
+/// A secret kept out of `Debug` output and logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
 
 /// The collection/mqtt settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,12 +52,23 @@ pub struct MqttSettings {
     pub shared_group: Option<String>,
     pub client_id: String,
     pub keepalive: Duration,
+    /// Plain TCP when no `tls` is configured.
+    pub allow_plaintext: bool,
+    /// TLS to the broker (the `tls` presence container).
+    pub tls: Option<ClientFiles>,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
 }
 
 /// The collection/mqtt settings in a configuration tree.
 pub fn settings(t: &yang2::data::DataTree<'static>) -> MqttSettings {
     use crate::engine::northbound::{leaf, leaf_u64, ROOT};
     let l = |p: &str| leaf(t, &format!("{ROOT}/collection/mqtt/{p}"));
+    let tls = l("tls/trusted-ca-file").map(|ca| ClientFiles {
+        trusted_ca_file: Some(ca),
+        client_certificate_file: l("tls/client-certificate-file"),
+        client_key_file: l("tls/client-key-file"),
+    });
     MqttSettings {
         enabled: l("enabled").as_deref() == Some("true"),
         host: l("broker-host").unwrap_or_else(|| "127.0.0.1".into()),
@@ -43,7 +77,22 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> MqttSettings {
         shared_group: l("shared-group"),
         client_id: l("client-id").unwrap_or_else(|| format!("cats-sma-{}", std::process::id())),
         keepalive: Duration::from_secs(leaf_u64(t, &format!("{ROOT}/collection/mqtt/keepalive")).unwrap_or(60).max(5)),
+        allow_plaintext: l("allow-plaintext").as_deref() == Some("true"),
+        tls,
+        username: l("username"),
+        password: l("password").map(Secret),
     }
+}
+
+/// Commit check (the engine consumer's prepare): the TLS files of an enabled collector are
+/// readable and usable, and its broker host is a valid TLS server name.
+pub fn check(t: &yang2::data::DataTree<'static>) -> Result<(), String> {
+    let s = settings(t);
+    if let (true, Some(files)) = (s.enabled, &s.tls) {
+        crate::tls::client::config(files, &[]).map_err(|e| format!("collection/mqtt/tls: {e}"))?;
+        crate::tls::client::server_name(&s.host).map_err(|e| format!("collection/mqtt: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The subscription filter: the topic, inside the shared-subscription namespace when a
@@ -62,74 +111,233 @@ pub fn claimed_csci(pattern: &str, topic: &str) -> Option<String> {
     levels.get(pos).map(|s| s.to_string())
 }
 
+/// The collector's connection (YANG `collection/mqtt/state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Connection {
+    #[default]
+    Disabled,
+    Connecting,
+    Connected,
+}
+
+impl Connection {
+    pub fn yang(self) -> &'static str {
+        match self {
+            Connection::Disabled => "disabled",
+            Connection::Connecting => "connecting",
+            Connection::Connected => "connected",
+        }
+    }
+}
+
+/// How the collector fares, shared with the operational state.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub connection: Connection,
+    /// Whether the broker is reached over TLS (None while disabled).
+    pub tls: Option<bool>,
+    pub connected_since: Option<DateTime<Utc>>,
+    pub messages: u64,
+    pub failures: u64,
+    pub last_success: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub last_error_time: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone, Default)]
+pub struct MqttStatus(Arc<Mutex<Status>>);
+
+impl MqttStatus {
+    fn with<R>(&self, f: impl FnOnce(&mut Status) -> R) -> R {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn failed(&self, connection: Connection, error: String) {
+        self.with(|s| {
+            s.connection = connection;
+            s.connected_since = None;
+            s.failures += 1;
+            s.last_error = Some(crate::text::printable(&error, 500));
+            s.last_error_time = Some(Utc::now());
+        });
+    }
+
+    pub fn snapshot(&self) -> Status {
+        self.with(|s| s.clone())
+    }
+}
+
+/// The rumqttc options for these settings, with the TLS configuration `tls`.
+fn options(s: &MqttSettings, tls: Option<Arc<rustls::ClientConfig>>, inflight: u16) -> MqttOptions {
+    let mut opts = MqttOptions::new(s.client_id.clone(), s.host.clone(), s.port);
+    opts.set_keep_alive(s.keepalive);
+    opts.set_clean_start(true);
+    opts.set_max_packet_size(Some(1024 * 1024));
+    // At most `inflight` unacknowledged reports in flight from the broker. Acknowledgements
+    // stay rumqttc's (sent as packets are read): the collector reads only when the engine
+    // has room, and manual acknowledgements would have to pass the request channel that
+    // only this same task drains.
+    opts.set_receive_maximum(Some(inflight.max(1)));
+    if let Some(cfg) = tls {
+        opts.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(cfg)));
+    }
+    if let Some(u) = &s.username {
+        opts.set_credentials(u.clone(), s.password.as_ref().map(|p| p.0.clone()).unwrap_or_default());
+    }
+    opts
+}
+
+/// Waits for a settings change (true) or the sender's end (false), at most `limit`.
+async fn wait_change(settings: &mut watch::Receiver<MqttSettings>, limit: Option<Duration>) -> bool {
+    match limit {
+        Some(d) => tokio::time::timeout(d, settings.changed()).await.map(|r| r.is_ok()).unwrap_or(true),
+        None => settings.changed().await.is_ok(),
+    }
+}
+
 /// Runs the MQTT collector, following setting changes, until the sender is dropped.
-pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>) {
+pub async fn serve(engine: Engine, mut settings: watch::Receiver<MqttSettings>, status: MqttStatus) {
     loop {
         let current = settings.borrow_and_update().clone();
         if !current.enabled {
-            if settings.changed().await.is_err() {
+            status.with(|s| *s = Status { failures: s.failures, ..Status::default() });
+            if !wait_change(&mut settings, None).await {
                 return;
             }
             continue;
         }
-        let mut opts = MqttOptions::new(current.client_id.clone(), current.host.clone(), current.port);
-        opts.set_keep_alive(current.keepalive);
-        opts.set_clean_start(true);
-        opts.set_max_packet_size(Some(1024 * 1024));
-        let (client, mut events) = AsyncClient::new(opts, 256);
-        let filter = filter(&current);
-        let mut submitted: u32 = 0;
-        let mut backlog: usize = 0;
-        let broker = broker_ip(&current.host).await;
-        let mut backoff = Duration::from_secs(1);
-        info!(broker = %format!("{}:{}", current.host, current.port), filter, "SCI collection over MQTT starting");
-        loop {
-            tokio::select! {
-                changed = settings.changed() => {
-                    if changed.is_err() {
-                        let _ = client.disconnect().await;
-                        return;
-                    }
-                    if *settings.borrow() != current {
-                        let _ = client.disconnect().await;
-                        break;
+        // TLS unless plaintext was chosen explicitly (the schema's must says as much; a
+        // start-up file is checked here again).
+        let mut loader = current.tls.clone().map(|f| Loader::new(f, &[]));
+        let tls = match loader.as_mut().map(|l| l.get()) {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                error!("MQTT collector not started: its TLS settings are not usable: {e}");
+                status.failed(Connection::Disabled, format!("not started: {e}"));
+                // Retried now and then: a fixed file is picked up without a commit.
+                if !wait_change(&mut settings, Some(Duration::from_secs(30))).await {
+                    return;
+                }
+                continue;
+            }
+            None if !current.allow_plaintext => {
+                error!("MQTT collector not started: no tls and allow-plaintext is not set");
+                status.failed(Connection::Disabled, "not started: no tls and allow-plaintext is not set".into());
+                if !wait_change(&mut settings, None).await {
+                    return;
+                }
+                continue;
+            }
+            None => None,
+        };
+        let broker_at = format!("{}:{}", current.host, current.port);
+        if tls.is_none() {
+            warn!(
+                broker = %broker_at,
+                password = current.password.is_some(),
+                "SCI collection over MQTT in plaintext (allow-plaintext): reports, proofs and any password travel in clear"
+            );
+        }
+        status.with(|s| {
+            s.connection = Connection::Connecting;
+            s.tls = Some(tls.is_some());
+        });
+        let restart = run(&engine, &current, &mut settings, tls, loader.as_mut(), &status).await;
+        if !restart {
+            return;
+        }
+    }
+}
+
+/// One collector run with fixed settings: true to restart (settings or TLS files changed),
+/// false when the settings sender is gone.
+async fn run(
+    engine: &Engine,
+    current: &MqttSettings,
+    settings: &mut watch::Receiver<MqttSettings>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    mut loader: Option<&mut Loader>,
+    status: &MqttStatus,
+) -> bool {
+    let inflight = engine.limits.mqtt_inflight.max(1);
+    let using = tls.clone();
+    // The collector's only requests are the subscription and the disconnect.
+    let (client, mut events) = AsyncClient::new(options(current, tls, inflight), 16);
+    let filter = filter(current);
+    let mut backlog: usize = 0;
+    let broker = broker_ip(&current.host).await;
+    let mut backoff = Duration::from_secs(1);
+    info!(broker = %format!("{}:{}", current.host, current.port), filter, tls = using.is_some(), "SCI collection over MQTT starting");
+    loop {
+        tokio::select! {
+            changed = settings.changed() => {
+                if changed.is_err() {
+                    let _ = client.disconnect().await;
+                    return false;
+                }
+                if *settings.borrow() != *current {
+                    let _ = client.disconnect().await;
+                    return true;
+                }
+            }
+            ev = events.poll() => match ev {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    backoff = Duration::from_secs(1);
+                    info!(filter, "MQTT connected; subscribing");
+                    status.with(|s| {
+                        s.connection = Connection::Connected;
+                        s.connected_since = Some(Utc::now());
+                        s.last_success = s.connected_since;
+                    });
+                    if let Err(e) = client.subscribe(filter.clone(), QoS::AtLeastOnce).await {
+                        warn!("MQTT subscribe failed: {e}");
+                        status.failed(Connection::Connecting, format!("subscribe: {e}"));
                     }
                 }
-                ev = events.poll() => match ev {
-                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                        backoff = Duration::from_secs(1);
-                        info!(filter, "MQTT connected; subscribing");
-                        if let Err(e) = client.subscribe(filter.clone(), QoS::AtLeastOnce).await {
-                            warn!("MQTT subscribe failed: {e}");
+                Ok(Event::Incoming(Packet::SubAck(ack))) => {
+                    use rumqttc::v5::mqttbytes::v5::SubscribeReasonCode as C;
+                    if let Some(code) = ack.return_codes.iter().find(|c| !matches!(c, C::Success(_))) {
+                        warn!(filter, "MQTT subscription refused by the broker: {code:?}");
+                        status.failed(Connection::Connected, format!("subscription to {filter} refused: {code:?}"));
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    status.with(|s| s.messages += 1);
+                    // Backpressure: the next publish is read from the broker only once
+                    // the engine has a slot for this one.
+                    let Some(slot) = engine.slot().await else { return false };
+                    backlog += p.payload.len() + p.topic.len();
+                    ingest(engine, &current.topic, &p, broker, slot);
+                    // The slots bound the messages queued for the engine; this bounds their
+                    // bytes (peer_limits.mqtt_backlog_bytes).
+                    if backlog >= engine.limits.mqtt_backlog_bytes {
+                        let _ = engine.query(|_| ()).await;
+                        backlog = 0;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Polling again reconnects; wait first so a dead broker is not hammered.
+                    warn!("MQTT connection to {}:{} failed: {e}; retrying in {}s", current.host, current.port, backoff.as_secs());
+                    status.failed(Connection::Connecting, e.to_string());
+                    // Renewed TLS files: reconnect with them.
+                    if let (Some(l), Some(cfg)) = (loader.as_deref_mut(), &using) {
+                        if l.get().is_ok_and(|c| !Arc::ptr_eq(&c, cfg)) {
+                            return true;
                         }
                     }
-                    Ok(Event::Incoming(Packet::Publish(p))) => {
-                        let topic = String::from_utf8_lossy(&p.topic).to_string();
-                        let props = p.properties.as_ref();
-                        let cbor = props.and_then(|pr| pr.content_type.as_deref()) == Some("application/cbor");
-                        let proof = props.and_then(|pr| {
-                            pr.user_properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).map(|(_, v)| v.as_str())
-                        });
-                        ingest(&engine, &current.topic, &topic, &p.payload, cbor, proof, broker);
-                        // Reports are handed to the engine without waiting for each verdict
-                        // (in order: one job queue); every WINDOW messages, or once the
-                        // payloads handed over reach peer_limits.mqtt_backlog_bytes, the
-                        // collector waits for the engine to catch up, which bounds the
-                        // backlog in messages and in bytes.
-                        submitted += 1;
-                        backlog += p.payload.len() + p.topic.len();
-                        if submitted % WINDOW == 0 || backlog >= engine.limits.mqtt_backlog_bytes {
-                            let _ = engine.query(|_| ()).await;
-                            backlog = 0;
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        changed = settings.changed() => {
+                            if changed.is_err() {
+                                return false;
+                            }
+                            if *settings.borrow() != *current {
+                                return true;
+                            }
                         }
                     }
-                    Ok(_) => {}
-                    Err(e) => {
-                        // Polling again reconnects; wait first so a dead broker is not hammered.
-                        warn!("MQTT connection to {}:{} lost: {e}; retrying in {}s", current.host, current.port, backoff.as_secs());
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(60));
-                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
                 }
             }
         }
@@ -145,26 +353,26 @@ async fn broker_ip(host: &str) -> Option<std::net::IpAddr> {
     tokio::net::lookup_host((host, 0)).await.ok()?.next().map(|a| a.ip())
 }
 
-/// Messages handed to the engine before the collector waits for it to catch up.
-const WINDOW: u32 = 256;
-
-fn ingest(
-    engine: &Engine,
-    pattern: &str,
-    topic: &str,
-    payload: &[u8],
-    cbor: bool,
-    proof: Option<&str>,
-    broker: Option<std::net::IpAddr>,
-) {
+/// Hands one publish to the engine (its job holds `slot` until it has run).
+fn ingest(engine: &Engine, pattern: &str, p: &Publish, broker: Option<std::net::IpAddr>, slot: Slot) {
+    let topic = String::from_utf8_lossy(&p.topic);
+    let props = p.properties.as_ref();
+    let cbor = props.and_then(|pr| pr.content_type.as_deref()) == Some("application/cbor");
+    let proof = props.and_then(|pr| {
+        pr.user_properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).map(|(_, v)| v.as_str())
+    });
+    let payload = &p.payload[..];
     // The topic is the broker's and the publisher's text: logged escaped, never raw.
-    let shown = crate::text::printable(topic, 300);
+    let shown = crate::text::printable(&topic, 300);
     // The CSCI-ID the topic level claims is an identifier like any other: of its YANG type
     // before anything keeps it.
-    let claimed = claimed_csci(pattern, topic);
+    let claimed = claimed_csci(pattern, &topic);
     if let Some(Err(e)) = claimed.as_deref().map(|c| check_id(IdKind::CsciId, c)) {
         warn!(topic = %shown, "MQTT message refused: the topic's {e}");
-        engine.submit(move |core| core.count_rejection(Rejection::Malformed, "mqtt"));
+        engine.submit(move |core| {
+            core.count_rejection(Rejection::Malformed, "mqtt");
+            drop(slot);
+        });
         return;
     }
     let enc = if cbor { Encoding::Cbor } else { Encoding::Json };
@@ -172,7 +380,10 @@ fn ingest(
         Ok(r) => r,
         Err(e) => {
             warn!(topic = %shown, "MQTT report refused: {:?}", e.to_string());
-            engine.submit(move |core| core.count_rejection(Rejection::Malformed, "mqtt"));
+            engine.submit(move |core| {
+                core.count_rejection(Rejection::Malformed, "mqtt");
+                drop(slot);
+            });
             return;
         }
     };
@@ -181,6 +392,8 @@ fn ingest(
         Ok(s) => s,
         Err(f) => {
             debug!(topic = %shown, "MQTT message refused: {:?}", f.detail);
+            // Released behind the failure's own job (one queue, in order).
+            engine.submit(move |_| drop(slot));
             return;
         }
     };
@@ -190,6 +403,7 @@ fn ingest(
                 debug!(topic = %shown, reason = reason.identity(), "MQTT report refused: {detail:?}");
             }
         }
+        drop(slot);
     });
 }
 
@@ -217,7 +431,12 @@ mod tests {
             shared_group: Some("site-a".into()),
             client_id: "c".into(),
             keepalive: Duration::from_secs(60),
+            allow_plaintext: false,
+            tls: None,
+            username: None,
+            password: Some(Secret("pw".into())),
         };
+        assert!(!format!("{s:?}").contains("pw"), "the password is not in Debug output");
         assert_eq!(filter(&s), "$share/site-a/cats/sci/+/report");
     }
 }

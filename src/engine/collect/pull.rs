@@ -2,59 +2,128 @@
 //! (`collection/pull/target`: CSCI-ID, URL, interval) on its interval, and at once when the
 //! SCI goes STALE (the engine asks). The answer is a report or batch, JSON or CBOR by
 //! Content-Type, attributed to the target's CSCI-ID. Also the `probe-sci` probe.
+//!
+//! Targets are HTTPS: the server certificate is verified against the configured trust
+//! anchors (`tls::client`; the target's own or the collection-wide `pull/tls`) and must name
+//! the URL's host; a client certificate is presented when configured. A plain http URL is
+//! accepted only with `allow-plaintext` (checked at commit), and warned about at every
+//! (re)start of the poller. Every failed pull is counted with its error in the target's
+//! operational state (`target/state`), never only logged. A verified HTTPS answer counts as
+//! a certificate proof of the target's CSCI-ID (an SCI without a credential-ref needs no
+//! `authentication none` to be pulled over HTTPS).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::engine::core::Sender;
+use crate::engine::core::{Proof, Sender};
 use crate::engine::report::{self, Encoding};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
+use crate::tls::client::{ClientFiles, Loader};
 
 /// One pull target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub url: String,
     pub interval: Duration,
+    /// An http URL is accepted (YANG `allow-plaintext`).
+    pub allow_plaintext: bool,
+    /// The TLS files in effect: the target's own leaves, the rest from `pull/tls`.
+    pub tls: ClientFiles,
+    /// Whether the target has TLS leaves of its own (then its URL must be https).
+    pub own_tls: bool,
 }
 
 /// csci-id → target.
 pub type PullSettings = HashMap<String, Target>;
 
+fn tls_files(t: &yang2::data::DataTree<'static>, base: &str) -> ClientFiles {
+    use crate::engine::northbound::leaf;
+    let l = |n: &str| leaf(t, &format!("{base}/tls/{n}"));
+    ClientFiles {
+        trusted_ca_file: l("trusted-ca-file"),
+        client_certificate_file: l("client-certificate-file"),
+        client_key_file: l("client-key-file"),
+    }
+}
+
 /// The collection/pull targets in a configuration tree.
 pub fn settings(t: &yang2::data::DataTree<'static>) -> PullSettings {
+    use crate::engine::northbound::{leaf, ROOT};
     use yang2::data::Data;
+    let wide = tls_files(t, &format!("{ROOT}/collection/pull"));
     let mut out = HashMap::new();
     if let Ok(set) = t.find_xpath("/cats-sma:cats-sma/collection/pull/target") {
         for n in set {
-            let (mut id, mut url, mut interval) = (None, None, Duration::from_secs(10));
-            for c in n.children() {
-                let v = c.value_canonical();
-                match c.schema().name() {
-                    "csci-id" => id = v,
-                    "url" => url = v,
-                    "interval" => {
-                        if let Some(s) = v.and_then(|s| s.parse().ok()) {
-                            interval = Duration::from_secs(s);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if let (Some(id), Some(url)) = (id, url) {
-                out.insert(id, Target { url, interval: interval.max(Duration::from_secs(1)) });
+            let path = n.path();
+            let l = |name: &str| leaf(t, &format!("{path}/{name}"));
+            let interval = l("interval").and_then(|s| s.parse().ok()).map(Duration::from_secs);
+            let own = tls_files(t, &path);
+            if let (Some(id), Some(url)) = (l("csci-id"), l("url")) {
+                out.insert(
+                    id,
+                    Target {
+                        url,
+                        interval: interval.unwrap_or(Duration::from_secs(10)).max(Duration::from_secs(1)),
+                        allow_plaintext: l("allow-plaintext").as_deref() == Some("true"),
+                        own_tls: !own.is_empty(),
+                        tls: own.or(&wide),
+                    },
+                );
             }
         }
     }
     out
+}
+
+/// How a target is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Https,
+    Http,
+}
+
+/// The target's scheme, if the agent may pull it: https with trust anchors, or http by
+/// explicit choice.
+pub fn scheme(t: &Target) -> Result<Scheme, String> {
+    let uri: hyper::Uri = t.url.parse().map_err(|e| format!("url {:?}: {e}", t.url))?;
+    if uri.host().is_none() {
+        return Err(format!("url {:?}: no host", t.url));
+    }
+    match uri.scheme_str() {
+        Some("https") if t.tls.trusted_ca_file.is_none() => Err(format!(
+            "{} is https but no trusted-ca-file is configured (here or in pull/tls; the system's roots are not used)",
+            t.url
+        )),
+        Some("https") => Ok(Scheme::Https),
+        Some("http") if t.own_tls => Err(format!("{}: 'tls' is configured but the url is not https", t.url)),
+        Some("http") if t.allow_plaintext => Ok(Scheme::Http),
+        Some("http") => Err(format!("{} is plaintext http: use https, or set allow-plaintext", t.url)),
+        _ => Err(format!("url {:?}: the scheme must be https (or http with allow-plaintext)", t.url)),
+    }
+}
+
+/// Commit check (the engine consumer's prepare): every target can be pulled as configured,
+/// and its TLS files are readable and usable.
+pub fn check(t: &yang2::data::DataTree<'static>) -> Result<(), String> {
+    for (id, target) in settings(t) {
+        let shown = crate::text::printable(&id, 64);
+        if scheme(&target).map_err(|e| format!("pull target {shown}: {e}"))? == Scheme::Https {
+            crate::tls::client::config(&target.tls, &[b"http/1.1"]).map_err(|e| format!("pull target {shown}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,6 +135,9 @@ pub struct Fetched {
     pub encoding: Encoding,
     pub proof: Option<String>,
     pub address: Option<std::net::IpAddr>,
+    /// The answer came over TLS from a server whose certificate chained to the target's
+    /// trust anchors and named the URL's host.
+    pub verified: bool,
 }
 
 /// Why a pull brought nothing.
@@ -73,6 +145,11 @@ pub struct Fetched {
 pub enum FetchError {
     /// The target did not answer usefully (connection, timeout, HTTP error status).
     Unreachable(String),
+    /// The TLS handshake failed (server certificate not trusted or not for the host, client
+    /// certificate refused).
+    Tls(String),
+    /// The target cannot be pulled as configured (plaintext not allowed, TLS files).
+    Config(String),
     /// It answered something the agent refuses (too big, compressed, not JSON or CBOR):
     /// counted as a malformed report.
     Refused(String),
@@ -82,24 +159,92 @@ impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FetchError::Unreachable(e) | FetchError::Refused(e) => f.write_str(e),
+            FetchError::Tls(e) => write!(f, "TLS: {e}"),
+            FetchError::Config(e) => write!(f, "not pulled: {e}"),
         }
     }
 }
 
-/// GETs a target, reading at most `max_body` bytes of its answer. The answer is read as
-/// sent: the agent asks for no content coding and refuses one (a compressed body could
-/// expand without bound).
-pub async fn fetch(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
-    use FetchError::{Refused, Unreachable};
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let uri: hyper::Uri = url.parse().map_err(|e| Unreachable(format!("bad URL {url}: {e}")))?;
-    let host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned());
-    let req = hyper::Request::get(uri)
+/// An error with its causes ("connection error: received fatal alert: …"), as a TLS
+/// failure when rustls raised one of them: with TLS 1.3 a server refusing the client's
+/// certificate says so only after the handshake, when the request is sent.
+fn failure(e: &(dyn std::error::Error + 'static)) -> FetchError {
+    let mut text = e.to_string();
+    let mut tls = false;
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        // io::Error::source() skips the error it wraps: look inside it too.
+        let inner = err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        tls |= err.is::<rustls::Error>() || inner.is_some_and(|i| i.is::<rustls::Error>());
+        if let Some(i) = inner.map(|i| i.to_string()).filter(|i| !text.contains(i.as_str())) {
+            text = format!("{text}: {i}");
+        }
+        cur = err.source();
+        if let Some(s) = cur.map(|s| s.to_string()).filter(|s| !text.contains(s.as_str())) {
+            text = format!("{text}: {s}");
+        }
+    }
+    if tls {
+        FetchError::Tls(text)
+    } else {
+        FetchError::Unreachable(text)
+    }
+}
+
+/// One request on a new connection (HTTP/1.1).
+async fn exchange<IO>(io: IO, req: hyper::Request<Empty<Bytes>>) -> Result<hyper::Response<Incoming>, FetchError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| failure(&e))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender.send_request(req).await.map_err(|e| failure(&e))
+}
+
+/// GETs a target, reading at most `max_body` bytes of its answer; `tls` is the client
+/// configuration for an https URL. The answer is read as sent: the agent asks for no
+/// content coding and refuses one (a compressed body could expand without bound).
+pub async fn fetch(url: &str, tls: Option<Arc<rustls::ClientConfig>>, max_body: usize) -> Result<Fetched, FetchError> {
+    use FetchError::{Config, Refused, Unreachable};
+    let uri: hyper::Uri = url.parse().map_err(|e| Config(format!("bad URL {url}: {e}")))?;
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => return Err(Config(format!("url {url:?}: the scheme must be https or http"))),
+    };
+    let host = uri.host().ok_or_else(|| Config(format!("url {url:?}: no host")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let authority = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_else(|| host.clone());
+    let path = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
         .header(hyper::header::ACCEPT_ENCODING, "identity")
         .body(Empty::<Bytes>::new())
-        .map_err(|e| Unreachable(e.to_string()))?;
-    let resp = tokio::time::timeout(TIMEOUT, client.request(req)).await.map_err(|_| Unreachable("timed out".into()))?;
-    let resp = resp.map_err(|e| Unreachable(e.to_string()))?;
+        .map_err(|e| Config(e.to_string()))?;
+    let connect = async {
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| Unreachable(format!("connect to {host}:{port}: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        let address = tcp.peer_addr().ok().map(|a| a.ip());
+        let resp = if https {
+            let cfg = tls.ok_or_else(|| Config("an https target needs a trusted-ca-file".into()))?;
+            let name = crate::tls::client::server_name(&host).map_err(|e| Config(e.to_string()))?;
+            let stream = tokio_rustls::TlsConnector::from(cfg)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| FetchError::Tls(e.to_string()))?;
+            exchange(stream, req).await?
+        } else {
+            exchange(tcp, req).await?
+        };
+        Ok::<_, FetchError>((resp, address))
+    };
+    let (resp, address) =
+        tokio::time::timeout(TIMEOUT, connect).await.map_err(|_| Unreachable("timed out".into()))??;
     if !resp.status().is_success() {
         return Err(Unreachable(format!("HTTP {}", resp.status())));
     }
@@ -132,40 +277,190 @@ pub async fn fetch(url: &str, max_body: usize) -> Result<Fetched, FetchError> {
             }
         })?
         .to_bytes();
-    let address = match host {
-        Some(h) => match h.parse() {
-            Ok(ip) => Some(ip),
-            Err(_) => tokio::net::lookup_host((h.as_str(), 0)).await.ok().and_then(|mut a| a.next()).map(|a| a.ip()),
-        },
-        None => None,
-    };
-    Ok(Fetched { body, encoding: enc, proof, address })
+    Ok(Fetched { body, encoding: enc, proof, address, verified: https })
 }
 
-async fn pull_one(engine: Engine, csci_id: String, url: String) {
-    match fetch(&url, engine.limits.pull_response_bytes).await {
+/// Fetches a target as configured, reading its TLS files now (the `probe-sci` probe).
+pub async fn probe(target: &Target, max_body: usize) -> Result<Fetched, FetchError> {
+    let tls = match scheme(target).map_err(FetchError::Config)? {
+        Scheme::Https => Some(
+            crate::tls::client::config(&target.tls, &[b"http/1.1"]).map_err(|e| FetchError::Config(e.to_string()))?,
+        ),
+        Scheme::Http => None,
+    };
+    fetch(&target.url, tls, max_body).await
+}
+
+/// How pulling one target fares (YANG `pull/target/state`).
+#[derive(Clone, Debug, Default)]
+pub struct TargetStatus {
+    pub scheme: Option<Scheme>,
+    pub pulls: u64,
+    pub failures: u64,
+    pub last_success: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub last_error_time: Option<DateTime<Utc>>,
+    in_flight: bool,
+}
+
+/// The status of every target, shared with the operational state.
+#[derive(Clone, Default)]
+pub struct PullStatus(Arc<Mutex<HashMap<String, TargetStatus>>>);
+
+impl PullStatus {
+    fn with<R>(&self, id: &str, f: impl FnOnce(&mut TargetStatus) -> R) -> R {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f(m.entry(id.to_owned()).or_default())
+    }
+
+    fn failed(&self, id: &str, error: String) {
+        self.with(id, |s| {
+            s.failures += 1;
+            s.last_error = Some(crate::text::printable(&error, 500));
+            s.last_error_time = Some(Utc::now());
+        });
+    }
+
+    fn succeeded(&self, id: &str) {
+        self.with(id, |s| {
+            s.pulls += 1;
+            s.last_success = Some(Utc::now());
+        });
+    }
+
+    /// A copy, for the operational state.
+    pub fn snapshot(&self) -> Vec<(String, TargetStatus)> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = m.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+/// Clears a target's in-flight mark when its pull ends, however it ends.
+struct InFlight(PullStatus, String);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.with(&self.1, |s| s.in_flight = false);
+    }
+}
+
+async fn pull_one(
+    engine: Engine,
+    csci_id: String,
+    url: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    status: PullStatus,
+) {
+    let _in_flight = InFlight(status.clone(), csci_id.clone());
+    match fetch(&url, tls, engine.limits.pull_response_bytes).await {
         Ok(f) => match report::decode(&f.body, f.encoding) {
             Ok(raws) => {
-                let sender =
-                    Sender { csci_id: Some(csci_id.clone()), transport: "pull", address: f.address, proof: None };
-                let Ok(results) = engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await else {
-                    return;
+                // A verified HTTPS answer is a certificate proof (seed 004, SCI
+                // Authentication): the agent chose whom to ask for this CSCI-ID (the
+                // target's URL) and the server proved with a certificate from the
+                // target's anchors that it is that host. A credential proof in the answer
+                // still decides for an SCI with a credential-ref.
+                let sender = Sender {
+                    csci_id: Some(csci_id.clone()),
+                    transport: "pull",
+                    address: f.address,
+                    proof: f.verified.then_some(Proof::Certificate),
                 };
+                let results = match engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        status.failed(&csci_id, format!("the answer's proof was refused: {}", e.detail));
+                        return;
+                    }
+                };
+                status.succeeded(&csci_id);
                 for (reason, detail) in results.iter().filter_map(|r| r.as_ref().err()) {
                     debug!(csci_id, reason = reason.identity(), "pulled report refused: {detail:?}");
                 }
             }
             Err(e) => {
                 warn!(csci_id, url, "pulled report refused: {:?}", e.to_string());
+                status.failed(&csci_id, format!("undecodable answer: {e}"));
                 engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
             }
         },
         Err(FetchError::Refused(e)) => {
             warn!(csci_id, url, "pulled report refused: {e:?}");
+            status.failed(&csci_id, e);
             engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
         }
-        Err(e) => debug!(csci_id, url, "pull failed: {:?}", e.to_string()),
+        Err(e) => {
+            // TLS failures are what an operator must see at once; an unreachable SCI is
+            // the SCI state machine's business (STALE, FAILED).
+            match &e {
+                FetchError::Tls(_) | FetchError::Config(_) => warn!(csci_id, url, "pull failed: {e}"),
+                _ => debug!(csci_id, url, "pull failed: {e}"),
+            }
+            status.failed(&csci_id, e.to_string());
+        }
     }
+}
+
+/// A target ready to be pulled, as set up at the poller's (re)start.
+struct Prepared {
+    url: String,
+    interval: Duration,
+    tls: Option<Loader>,
+}
+
+/// Sets the targets up, logging how each is reached: a plaintext target is warned about
+/// at every (re)start, one that may not be pulled is reported in its state.
+fn prepare(targets: &PullSettings, status: &PullStatus) -> HashMap<String, Prepared> {
+    let mut out = HashMap::new();
+    for (id, t) in targets {
+        let scheme = match scheme(t) {
+            Ok(s) => s,
+            Err(e) => {
+                error!(csci_id = id, "pull target not polled: {e}");
+                status.with(id, |s| s.scheme = None);
+                status.failed(id, format!("not polled: {e}"));
+                continue;
+            }
+        };
+        status.with(id, |s| s.scheme = Some(scheme));
+        let tls = match scheme {
+            Scheme::Https => {
+                info!(csci_id = id, url = t.url, ca = ?t.tls.trusted_ca_file, client_certificate = t.tls.client_certificate_file.is_some(), "pulling over HTTPS");
+                Some(Loader::new(t.tls.clone(), &[b"http/1.1"]))
+            }
+            Scheme::Http => {
+                warn!(
+                    csci_id = id,
+                    url = t.url,
+                    "pull target is plaintext HTTP (allow-plaintext): reports and proofs travel in clear"
+                );
+                None
+            }
+        };
+        out.insert(id.clone(), Prepared { url: t.url.clone(), interval: t.interval, tls });
+    }
+    out
+}
+
+/// Starts a pull of `id` unless one is already running (so a slow target never has more
+/// than one connection open, whatever the interval or the engine asks).
+fn start(engine: &Engine, id: &str, p: &mut Prepared, status: &PullStatus) {
+    if status.with(id, |s| std::mem::replace(&mut s.in_flight, true)) {
+        return;
+    }
+    let tls = match p.tls.as_mut().map(|l| l.get()) {
+        Some(Err(e)) => {
+            warn!(csci_id = id, "pull target's TLS settings are not usable: {e}");
+            status.failed(id, format!("not polled: {e}"));
+            status.with(id, |s| s.in_flight = false);
+            return;
+        }
+        Some(Ok(c)) => Some(c),
+        None => None,
+    };
+    tokio::spawn(pull_one(engine.clone(), id.to_owned(), p.url.clone(), tls, status.clone()));
 }
 
 /// Pulls every target on its interval, and a target at once when `now` names it.
@@ -173,12 +468,15 @@ pub async fn serve(
     engine: Engine,
     mut settings: watch::Receiver<PullSettings>,
     mut now: mpsc::UnboundedReceiver<String>,
+    status: PullStatus,
 ) {
     let mut due: HashMap<String, Instant> = HashMap::new();
     loop {
         let targets = settings.borrow_and_update().clone();
-        due.retain(|id, _| targets.contains_key(id));
-        for (id, t) in &targets {
+        status.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|id, _| targets.contains_key(id));
+        let mut prepared = prepare(&targets, &status);
+        due.retain(|id, _| prepared.contains_key(id));
+        for (id, t) in &prepared {
             due.entry(id.clone()).or_insert_with(|| Instant::now() + t.interval);
         }
         loop {
@@ -197,18 +495,18 @@ pub async fn serve(
                     break;
                 }
                 Some(id) = now.recv() => {
-                    if let Some(t) = targets.get(&id) {
-                        tokio::spawn(pull_one(engine.clone(), id.clone(), t.url.clone()));
-                        due.insert(id, Instant::now() + t.interval);
+                    if let Some(p) = prepared.get_mut(&id) {
+                        start(&engine, &id, p, &status);
+                        due.insert(id, Instant::now() + p.interval);
                     }
                 }
                 _ = sleep => {
                     let at = Instant::now();
                     for (id, when) in due.iter_mut() {
                         if *when <= at {
-                            if let Some(t) = targets.get(id) {
-                                tokio::spawn(pull_one(engine.clone(), id.clone(), t.url.clone()));
-                                *when = at + t.interval;
+                            if let Some(p) = prepared.get_mut(id) {
+                                start(&engine, id, p, &status);
+                                *when = at + p.interval;
                             }
                         }
                     }

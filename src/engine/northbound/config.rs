@@ -270,6 +270,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    crate::engine::rate_limit::apply(engine, crate::engine::rate_limit::settings(t));
     let auth = crate::engine::auth::table(t);
     *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
     if let Err(e) = engine.updates.reconfigure(update_config(t)) {
@@ -323,6 +324,13 @@ impl ConfigConsumer for EngineConfig {
                 return Err("cache/max-entries must be at least 1".into());
             }
         }
+        // Plaintext only by explicit choice; TLS files readable and usable.
+        if tx.changes_under(&format!("{ROOT}/collection/pull")).next().is_some() {
+            crate::engine::collect::pull::check(tx.config)?;
+        }
+        if tx.changes_under(&format!("{ROOT}/collection/mqtt")).next().is_some() {
+            crate::engine::collect::mqtt::check(tx.config)?;
+        }
         Ok(())
     }
 
@@ -369,6 +377,9 @@ impl ConfigConsumer for EngineConfig {
         if touched("collection/mqtt") {
             let m = crate::engine::collect::mqtt::settings(tx.config);
             self.mqtt.send_if_modified(|cur| std::mem::replace(cur, m.clone()) != m);
+        }
+        if touched("collection/rate-limit") {
+            crate::engine::rate_limit::apply(&self.engine, crate::engine::rate_limit::settings(tx.config));
         }
         if touched("aggregation") {
             let f = function(tx.config);

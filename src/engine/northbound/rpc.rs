@@ -42,7 +42,7 @@ impl AppRpc for EngineRpcs {
             }
             ("cats-sma", "probe-sci") => {
                 let csci = input(t, "probe-sci", "csci-id").unwrap_or_default();
-                let url = self.pull.borrow().get(&csci).map(|t| t.url.clone());
+                let target = self.pull.borrow().get(&csci).cloned();
                 let id = csci.clone();
                 let state = self
                     .engine
@@ -50,13 +50,13 @@ impl AppRpc for EngineRpcs {
                     .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?;
                 let ns = "urn:cats-sma:yang:cats-sma";
                 let mut out = String::new();
-                match url {
-                    Some(url) => {
+                match target {
+                    Some(target) => {
                         let started = std::time::Instant::now();
                         let handle = tokio::runtime::Handle::current();
                         let limit = self.engine.limits.pull_response_bytes;
                         let result = tokio::task::block_in_place(|| {
-                            handle.block_on(crate::engine::collect::pull::fetch(&url, limit))
+                            handle.block_on(crate::engine::collect::pull::probe(&target, limit))
                         });
                         let rtt = started.elapsed().as_micros().min(u32::MAX as u128);
                         out.push_str(&format!("<reachable xmlns=\"{ns}\">{}</reachable>", result.is_ok()));

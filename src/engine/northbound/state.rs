@@ -109,16 +109,23 @@ fn snapshot(core: &mut Core) -> Snapshot {
         })
         .collect();
     let s = &core.stats;
+    // Messages refused per source never reached the engine: they are added here.
+    let (by_source, by_source_at) = core.rate.counters.source_refusals();
     let rejections = Rejection::ALL
         .iter()
-        .map(|r| (r.identity(), s.rejected[r.index()], s.last_rejection[r.index()]))
+        .map(|r| match r {
+            Rejection::RateLimited => {
+                (r.identity(), s.rejected[r.index()] + by_source, s.last_rejection[r.index()].max(by_source_at))
+            }
+            _ => (r.identity(), s.rejected[r.index()], s.last_rejection[r.index()]),
+        })
         .filter(|(_, n, _)| *n > 0)
         .collect();
     Snapshot {
         entries,
         services,
         discontinuity: s.discontinuity,
-        received: s.received,
+        received: s.received + by_source,
         accepted: s.accepted,
         sequence_restarts: s.sequence_restarts,
         rejections,
