@@ -41,7 +41,11 @@ fn populated() -> Setup {
         r#"<cats-sma xmlns="{NS}"><agent><csma-id>bench</csma-id></agent><cache><max-entries>{SCIS}</max-entries></cache><scis>"#
     ));
     for i in 0..SCIS {
-        xml.push_str(&format!("<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id><authentication>none</authentication></sci>", csci_id(i), i % 100));
+        xml.push_str(&format!(
+            "<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id><authentication>none</authentication></sci>",
+            csci_id(i),
+            i % 100
+        ));
     }
     xml.push_str("</scis></cats-sma>");
     let config = ds.parse_config(xml.as_bytes(), DataFormat::XML).unwrap();
