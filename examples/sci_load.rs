@@ -236,8 +236,17 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
         ));
     }
     // The generator is one source posting for every SCI: the per-source bucket is opened
-    // wide (the per-SCI one stays as configured by default, and is on the measured path).
-    xml.push_str("<rate-limit><per-source><rate>1000000</rate><burst>10000000</burst></per-source></rate-limit>");
+    // wide. In --per-sci each SCI posts --rounds reports in about a second, far above any
+    // real SCI's rate, so its bucket is opened wide too; both buckets stay on the measured
+    // path.
+    let per_sci = if args.per_sci || args.tls || args.auth != Auth::None {
+        "<per-sci><rate>1000000</rate><burst>1000000</burst></per-sci>"
+    } else {
+        ""
+    };
+    xml.push_str(&format!(
+        "<rate-limit><per-source><rate>1000000</rate><burst>10000000</burst></per-source>{per_sci}</rate-limit>"
+    ));
     let proof = match args.auth {
         Auth::None => "<authentication>none</authentication>".to_owned(),
         // No credential-ref: the client certificate is the proof.
