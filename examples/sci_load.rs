@@ -240,7 +240,7 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
     // real SCI's rate, so its bucket is opened wide too; both buckets stay on the measured
     // path.
     let per_sci = if args.per_sci || args.tls || args.auth != Auth::None {
-        "<per-sci><rate>1000000</rate><burst>1000000</burst></per-sci>"
+        "<per-sci><rate>100000</rate><burst>1000000</burst></per-sci>"
     } else {
         ""
     };
