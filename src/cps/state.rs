@@ -18,7 +18,7 @@ pub struct CpsState {
 
 impl StateProvider for CpsState {
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
-        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+        if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());
         }
         if let Some(k) = self.adapters.keys().signing {

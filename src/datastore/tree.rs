@@ -58,6 +58,12 @@ pub fn after_move(tree: &mut DataTree<'static>) {
     reseat(tree, None);
 }
 
+/// Whether a state request's XPath selection is clearly outside `/cats-sma:cats-sma`, so a
+/// provider of that subtree has nothing to render (no selection means everything).
+pub fn outside_cats_sma(xpath: Option<&str>) -> bool {
+    xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/")
+}
+
 /// A list key or leaf-list value as an XPath predicate literal: single-quoted unless the
 /// value holds a single quote.
 pub fn quote(v: &str) -> String {

@@ -273,7 +273,7 @@ impl crate::datastore::StateProvider for TlsStatus {
         xpath: Option<&str>,
     ) -> Result<(), crate::error::RpcError> {
         use crate::datastore::tree::set;
-        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+        if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());
         }
         let base = "/cats-sma:cats-sma/collection/http/tls-state";

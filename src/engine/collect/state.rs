@@ -51,7 +51,7 @@ fn connection(
 
 impl StateProvider for CollectorState {
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
-        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+        if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());
         }
         for (id, s) in self.pull.snapshot() {

@@ -291,7 +291,7 @@ fn parse(xml: &str) -> Result<DataTree<'static>, RpcError> {
 
 impl StateProvider for EngineState {
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
-        if xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/") {
+        if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());
         }
         let Some(snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
