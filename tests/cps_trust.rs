@@ -56,6 +56,40 @@ fn between<'a>(s: &'a str, open: &str, close: &str) -> &'a str {
     s.split(open).nth(1).and_then(|r| r.split(close).next()).unwrap_or_else(|| panic!("no {open} in {s}"))
 }
 
+/// An empty report from the agent's C-SMA id with a valid PSK MAC (as with a leaked PSK)
+/// and, when `jws_key` is given, a detached JWS made with that key. Its nonce is far above
+/// the agent's: had the C-PS recorded it on the good PSK MAC alone, every later report of
+/// the agent would be refused as replayed.
+fn psk_signed_request(jws_key: Option<&SigningKey>) -> Request {
+    let body = br#"{"csma-id":"csma-a","site-id":"site-a","reports":[]}"#.to_vec();
+    let now = chrono::Utc::now().timestamp_millis();
+    let nonce = chrono::Utc::now().timestamp_micros() as u64 + 1_000_000_000_000;
+    let b = RequestBinding {
+        method: "POST".into(),
+        path: "/cats/metrics".into(),
+        csma_id: CSMA.into(),
+        timestamp: now,
+        nonce,
+    };
+    let mac = cats_sma::cps::auth::sign(
+        SECRET,
+        &cats_sma::cps::auth::Signed { method: "POST", path: "/cats/metrics", csma_id: CSMA, timestamp_ms: now, nonce },
+        &body,
+    );
+    let mut headers = vec![
+        ("x-cats-csma-id", CSMA.into()),
+        ("content-type", "application/json".into()),
+        ("x-cats-key-id", KEY_ID.into()),
+        ("x-cats-timestamp", now.to_string()),
+        ("x-cats-nonce", nonce.to_string()),
+        ("x-cats-signature", mac),
+    ];
+    if let Some(k) = jws_key {
+        headers.push((H_JWS, k.sign(&b, &body)));
+    }
+    Request { method: "POST", path: "/cats/metrics".into(), headers, body }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_metric_integrity_reports_are_signed_with_the_csma_private_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -91,44 +125,12 @@ async fn seed_metric_integrity_reports_are_signed_with_the_csma_private_key() {
 
     // Someone else's key, with a valid PSK MAC (a leaked PSK): refused.
     let t = transport(cps.addr);
-    let body = br#"{"csma-id":"csma-a","site-id":"site-a","reports":[]}"#.to_vec();
-    let now = chrono::Utc::now().timestamp_millis();
-    // Far above the agent's nonces: had the C-PS recorded it on the good PSK MAC alone, every
-    // later report of the agent would be refused as replayed.
-    let nonce = chrono::Utc::now().timestamp_micros() as u64 + 1_000_000_000_000;
     let other = SigningKey::ephemeral();
-    let b = RequestBinding {
-        method: "POST".into(),
-        path: "/cats/metrics".into(),
-        csma_id: CSMA.into(),
-        timestamp: now,
-        nonce,
-    };
-    let mac = cats_sma::cps::auth::sign(
-        SECRET,
-        &cats_sma::cps::auth::Signed { method: "POST", path: "/cats/metrics", csma_id: CSMA, timestamp_ms: now, nonce },
-        &body,
-    );
-    let req = |jws: String| Request {
-        method: "POST",
-        path: "/cats/metrics".into(),
-        headers: vec![
-            ("x-cats-csma-id", CSMA.into()),
-            ("content-type", "application/json".into()),
-            ("x-cats-key-id", KEY_ID.into()),
-            ("x-cats-timestamp", now.to_string()),
-            ("x-cats-nonce", nonce.to_string()),
-            ("x-cats-signature", mac.clone()),
-            (H_JWS, jws),
-        ],
-        body: body.clone(),
-    };
-    let r = t.send(req(other.sign(&b, &body))).await.unwrap();
+    let r = t.send(psk_signed_request(Some(&other))).await.unwrap();
     assert_eq!(r.status, 401, "{}", String::from_utf8_lossy(&r.body));
     assert!(String::from_utf8_lossy(&r.body).contains("unknown-key"));
     // No JWS at all: refused.
-    let mut bare = req(String::new());
-    bare.headers.pop();
+    let bare = psk_signed_request(None);
     let r = t.send(bare).await.unwrap();
     assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
 
@@ -242,38 +244,7 @@ async fn seed_metric_integrity_reports_can_be_signed_with_ecdsa_p256() {
     wait_for("AR1 in the C-PS table", || cst_services(&cps.state) == vec![("AR1".into(), 400)]).await;
     // A report signed by another key (an Ed25519 one) is refused.
     let t = transport(cps.addr);
-    let body = br#"{"csma-id":"csma-a","site-id":"site-a","reports":[]}"#.to_vec();
-    let now = chrono::Utc::now().timestamp_millis();
-    let nonce = chrono::Utc::now().timestamp_micros() as u64 + 1_000_000_000_000;
-    let b = RequestBinding {
-        method: "POST".into(),
-        path: "/cats/metrics".into(),
-        csma_id: CSMA.into(),
-        timestamp: now,
-        nonce,
-    };
-    let mac = cats_sma::cps::auth::sign(
-        SECRET,
-        &cats_sma::cps::auth::Signed { method: "POST", path: "/cats/metrics", csma_id: CSMA, timestamp_ms: now, nonce },
-        &body,
-    );
-    let r = t
-        .send(Request {
-            method: "POST",
-            path: "/cats/metrics".into(),
-            headers: vec![
-                ("x-cats-csma-id", CSMA.into()),
-                ("content-type", "application/json".into()),
-                ("x-cats-key-id", KEY_ID.into()),
-                ("x-cats-timestamp", now.to_string()),
-                ("x-cats-nonce", nonce.to_string()),
-                ("x-cats-signature", mac),
-                (H_JWS, SigningKey::ephemeral().sign(&b, &body)),
-            ],
-            body: body.clone(),
-        })
-        .await
-        .unwrap();
+    let r = t.send(psk_signed_request(Some(&SigningKey::ephemeral()))).await.unwrap();
     assert_eq!(r.status, 401, "{}", String::from_utf8_lossy(&r.body));
     let (status, _) = http_post(sci, "/reports", "application/json", report(2, 300).as_bytes()).await;
     assert_eq!(status, 200);
