@@ -33,11 +33,13 @@ fn delta(seq: u64, cs: usize, gas: u32) -> Arc<Advertisement> {
             computing_time_ms: 5,
             health: Health::Healthy,
             cost: None,
+            reputation: None,
             security_label: None,
             sci_count: 3,
         }],
         withdrawn: vec![],
         sci_withdrawn: vec![],
+        scis: vec![],
         generated_at: chrono::Utc::now(),
     })
 }
@@ -63,6 +65,7 @@ async fn run(n: u64, services: usize, batch: usize, gzip: bool) -> (f64, u64, u6
                 sites: vec![],
                 withdrawn: vec![],
                 sci_withdrawn: vec![],
+                scis: vec![],
                 generated_at: chrono::Utc::now(),
             }));
         }),

@@ -503,6 +503,7 @@ pub fn policy(data: &[u8]) {
             computing_time_ms: 20,
             health: Health::Healthy,
             cost: None,
+            reputation: None,
             security_label: Some(2),
             sci_count: 2,
         };

@@ -31,6 +31,7 @@ fn batch(seq: u64, gas: u32) -> Vec<u8> {
                 computing_time: 5,
                 health: Health::Healthy,
                 cost: None,
+                reputation: None,
                 security_label: None,
                 sci_count: 1,
             }],

@@ -126,6 +126,7 @@ mod tests {
             sites: vec![],
             withdrawn: vec![],
             sci_withdrawn: vec![],
+            scis: vec![],
             generated_at: chrono::Utc::now(),
         })
     }

@@ -37,6 +37,9 @@ pub struct ServiceMetrics {
     pub health: Health,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<u32>,
+    /// 0..=10: the lowest reputation of the contributing SCIs, after policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reputation: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_label: Option<u8>,
     pub sci_count: u32,
@@ -50,6 +53,7 @@ impl From<&SiteMetrics> for ServiceMetrics {
             computing_time: s.computing_time_ms,
             health: s.health,
             cost: s.cost,
+            reputation: s.reputation,
             security_label: s.security_label,
             sci_count: s.sci_count,
         }
@@ -202,6 +206,7 @@ mod tests {
             computing_time_ms: 5,
             health: Health::Healthy,
             cost: None,
+            reputation: None,
             security_label: None,
             sci_count: 1,
         }
@@ -216,6 +221,7 @@ mod tests {
             sites,
             withdrawn: vec!["OLD".into()],
             sci_withdrawn: vec![],
+            scis: vec![],
             generated_at: Utc::now(),
         }
     }

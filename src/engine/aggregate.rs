@@ -52,6 +52,7 @@ pub struct Contribution {
     pub computing_time_ms: u32,
     pub health: Health,
     pub cost: Option<u32>,
+    pub reputation: Option<u8>,
     pub security_label: Option<u8>,
 }
 
@@ -63,6 +64,7 @@ impl Contribution {
             computing_time_ms: m.computing_time_ms,
             health: m.health,
             cost: m.cost,
+            reputation: m.reputation,
             security_label: m.security_label,
         })
     }
@@ -80,6 +82,7 @@ pub struct Aggregate {
     gas_ct_sum: u128,
     ct_multiset: BTreeMap<u32, u32>,
     cost_multiset: BTreeMap<u32, u32>,
+    reputation_multiset: BTreeMap<u8, u32>,
     label_multiset: BTreeMap<u8, u32>,
 }
 
@@ -111,6 +114,9 @@ impl Aggregate {
         if let Some(cost) = c.cost {
             add(&mut self.cost_multiset, cost);
         }
+        if let Some(r) = c.reputation {
+            add(&mut self.reputation_multiset, r);
+        }
         if let Some(l) = c.security_label {
             add(&mut self.label_multiset, l);
         }
@@ -129,6 +135,9 @@ impl Aggregate {
         sub(&mut self.ct_multiset, c.computing_time_ms);
         if let Some(cost) = c.cost {
             sub(&mut self.cost_multiset, cost);
+        }
+        if let Some(r) = c.reputation {
+            sub(&mut self.reputation_multiset, r);
         }
         if let Some(l) = c.security_label {
             sub(&mut self.label_multiset, l);
@@ -149,9 +158,9 @@ impl Aggregate {
         }
     }
 
-    /// The site metrics before site-scope policy. Cost is the lowest contributing cost and
-    /// the security label the lowest contributing label (the site is as trustworthy as its
-    /// weakest instance).
+    /// The site metrics before site-scope policy. Cost is the lowest contributing cost, and
+    /// the reputation and security label the lowest contributing ones (the site is as
+    /// trustworthy as its weakest instance).
     pub fn site(&self, cs_id: &str, f: ComputingTimeFunction) -> SiteMetrics {
         let health = if self.healthy > 0 {
             Health::Healthy
@@ -180,6 +189,7 @@ impl Aggregate {
             computing_time_ms,
             health,
             cost: self.cost_multiset.keys().next().copied(),
+            reputation: None,
             security_label: self.label_multiset.keys().next().copied(),
             sci_count: self.contributing,
         }

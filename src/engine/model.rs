@@ -98,7 +98,12 @@ pub struct SiteMetrics {
     pub gas: u32,
     pub computing_time_ms: u32,
     pub health: Health,
+    /// The lowest cost of the contributing SCIs (after policy).
     pub cost: Option<u32>,
+    /// The lowest reputation (0..=10) of the contributing SCIs: the site is as reputable as
+    /// its least reputable instance.
+    pub reputation: Option<u8>,
+    /// The lowest security label (0..=10) of the contributing SCIs.
     pub security_label: Option<u8>,
     /// SCIs contributing (HEALTHY or DEGRADED and not FAILED).
     pub sci_count: u32,

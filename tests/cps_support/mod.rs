@@ -40,6 +40,7 @@ pub fn site(cs: &str, gas: u32) -> SiteMetrics {
         computing_time_ms: 10,
         health: Health::Healthy,
         cost: None,
+        reputation: None,
         security_label: None,
         sci_count: 1,
     }
@@ -74,6 +75,7 @@ impl Controller {
             sites: vec![s],
             withdrawn: vec![],
             sci_withdrawn: vec![],
+            scis: vec![],
             generated_at: chrono::Utc::now(),
         }));
         seq
@@ -101,6 +103,7 @@ impl Controller {
             sites,
             withdrawn,
             sci_withdrawn: vec![cats_sma::engine::update::SciWithdrawal::new(csci, [cs.to_owned()])],
+            scis: vec![],
             generated_at: chrono::Utc::now(),
         }));
         seq
@@ -118,6 +121,7 @@ impl Controller {
             sites,
             withdrawn: vec![],
             sci_withdrawn: vec![],
+            scis: vec![],
             generated_at: chrono::Utc::now(),
         }));
         seq

@@ -55,8 +55,7 @@ impl Subject for SiteMetrics {
             Metric::Gas => Some(self.gas),
             Metric::ComputingTime => Some(self.computing_time_ms),
             Metric::Cost => self.cost,
-            // Site metrics carry no reputation; the compiler refuses it at site scope.
-            Metric::Reputation => None,
+            Metric::Reputation => self.reputation.map(u32::from),
             Metric::SecurityLabel => self.security_label.map(u32::from),
         }
     }
@@ -67,7 +66,7 @@ impl Subject for SiteMetrics {
             Metric::Gas => self.gas = value,
             Metric::ComputingTime => self.computing_time_ms = value,
             Metric::Cost => self.cost = Some(value),
-            Metric::Reputation => {}
+            Metric::Reputation => self.reputation = Some(label(value)),
             Metric::SecurityLabel => self.security_label = Some(label(value)),
         }
     }

@@ -448,6 +448,7 @@ mod tests {
             computing_time_ms,
             health: Health::Healthy,
             cost: None,
+            reputation: None,
             security_label: None,
             sci_count: 2,
         }
@@ -594,7 +595,8 @@ mod tests {
             ..PolicyConfig::default()
         };
         let p = Policy::compile(&cfg).unwrap();
-        let out = run_site(&p, &SiteMetrics { cost: Some(1), security_label: Some(9), ..site(5000, 1) });
+        let out =
+            run_site(&p, &SiteMetrics { cost: Some(1), reputation: None, security_label: Some(9), ..site(5000, 1) });
         assert_eq!((out.metrics.cost, out.metrics.security_label, out.metrics.gas), (Some(5), Some(3), 1000));
         let out = run_site(&p, &site(10, 1));
         assert_eq!((out.metrics.cost, out.metrics.security_label), (None, None));

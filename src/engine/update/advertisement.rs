@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::trigger::{Priority, Trigger};
-use crate::engine::model::{CsId, CsciId, SiteMetrics};
+use crate::engine::model::{CsId, CsciId, Metrics, SciState, SiteMetrics};
 
 /// One update towards the C-PSes.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,8 +30,23 @@ pub struct Advertisement {
     /// SCIs that failed, were evicted or deregistered: `DELETE /cats/metrics/{csci-id}`,
     /// each with the services it served, so only C-PSes allowed one of them learn of it.
     pub sci_withdrawn: Vec<SciWithdrawal>,
+    /// Per-SCI rows, for C-PSes that take metrics per CSCI-ID (`PUT /cats/metrics/{csci-id}`)
+    /// as well as or instead of the site aggregate. Empty unless the controller is asked for
+    /// them (`UpdateConfig::sci_detail`). Full: every SCI of the services in `sites`; Delta:
+    /// the SCIs of those services whose row changed since the last advertisement.
+    pub scis: Vec<SciMetrics>,
     /// Wall time of the decision (the timestamp of seed 004's replay protection).
     pub generated_at: DateTime<Utc>,
+}
+
+/// One SCI's row: what it contributes to its service, after SCI-scope policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SciMetrics {
+    pub csci_id: CsciId,
+    pub cs_id: CsId,
+    pub state: SciState,
+    /// The SCI's metrics after SCI-scope policy (what its service's aggregate counts).
+    pub metrics: Metrics,
 }
 
 /// An SCI withdrawn, with the CS-IDs it was withdrawn from.

@@ -548,6 +548,7 @@ impl UpdateController {
                 .into_iter()
                 .map(|(csci_id, cs_ids)| super::advertisement::SciWithdrawal::new(csci_id, cs_ids))
                 .collect(),
+            scis: Vec::new(),
             generated_at: self.clock.wall_at(now),
         }
     }

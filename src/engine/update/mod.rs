@@ -62,7 +62,7 @@ mod trigger;
 #[cfg(test)]
 mod tests;
 
-pub use advertisement::{Advertisement, AdvertisementKind, Audience, SciWithdrawal};
+pub use advertisement::{Advertisement, AdvertisementKind, Audience, SciMetrics, SciWithdrawal};
 pub use config::{TokenBucketConfig, UpdateConfig};
 pub use controller::UpdateController;
 pub use error::{ConfigError, UpdateError};

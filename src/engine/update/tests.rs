@@ -25,6 +25,7 @@ fn site(cs: &str, gas: u32, ct: u32) -> SiteMetrics {
         computing_time_ms: ct,
         health: Health::Healthy,
         cost: None,
+        reputation: None,
         security_label: None,
         sci_count: 1,
     }
@@ -181,7 +182,7 @@ fn seed_thresholds_measure_from_last_advertised_value() {
     out.extend(h.run_to(25_000));
     assert_eq!(one(out, 20_050).sites[0].gas, 230);
 
-    let labelled = SiteMetrics { security_label: Some(5), ..site("A", 230, 100) };
+    let labelled = SiteMetrics { reputation: None, security_label: Some(5), ..site("A", 230, 100) };
     let mut out = h.event(30_000, UpdateEvent::Site(labelled));
     out.extend(h.run_to(35_000));
     assert_eq!(one(out, 30_050).sites[0].security_label, Some(5));

@@ -115,6 +115,7 @@ mod tests {
             computing_time_ms: ct,
             health: Health::Healthy,
             cost: None,
+            reputation: None,
             security_label: None,
             sci_count: 1,
         }
@@ -155,7 +156,7 @@ mod tests {
         let c = UpdateConfig::default();
         let degraded = SiteMetrics { health: Health::Degraded, ..site(500, 100) };
         assert_eq!(significant(&site(500, 100), &degraded, &c), Some(Trigger::HealthChange));
-        let labelled = SiteMetrics { security_label: Some(5), ..site(500, 100) };
+        let labelled = SiteMetrics { reputation: None, security_label: Some(5), ..site(500, 100) };
         assert_eq!(significant(&site(500, 100), &labelled, &c), Some(Trigger::MetricChange));
         // Cost and SCI count are not triggers.
         let other = SiteMetrics { cost: Some(7), sci_count: 3, ..site(500, 100) };
