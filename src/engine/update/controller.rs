@@ -169,6 +169,9 @@ impl UpdateController {
                 });
             }
             UpdateEvent::Suppress { scope, level } => self.set_suppression(scope, level),
+            // Interfaces of the issue-13 work (adaptive heartbeat, per-SCI rows), not acted on
+            // yet.
+            UpdateEvent::RefreshHint { .. } | UpdateEvent::SciDetail(_) | UpdateEvent::SciRows(_) => {}
         }
         self.poll(now)
     }

@@ -29,6 +29,17 @@ pub enum UpdateEvent {
     /// before the `Site` event of the same evaluation, so that change is judged under it. A
     /// `SUPPRESS_UPDATES` rule means `NonCritical`; a window brings its own `suppress` mode.
     Suppress { scope: SuppressScope, level: Option<SuppressLevel> },
+    /// A C-PS said how often it wants its soft state refreshed (`refresh-interval` in its
+    /// replies; `None`: it stopped saying, or the peer is gone). Input of the adaptive
+    /// heartbeat (seed 004, Update Controller: the heartbeat interval MAY be adjusted based
+    /// on C-PS load).
+    RefreshHint { peer: String, interval: Option<std::time::Duration> },
+    /// Whether any C-PS takes per-SCI metrics: with `true` the controller fills
+    /// `Advertisement::scis`; `SciRows` events carry the rows.
+    SciDetail(bool),
+    /// The rows of SCIs whose contribution changed in one engine step (sent only while
+    /// `SciDetail(true)` is on).
+    SciRows(Vec<super::advertisement::SciMetrics>),
 }
 
 /// One SCI's change, with its service's resulting site metrics.
