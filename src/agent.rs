@@ -201,10 +201,18 @@ fn start_cps(
     use crate::cps::session::{Hooks, Identity};
     use crate::engine::update::UpdateEvent;
     let updates = engine.updates.clone();
+    let hints = engine.updates.clone();
+    let detail = engine.updates.clone();
     let weak = Arc::downgrade(server);
     let hooks = Hooks {
         resync: Arc::new(move |peer: &str| {
             let _ = updates.send(UpdateEvent::Resync { peer: Some(peer.to_owned()) });
+        }),
+        refresh_hint: Arc::new(move |peer: &str, interval| {
+            let _ = hints.send(UpdateEvent::RefreshHint { peer: peer.to_owned(), interval });
+        }),
+        sci_detail: Arc::new(move |on| {
+            let _ = detail.send(UpdateEvent::SciDetail(on));
         }),
         unreachable: Arc::new(move |u: &crate::cps::session::Unreachable| {
             let esc = |s: &str| crate::text::xml(s).into_owned();

@@ -373,8 +373,9 @@ const FUZZ_JWKS: &str = r#"{"keys":[
  {"kty":"EC","crv":"P-256","kid":"ec-1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
 
 /// The C-PS REST interface (docs/cps-protocol.md) on both sides. The reference C-PS
-/// handles one request (signature, timestamp window and nonce checks, gzip, the JSON
-/// bodies, the Computing Service Table); the C-SMA decodes the C-PS's replies. Input: a
+/// handles one request (signature, timestamp window and nonce checks, gzip, the JSON, XML
+/// and CBOR bodies by Content-Type, keepalives, SCI rows, the Computing Service Table); the
+/// C-SMA decodes the C-PS's replies in the three encodings. Input: a
 /// selector byte, then `METHOD path`, header lines, an empty line and the body.
 pub fn cps_wire(data: &[u8]) {
     use crate::cps::auth::{sign, Signed};
@@ -393,9 +394,14 @@ pub fn cps_wire(data: &[u8]) {
     let Ok(head) = std::str::from_utf8(head) else { return };
     if sel & 1 == 1 {
         // The C-SMA's side: a reply body.
-        let _ = serde_json::from_slice::<crate::cps::wire::Ack>(body);
-        let _ = serde_json::from_slice::<crate::cps::wire::SiteState>(body);
-        let _ = serde_json::from_slice::<crate::cps::wire::ErrorBody>(body);
+        // The selector's bits 1-2 pick the encoding (JSON, XML, CBOR) of the reply body.
+        use crate::cps::codec::Encoding;
+        use crate::cps::wire as w;
+        let enc = [Encoding::Json, Encoding::Xml, Encoding::Cbor, Encoding::Xml][usize::from((sel >> 1) & 3)];
+        let _ = enc.decode::<w::Ack>(w::ROOT_ACK, body);
+        let _ = enc.decode::<w::SiteState>(w::ROOT_SITE, body);
+        let _ = enc.decode::<w::SciState>(w::ROOT_SCI_STATE, body);
+        let _ = enc.decode::<w::ErrorBody>(w::ROOT_ERROR, body);
         let _ = crate::cps::session::decode_segment(head);
         let _ = crate::cps::wire::gunzip(body, 1 << 20);
         return;

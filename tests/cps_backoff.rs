@@ -32,8 +32,7 @@ impl Transport for Scripted {
                     site_id: cps_support::SITE.into(),
                     csma_id: cps_support::CSMA.into(),
                     acked_sequence: 0,
-                    full_sync_requested: false,
-                    services: vec![],
+                    ..SiteState::default()
                 })
                 .unwrap(),
                 _ => serde_json::to_vec(&Ack { acked_sequence: 1, ..Ack::default() }).unwrap(),

@@ -18,7 +18,7 @@ fn increasing(v: &[u64]) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cps_down_then_back_gets_every_buffered_update_in_order_once() {
+async fn seed004_network_partition_upon_reconnection_a_full_sync_goes_before_any_buffered_delta() {
     let ctl = Controller::new();
     ctl.delta("AR1", 100);
     let addr = free_addr();
@@ -41,23 +41,26 @@ async fn cps_down_then_back_gets_every_buffered_update_in_order_once() {
     wait_for("updates buffered", || peer.queue.lock().unwrap().len() == 40).await;
     assert_eq!(ctl.unreachable.lock().unwrap().len(), 1, "one c-ps-unreachable per outage");
 
+    // The C-PS comes back with its table (a partition healed): "upon reconnection, the
+    // C-SMA performs a full sync to reconcile state" — one complete snapshot, newer than
+    // every buffered delta, and none of those deltas before it (they are superseded).
     let cps = start_cps(addr, Some(state.clone())).await;
-    wait_for("buffer flushed", || acked(&state) == *sent.last().unwrap()).await;
+    wait_for("full sync after reconnection", || acked(&state) > *sent.last().unwrap()).await;
     let got = applied(&state);
-    let mut expected = vec![first];
-    expected.extend(&sent);
-    assert_eq!(got, expected, "every buffered update, in order");
+    assert_eq!(got.len(), 2, "the first snapshot, then the reconnection's: {got:?}");
+    assert_eq!(got[0], first);
     assert!(no_duplicates(&got) && increasing(&got));
+    assert_eq!(state.cst.lock().unwrap().sites.get(SITE).unwrap().full_snapshots, 2);
     assert_eq!(cst_services(&state), view_services(&ctl));
-    let (len, dropped) = {
+    let (len, dropped, superseded) = {
         let q = peer.queue.lock().unwrap();
-        (q.len(), q.dropped)
+        (q.len(), q.dropped, q.superseded)
     };
-    assert_eq!((len, dropped), (0, 0));
+    assert_eq!((len, dropped, superseded), (0, 0, 40));
     let st = peer.status.lock().unwrap().clone();
     assert_eq!(st.state, SessionState::Connected);
-    assert_eq!(st.last_acked, sent.last().copied());
-    assert_eq!(st.full_syncs, 1, "the C-PS kept its state: no second snapshot");
+    assert_eq!(st.last_acked, Some(got[1]));
+    assert_eq!(st.full_syncs, 2, "first contact and the reconnection");
     assert!(state.refused("bad-signature") + state.refused("replayed-nonce") == 0);
     adapters.shutdown();
     cps.stop().await;
@@ -119,8 +122,8 @@ async fn fallback_is_used_while_the_primary_is_down_and_the_primary_resumes() {
     assert!(applied(&fstate).is_empty(), "the fallback gets nothing while the primary is up");
 
     primary.stop().await;
-    let d2 = ctl.delta("AR1", 80);
-    // The primary fails on d2; the fallback takes over with a full snapshot.
+    ctl.delta("AR1", 80);
+    // The primary fails on that delta; the fallback takes over with a full snapshot.
     wait_for("fallback in sync", || cst_services(&fstate) == vec![("AR1".into(), 80)]).await;
     let d3 = ctl.delta("AR2", 50);
     wait_for("fallback gets d3", || acked(&fstate) == d3).await;
@@ -129,10 +132,11 @@ async fn fallback_is_used_while_the_primary_is_down_and_the_primary_resumes() {
     // The primary comes back with its table: it gets what it missed, in order; the fallback
     // goes back to standby.
     let primary = start_cps(a, Some(pstate.clone())).await;
-    wait_for("primary resumed", || acked(&pstate) == d3).await;
+    // Reconnected: a full sync (newer than d3) instead of the buffered d2, d3.
+    wait_for("primary resumed", || acked(&pstate) > d3).await;
     wait_for("fallback standby", || fb.state() == SessionState::Disconnected).await;
     let got = applied(&pstate);
-    assert!(got.ends_with(&[d1, d2, d3]), "{got:?}");
+    assert!(got.len() >= 2 && got[got.len() - 2] == d1 && got[got.len() - 1] > d3, "{got:?}");
     assert!(no_duplicates(&got) && increasing(&got));
     assert_eq!(cst_services(&pstate), view_services(&ctl));
     let d4 = ctl.delta("AR2", 40);

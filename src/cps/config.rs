@@ -10,8 +10,10 @@ use std::time::Duration;
 use yang2::data::{Data, DataTree};
 
 use super::auth::{unhex, Psk};
+use super::codec::Encoding;
 use super::session::{Identity, PeerSettings, Role};
 use super::transport::{client_config, Endpoint, HttpTransport, TlsFiles, Transport};
+use super::wire::Granularity;
 use super::Adapters;
 use crate::datastore::{ConfigConsumer, Transaction};
 use crate::engine::northbound::{leaf, ROOT};
@@ -26,7 +28,40 @@ pub struct PeerConfig {
     pub settings: PeerSettings,
     pub tls: Option<TlsFiles>,
     pub timeout: Duration,
-    pub encoding: String,
+}
+
+const POLICY_UC: &str = "/cats-sma:cats-sma/cats-sma-policy:policy/update-control";
+
+/// The defaults every peer inherits from `policy/update-control` (seed 004, Update
+/// Control: the backoff algorithm for repeated failures, and the buffer of C-PS Failure
+/// Handling): `backoff/initial`, `backoff/max` (seconds) and `buffer-size`. A peer's own
+/// `backoff-initial`, `backoff-max` (milliseconds) and `buffer-size` override them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyDefaults {
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub buffer_size: usize,
+}
+
+impl Default for PolicyDefaults {
+    /// The YANG defaults of `policy/update-control`.
+    fn default() -> Self {
+        PolicyDefaults {
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            buffer_size: 1024,
+        }
+    }
+}
+
+pub fn policy_defaults(t: &DataTree<'static>) -> PolicyDefaults {
+    let d = PolicyDefaults::default();
+    let num = |p: &str| leaf(t, &format!("{POLICY_UC}/{p}")).and_then(|v| v.parse::<u64>().ok());
+    PolicyDefaults {
+        backoff_initial: num("backoff/initial").map_or(d.backoff_initial, Duration::from_secs),
+        backoff_max: num("backoff/max").map_or(d.backoff_max, Duration::from_secs),
+        buffer_size: num("buffer-size").map_or(d.buffer_size, |v| v as usize),
+    }
 }
 
 /// The identity in every request: `agent/csma-id` (default: the host name) and
@@ -48,6 +83,7 @@ fn host_name() -> String {
 
 /// The peers in a configuration tree.
 pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
+    let d = policy_defaults(t);
     let mut out = Vec::new();
     let Ok(set) = t.find_xpath(PEER) else { return Ok(out) };
     for n in set {
@@ -59,14 +95,15 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
             allowed: BTreeSet::new(),
             psk: None,
             gzip: false,
-            buffer_size: 1000,
+            buffer_size: d.buffer_size,
             batch_size: 100,
-            backoff_initial: Duration::from_millis(1000),
-            backoff_max: Duration::from_millis(60_000),
+            backoff_initial: d.backoff_initial,
+            backoff_max: d.backoff_max,
+            encoding: Encoding::Json,
+            granularity: Granularity::Site,
         };
         let mut tls = None;
         let mut timeout = Duration::from_millis(5000);
-        let mut encoding = "json".to_owned();
         for c in n.children() {
             let v = c.value_canonical().unwrap_or_default();
             let ms = || v.parse::<u64>().map(Duration::from_millis).map_err(|e| format!("{}: {e}", c.path()));
@@ -75,12 +112,18 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
                 "url" => s.url = v.clone(),
                 "role" => s.role = if v == "fallback" { Role::Fallback } else { Role::Primary },
                 "priority" => s.priority = v.parse().unwrap_or(100),
-                "encoding" => encoding = v.clone(),
+                "encoding" => {
+                    s.encoding = Encoding::parse(&v).ok_or_else(|| format!("{}: unknown encoding {v}", c.path()))?
+                }
+                "granularity" => {
+                    s.granularity =
+                        Granularity::parse(&v).ok_or_else(|| format!("{}: unknown granularity {v}", c.path()))?
+                }
                 "compression" => s.gzip = v == "gzip",
                 "allowed-cs-id" => {
                     s.allowed.insert(v.clone());
                 }
-                "buffer-size" => s.buffer_size = v.parse().unwrap_or(1000),
+                "buffer-size" => s.buffer_size = v.parse().unwrap_or(d.buffer_size),
                 "batch-size" => s.batch_size = v.parse().unwrap_or(100),
                 "request-timeout" => timeout = ms()?,
                 "backoff-initial" => s.backoff_initial = ms()?,
@@ -113,9 +156,15 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
             }
         }
         if s.backoff_max < s.backoff_initial {
-            return Err(format!("c-ps peer '{}': backoff-max is below backoff-initial", s.name));
+            return Err(format!(
+                "c-ps peer '{}': the effective backoff-max ({} ms) is below the effective backoff-initial ({} ms) \
+                 (a peer leaf unset inherits policy/update-control/backoff)",
+                s.name,
+                s.backoff_max.as_millis(),
+                s.backoff_initial.as_millis()
+            ));
         }
-        out.push(PeerConfig { settings: s, tls, timeout, encoding });
+        out.push(PeerConfig { settings: s, tls, timeout });
     }
     Ok(out)
 }
@@ -123,9 +172,6 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
 /// A peer's transport; reads the TLS files. The error says which peer and why.
 pub fn transport(p: &PeerConfig) -> Result<Arc<dyn Transport>, String> {
     let name = &p.settings.name;
-    if p.encoding != "json" {
-        return Err(format!("c-ps peer '{name}': encoding '{}' is not implemented; use json", p.encoding));
-    }
     let endpoint = Endpoint::parse(&p.settings.url).map_err(|e| format!("c-ps peer '{name}': {e}"))?;
     let tls = match &p.tls {
         Some(t) => {
@@ -176,7 +222,10 @@ impl ConfigConsumer for CpsConfig {
     }
 
     fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String> {
-        if tx.changes_under(C_PS).next().is_none() && tx.changes_under(AGENT).next().is_none() {
+        if tx.changes_under(C_PS).next().is_none()
+            && tx.changes_under(AGENT).next().is_none()
+            && tx.changes_under(POLICY_UC).next().is_none()
+        {
             return Ok(());
         }
         let mut built = Vec::new();

@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod backoff;
+pub mod codec;
 pub mod config;
 pub mod queue;
 pub mod reference;
@@ -70,6 +71,8 @@ pub struct Adapters {
     keys: std::sync::RwLock<NorthboundKeys>,
     sessions: Mutex<HashMap<String, SessionTask>>,
     dispatcher: JoinHandle<()>,
+    /// What the update controller was last told of per-SCI rows (`SciDetail`).
+    sci_detail: Mutex<bool>,
 }
 
 impl Adapters {
@@ -87,6 +90,7 @@ impl Adapters {
             keys: std::sync::RwLock::new(NorthboundKeys::ephemeral()),
             sessions: Mutex::new(HashMap::new()),
             dispatcher,
+            sci_detail: Mutex::new(false),
         })
     }
 
@@ -122,6 +126,17 @@ impl Adapters {
         let task = tokio::spawn(session.run(stop_rx));
         lock(&self.sessions).insert(name, (stop_tx, task));
         self.registry.changed.send_modify(|g| *g += 1);
+        self.update_sci_detail();
+    }
+
+    /// Tells the update controller whether any peer takes per-SCI rows, when that changes.
+    fn update_sci_detail(&self) {
+        let want = self.registry.peers().iter().any(|p| p.settings.granularity.sci());
+        let mut told = lock(&self.sci_detail);
+        if *told != want {
+            *told = want;
+            (self.hooks.sci_detail)(want);
+        }
     }
 
     /// Stops a peer's session and forgets it; returns it (with its buffer).
@@ -132,6 +147,14 @@ impl Adapters {
         }
         let peer = self.registry.peers.write().unwrap_or_else(|e| e.into_inner()).remove(name);
         self.registry.changed.send_modify(|g| *g += 1);
+        if let Some(p) = &peer {
+            // The controller forgets the hint of a peer that is gone (a restarted one
+            // announces its own again).
+            if lock(&p.status).refresh_interval.take().is_some() {
+                (self.hooks.refresh_hint)(name, None);
+            }
+            self.update_sci_detail();
+        }
         peer
     }
 

@@ -25,14 +25,16 @@ use tokio::time::Instant;
 
 use super::auth::{sign, verify_reply, NonceSource, Psk, Signed, H_REPLY_SIGNATURE};
 use super::backoff::Backoff;
+use super::codec::Encoding;
 use super::queue::Queue;
 use super::signing::{RequestBinding, SigningKey, H_JWS};
 use super::transport::{Request, Response, Transport, TransportError};
 use super::wire::{
-    self, Ack, ErrorBody, MetricBatch, MetricReport, ReportKind, SiteSnapshot, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE,
-    H_SEQUENCE, H_SIGNATURE, H_SITE_ID, H_TIMESTAMP, METRICS_PATH,
+    self, bounded_hint, sci_rows, Ack, ErrorBody, Granularity, Keepalive, MetricBatch, MetricReport, ReportKind,
+    SciRow, SciUpdate, ServiceMetrics, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE, H_SEQUENCE, H_SIGNATURE, H_SITE_ID,
+    H_TIMESTAMP, KEEPALIVE_PATH, METRICS_PATH, ROOT_ACK, ROOT_BATCH, ROOT_ERROR, ROOT_KEEPALIVE, ROOT_SCI, ROOT_SITE,
 };
-use crate::engine::update::{Advertisement, AdvertisementKind};
+use crate::engine::update::{Advertisement, AdvertisementKind, Trigger};
 
 /// How long a session waits for a requested full snapshot before asking again.
 const FULL_SYNC_RETRY: Duration = Duration::from_secs(10);
@@ -57,6 +59,10 @@ pub struct PeerSettings {
     pub batch_size: usize,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// Body encoding (YANG `encoding`): JSON, XML or CBOR.
+    pub encoding: Encoding,
+    /// Site aggregate, per-SCI rows, or both (YANG `granularity`).
+    pub granularity: Granularity,
 }
 
 /// Who this C-SMA is, in every request.
@@ -101,6 +107,12 @@ pub struct SessionStatus {
     pub connected_since: Option<DateTime<Utc>>,
     /// Failed since it was last connected (what makes a primary "down" for the fallbacks).
     pub down: bool,
+    /// Heartbeats sent as `POST /cats/keepalive` instead of the full set.
+    pub keepalives_sent: u64,
+    /// What the C-PS announced in its last successful reply.
+    pub keepalive_supported: bool,
+    pub entry_ttl: Option<Duration>,
+    pub refresh_interval: Option<Duration>,
 }
 
 /// One peer: its settings, buffer and status, shared by the dispatcher (which fills the
@@ -136,7 +148,7 @@ impl Peer {
         if !ad.is_for(&self.settings.name) || !self.accepting.load(Ordering::Acquire) {
             return;
         }
-        if MetricReport::for_peer(ad, &|c| self.allowed(c)).is_none() {
+        if MetricReport::for_peer_at(ad, &|c| self.allowed(c), self.settings.granularity).is_none() {
             return;
         }
         lock(&self.queue).push(ad.clone());
@@ -204,6 +216,12 @@ pub struct Hooks {
     pub resync: Arc<dyn Fn(&str) + Send + Sync>,
     /// The peer became unreachable (once per outage): the `c-ps-unreachable` notification.
     pub unreachable: Arc<dyn Fn(&Unreachable) + Send + Sync>,
+    /// The refresh interval the peer asks for (seed 004: the heartbeat MAY be adjusted to
+    /// the C-PS's load): `UpdateEvent::RefreshHint`; `None` when the peer is removed or
+    /// stops announcing one.
+    pub refresh_hint: Arc<dyn Fn(&str, Option<Duration>) + Send + Sync>,
+    /// Whether any peer takes per-SCI rows: `UpdateEvent::SciDetail`.
+    pub sci_detail: Arc<dyn Fn(bool) + Send + Sync>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -255,6 +273,10 @@ impl Session {
         let mut backoff = Backoff::new(s.backoff_initial, s.backoff_max);
         let mut phase = if s.role == Role::Fallback { Phase::Standby } else { Phase::Connecting };
         let mut first_contact = true;
+        // Seed 004, Network Partition: "upon reconnection, the C-SMA performs a full sync".
+        let mut failed_since_connect = false;
+        // What the C-PS holds, as far as its acknowledgements tell (None: unknown).
+        let mut view: Option<View> = None;
         let mut awaiting_full = false;
         let mut outage_reported = false;
         let mut changes = self.registry.changed.subscribe();
@@ -302,6 +324,7 @@ impl Session {
                     self.set_state(SessionState::Connecting, None);
                     match self.reconcile().await {
                         Ok((need_full, full_arrived)) => {
+                            let reconnected = std::mem::take(&mut failed_since_connect);
                             backoff.reset();
                             if full_arrived {
                                 awaiting_full = false;
@@ -317,14 +340,22 @@ impl Session {
                                 st.down = false;
                             }
                             self.set_state(SessionState::Connected, None);
-                            if need_full || first_contact {
+                            if need_full || first_contact || reconnected {
+                                if reconnected && !need_full && !first_contact {
+                                    tracing::info!(c_ps = %s.name, "reconnected: full sync before any buffered update");
+                                }
+                                view = None;
                                 self.request_full(&mut awaiting_full);
                                 full_asked_at = Instant::now();
                             }
                             first_contact = false;
                             phase = Phase::Connected;
                         }
-                        Err(e) => phase = self.failed(e, &mut backoff, &mut outage_reported),
+                        Err(e) => {
+                            failed_since_connect = true;
+                            view = None;
+                            phase = self.failed(e, &mut backoff, &mut outage_reported)
+                        }
                     }
                 }
                 Phase::Connected => {
@@ -355,8 +386,9 @@ impl Session {
                         }
                         continue;
                     }
-                    match self.deliver(&batch).await {
-                        Ok(ack) => {
+                    match self.deliver(&batch, &mut view).await {
+                        Ok((ack, keepalive)) => {
+                            self.hints(ack.keepalive, ack.entry_ttl, ack.refresh_interval);
                             let last = batch.last().map(|a| a.seq).unwrap_or(0);
                             let was_full = batch[0].kind == AdvertisementKind::Full;
                             {
@@ -371,7 +403,11 @@ impl Session {
                             }
                             {
                                 let mut st = lock(&self.peer.status);
-                                st.sent += batch.len() as u64;
+                                if keepalive {
+                                    st.keepalives_sent += 1;
+                                } else {
+                                    st.sent += batch.len() as u64;
+                                }
                                 st.last_sent = Some(last);
                                 if ack.acked_sequence > 0 {
                                     st.last_acked = Some(ack.acked_sequence);
@@ -383,7 +419,11 @@ impl Session {
                                 full_asked_at = Instant::now();
                             }
                         }
-                        Err(e) => phase = self.failed(e, &mut backoff, &mut outage_reported),
+                        Err(e) => {
+                            failed_since_connect = true;
+                            view = None;
+                            phase = self.failed(e, &mut backoff, &mut outage_reported)
+                        }
                     }
                 }
                 Phase::Backoff(until) => {
@@ -452,16 +492,15 @@ impl Session {
     /// GET the C-PS's view of this site: whether a full snapshot is needed, and whether one
     /// already arrived (its reply was lost).
     async fn reconcile(&self) -> Result<(bool, bool), DeliveryError> {
-        let site = self.registry.identity().site_id;
-        let path = format!("{METRICS_PATH}/{}", encode_segment(&site));
+        let path = METRICS_PATH.to_owned();
         let resp = self.request("GET", path.clone(), Vec::new(), None).await?;
         if resp.status == 404 {
             tracing::info!(c_ps = %self.peer.settings.name, "C-PS holds nothing for this site: full snapshot");
             return Ok((true, false));
         }
         check_status("GET", &path, &resp)?;
-        let state: SiteState = serde_json::from_slice(&resp.body)
-            .map_err(|e| DeliveryError::BadReply("GET", crate::text::printable(&e.to_string(), 200)))?;
+        let state: SiteState = self.decode_reply("GET", ROOT_SITE, &resp)?;
+        self.hints(state.keepalive, state.entry_ttl, state.refresh_interval);
         let (gap, full_arrived) = {
             let mut q = lock(&self.peer.queue);
             let full = q.already_acked(state.acked_sequence);
@@ -471,13 +510,86 @@ impl Session {
         Ok((state.full_sync_requested || gap, full_arrived))
     }
 
-    /// Sends one batch: the SCI withdrawals (DELETE), then the reports (PUT for a full
-    /// snapshot, POST for deltas).
-    async fn deliver(&self, batch: &[Arc<Advertisement>]) -> Result<Ack, DeliveryError> {
+    /// Takes what a C-PS announced in a successful reply: keepalive support, entry TTL and
+    /// the refresh interval it wants (bounded: an absurd value is logged and ignored). A
+    /// change of the refresh interval goes to the update controller.
+    fn hints(&self, keepalive: bool, entry_ttl: Option<u32>, refresh: Option<u32>) {
+        let name = &self.peer.settings.name;
+        let take = |what: &str, v: Option<u32>| {
+            bounded_hint(v).unwrap_or_else(|e| {
+                tracing::warn!(c_ps = %name, "C-PS announced an unusable {what} ({e}); ignored");
+                None
+            })
+        };
+        let ttl = take("entry-ttl", entry_ttl);
+        let refresh = take("refresh-interval", refresh);
+        let changed = {
+            let mut st = lock(&self.peer.status);
+            st.keepalive_supported = keepalive;
+            st.entry_ttl = ttl;
+            let changed = st.refresh_interval != refresh;
+            st.refresh_interval = refresh;
+            changed
+        };
+        if changed {
+            (self.hooks.refresh_hint)(name, refresh);
+        }
+    }
+
+    fn decode_reply<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &'static str,
+        root: &str,
+        resp: &Response,
+    ) -> Result<T, DeliveryError> {
+        reply_encoding(resp, self.peer.settings.encoding)
+            .decode(root, &resp.body)
+            .map_err(|e| DeliveryError::BadReply(method, e))
+    }
+
+    /// Sends one batch: per report the SCI withdrawals (DELETE) and, with granularity
+    /// `sci`/`both`, the SCI rows (PUT /cats/metrics/{csci-id}), then the reports in one
+    /// POST (a full one alone). A heartbeat whose content is what the C-PS already holds
+    /// goes as a keepalive when the C-PS offers it (seed 004, Periodic Synchronization);
+    /// true in the result then.
+    async fn deliver(
+        &self,
+        batch: &[Arc<Advertisement>],
+        view: &mut Option<View>,
+    ) -> Result<(Ack, bool), DeliveryError> {
         let id = self.registry.identity();
+        let s = &self.peer.settings;
         let allowed = |c: &str| self.peer.allowed(c);
-        let reports: Vec<MetricReport> = batch.iter().filter_map(|a| MetricReport::for_peer(a, &allowed)).collect();
-        for r in &reports {
+        let g = s.granularity;
+        let reports: Vec<(MetricReport, Vec<SciRow>)> = batch
+            .iter()
+            .filter_map(|a| {
+                let rows = if g.sci() { sci_rows(a, &allowed) } else { Vec::new() };
+                MetricReport::for_peer_at(a, &allowed, g).map(|r| (r, rows))
+            })
+            .collect();
+        if let ([(r, rows)], [ad]) = (reports.as_slice(), batch) {
+            let (supported, last_acked) = {
+                let st = lock(&self.peer.status);
+                (st.keepalive_supported, st.last_acked)
+            };
+            let unchanged = view.as_ref().is_some_and(|v| v.same_as(r, rows));
+            if let (true, true, Some(acked), Trigger::Heartbeat) = (supported, unchanged, last_acked, ad.trigger) {
+                let k = Keepalive { csma_id: id.csma_id.clone(), site_id: id.site_id.clone(), sequence: acked };
+                let body = s.encoding.encode(ROOT_KEEPALIVE, &k).map_err(|e| DeliveryError::BadReply("POST", e))?;
+                let resp = self.request("POST", KEEPALIVE_PATH.to_owned(), body, None).await?;
+                match check_status("POST", KEEPALIVE_PATH, &resp) {
+                    Ok(()) => return Ok((self.decode_reply("POST", ROOT_ACK, &resp)?, true)),
+                    // The C-PS lost the site (aged out, restarted) or missed something: the
+                    // full set goes instead.
+                    Err(DeliveryError::Rejected { status: 404 | 409, reason, .. }) => {
+                        tracing::info!(c_ps = %s.name, %reason, "keepalive refused; sending the full set");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        for (r, rows) in &reports {
             for csci in &r.sci_withdrawn {
                 let path = format!("{METRICS_PATH}/{}", encode_segment(csci));
                 let resp = self.request("DELETE", path.clone(), Vec::new(), Some(r.sequence)).await?;
@@ -486,24 +598,35 @@ impl Session {
                     check_status("DELETE", &path, &resp)?;
                 }
             }
+            for row in rows {
+                let path = format!("{METRICS_PATH}/{}", encode_segment(&row.csci_id));
+                let u = SciUpdate {
+                    csma_id: id.csma_id.clone(),
+                    site_id: id.site_id.clone(),
+                    sequence: r.sequence,
+                    sci: row.clone(),
+                };
+                let body = s.encoding.encode(ROOT_SCI, &u).map_err(|e| DeliveryError::BadReply("PUT", e))?;
+                let resp = self.request("PUT", path.clone(), body, None).await?;
+                check_status("PUT", &path, &resp)?;
+            }
         }
-        let (method, path, body) = match reports.first() {
-            None => return Ok(Ack::default()),
-            Some(r) if r.kind == ReportKind::Full => {
-                let snap = SiteSnapshot { csma_id: id.csma_id.clone(), report: r.clone() };
-                let path = format!("{METRICS_PATH}/{}", encode_segment(&id.site_id));
-                ("PUT", path, serde_json::to_vec(&snap))
-            }
-            Some(_) => {
-                let b = MetricBatch { csma_id: id.csma_id.clone(), site_id: id.site_id.clone(), reports };
-                ("POST", METRICS_PATH.to_owned(), serde_json::to_vec(&b))
-            }
+        if reports.is_empty() {
+            return Ok((Ack::default(), false));
+        }
+        let b = MetricBatch {
+            csma_id: id.csma_id.clone(),
+            site_id: id.site_id.clone(),
+            reports: reports.iter().map(|(r, _)| r.clone()).collect(),
         };
-        let body = body.map_err(|e| DeliveryError::BadReply(method, crate::text::printable(&e.to_string(), 200)))?;
-        let resp = self.request(method, path.clone(), body, None).await?;
-        check_status(method, &path, &resp)?;
-        serde_json::from_slice(&resp.body)
-            .map_err(|e| DeliveryError::BadReply(method, crate::text::printable(&e.to_string(), 200)))
+        let body = s.encoding.encode(ROOT_BATCH, &b).map_err(|e| DeliveryError::BadReply("POST", e))?;
+        let resp = self.request("POST", METRICS_PATH.to_owned(), body, None).await?;
+        check_status("POST", METRICS_PATH, &resp)?;
+        let ack: Ack = self.decode_reply("POST", ROOT_ACK, &resp)?;
+        for (r, rows) in &reports {
+            View::apply(view, r, rows);
+        }
+        Ok((ack, false))
     }
 
     async fn request(
@@ -515,9 +638,13 @@ impl Session {
     ) -> Result<Response, DeliveryError> {
         let s = &self.peer.settings;
         let id = self.registry.identity();
-        let mut headers = vec![(H_CSMA_ID, id.csma_id.clone()), (H_SITE_ID, id.site_id.clone())];
+        let mut headers = vec![
+            (H_CSMA_ID, id.csma_id.clone()),
+            (H_SITE_ID, id.site_id.clone()),
+            ("accept", s.encoding.content_type().into()),
+        ];
         let body = if !body.is_empty() {
-            headers.push(("content-type", "application/json".into()));
+            headers.push(("content-type", s.encoding.content_type().into()));
             if s.gzip {
                 headers.push(("content-encoding", "gzip".into()));
                 wire::gzip(&body)
@@ -583,12 +710,58 @@ impl Session {
     }
 }
 
+/// What the C-PS holds for this C-SMA as its acknowledgements tell: the service rows and
+/// the SCI rows. A heartbeat equal to it can go as a keepalive.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct View {
+    services: BTreeMap<String, ServiceMetrics>,
+    scis: BTreeMap<String, SciRow>,
+}
+
+impl View {
+    /// Folds an acknowledged report in: a full one replaces the view, a delta changes it.
+    fn apply(view: &mut Option<View>, r: &MetricReport, rows: &[SciRow]) {
+        if r.kind == ReportKind::Full {
+            *view = Some(View::default());
+        }
+        // Deltas on an unknown view leave it unknown.
+        let Some(v) = view else { return };
+        for x in &r.services {
+            v.services.insert(x.cs_id.clone(), x.clone());
+        }
+        for w in &r.withdrawn {
+            v.services.remove(w);
+            v.scis.retain(|_, row| &row.cs_id != w);
+        }
+        for c in &r.sci_withdrawn {
+            v.scis.remove(c);
+        }
+        for row in rows {
+            v.scis.insert(row.csci_id.clone(), row.clone());
+        }
+    }
+
+    /// Whether full report `r` (with its rows) says exactly what the view holds.
+    fn same_as(&self, r: &MetricReport, rows: &[SciRow]) -> bool {
+        let mut v = Some(View::default());
+        View::apply(&mut v, r, rows);
+        r.kind == ReportKind::Full && r.sci_withdrawn.is_empty() && v.as_ref() == Some(self)
+    }
+}
+
+/// The encoding of a reply: its Content-Type when it names one of the three, else the
+/// peer's.
+fn reply_encoding(resp: &Response, peer: Encoding) -> Encoding {
+    resp.header("content-type").and_then(Encoding::from_media_type).unwrap_or(peer)
+}
+
 fn check_status(method: &'static str, path: &str, resp: &Response) -> Result<(), DeliveryError> {
     if (200..300).contains(&resp.status) {
         return Ok(());
     }
     // The C-PS's text: escaped and bounded before it is logged or kept as last-error.
-    let reason = serde_json::from_slice::<ErrorBody>(&resp.body)
+    let reason = reply_encoding(resp, Encoding::Json)
+        .decode::<ErrorBody>(ROOT_ERROR, &resp.body)
         .map(|e| if e.detail.is_empty() { e.error } else { format!("{}: {}", e.error, e.detail) })
         .unwrap_or_else(|_| String::from_utf8_lossy(&resp.body).into_owned());
     let reason = crate::text::printable(&reason, 200);
@@ -648,6 +821,8 @@ mod tests {
             batch_size: 1,
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            encoding: Encoding::Json,
+            granularity: Granularity::Site,
         });
         lock(&p.status).down = down;
         Arc::new(p)

@@ -46,7 +46,18 @@ impl StateProvider for CpsState {
                 ("full-syncs", st.full_syncs.to_string()),
                 ("failed-requests", st.failed.to_string()),
                 ("rejected-requests", st.rejected.to_string()),
+                ("keepalives-sent", st.keepalives_sent.to_string()),
+                ("keepalive-supported", st.keepalive_supported.to_string()),
+                ("effective-buffer-size", peer.settings.buffer_size.to_string()),
+                ("effective-backoff-initial", peer.settings.backoff_initial.as_millis().to_string()),
+                ("effective-backoff-max", peer.settings.backoff_max.as_millis().to_string()),
             ];
+            if let Some(t) = st.entry_ttl {
+                leaves.push(("entry-ttl", t.as_secs().to_string()));
+            }
+            if let Some(t) = st.refresh_interval {
+                leaves.push(("refresh-interval", t.as_secs().to_string()));
+            }
             if let Some(until) = st.backoff_until {
                 let ms = until.saturating_duration_since(now).as_millis().min(u32::MAX as u128);
                 leaves.push(("backoff-remaining", ms.to_string()));

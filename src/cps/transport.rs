@@ -234,7 +234,7 @@ impl HttpTransport {
         let request = b.body(Full::new(Bytes::from(req.body))).map_err(|e| TransportError::Http(e.to_string()))?;
         let resp = sender.send_request(request).await.map_err(|e| TransportError::Http(e.to_string()))?;
         let status = resp.status().as_u16();
-        let headers = [crate::cps::auth::H_REPLY_SIGNATURE]
+        let headers = [crate::cps::auth::H_REPLY_SIGNATURE, "content-type"]
             .iter()
             .filter_map(|h| {
                 resp.headers().get(*h).and_then(|v| v.to_str().ok()).map(|v| ((*h).to_owned(), v.to_owned()))

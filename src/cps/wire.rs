@@ -1,7 +1,7 @@
-//! The C-PS REST wire format (seed 004, Protocol Adapter, centralized model): the JSON
-//! bodies of `POST /cats/metrics`, `PUT /cats/metrics/{site-id}`,
-//! `DELETE /cats/metrics/{csci-id}` and `GET /cats/metrics/{site-id}`, their replies, and
-//! gzip. Pure encode/decode; `docs/cps-protocol.md` is the prose version.
+//! The C-PS REST wire format (seed 004, Protocol Adapter, centralized model): the bodies of
+//! `POST /cats/metrics`, `PUT|DELETE|GET /cats/metrics/{csci-id}`, `GET /cats/metrics` and
+//! `POST /cats/keepalive`, their replies, and gzip. The serde model here is encoded as
+//! JSON, XML or CBOR by `codec.rs`. Pure; `docs/cps-protocol.md` is the prose version.
 
 use std::io::{Read, Write};
 
@@ -9,9 +9,63 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::model::{Health, SiteMetrics};
-use crate::engine::update::{Advertisement, AdvertisementKind};
+use crate::engine::update::{Advertisement, AdvertisementKind, SciMetrics};
 
 pub const METRICS_PATH: &str = "/cats/metrics";
+/// The lightweight refresh (seed 004, Periodic Synchronization: a keepalive extends the
+/// C-PS's cache TTL without retransmitting the metrics).
+pub const KEEPALIVE_PATH: &str = "/cats/keepalive";
+
+/// XML root element names of the bodies (see `codec.rs`).
+pub const ROOT_BATCH: &str = "metric-batch";
+pub const ROOT_SCI: &str = "sci-update";
+pub const ROOT_KEEPALIVE: &str = "keepalive";
+pub const ROOT_ACK: &str = "ack";
+pub const ROOT_SITE: &str = "site-state";
+pub const ROOT_SCI_STATE: &str = "sci-state";
+pub const ROOT_ERROR: &str = "error";
+
+/// The largest `refresh-interval` / `entry-ttl` the agent believes, seconds (one day): a
+/// C-PS announcing more, or 0, is ignored (logged), never acted on.
+pub const MAX_HINT_SECS: u32 = 86_400;
+
+/// What a C-PS takes per peer (YANG `peer/granularity`): the site aggregate per CS-ID, the
+/// per-SCI rows (`PUT /cats/metrics/{csci-id}`), or both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Granularity {
+    #[default]
+    Site,
+    Sci,
+    Both,
+}
+
+impl Granularity {
+    pub fn parse(s: &str) -> Option<Granularity> {
+        match s {
+            "site" => Some(Granularity::Site),
+            "sci" => Some(Granularity::Sci),
+            "both" => Some(Granularity::Both),
+            _ => None,
+        }
+    }
+    pub fn site(self) -> bool {
+        self != Granularity::Sci
+    }
+    pub fn sci(self) -> bool {
+        self != Granularity::Site
+    }
+}
+
+/// A C-PS's hint (seconds) as the agent takes it: `Ok(None)` when absent, an error for 0
+/// or more than [`MAX_HINT_SECS`] (a hostile or broken C-PS cannot make the agent refresh
+/// every millisecond, nor silence it for a year).
+pub fn bounded_hint(v: Option<u32>) -> Result<Option<std::time::Duration>, String> {
+    match v {
+        None => Ok(None),
+        Some(s) if (1..=MAX_HINT_SECS).contains(&s) => Ok(Some(std::time::Duration::from_secs(u64::from(s)))),
+        Some(s) => Err(format!("{s} s is outside 1..{MAX_HINT_SECS}")),
+    }
+}
 
 /// Request headers (all requests carry the first; PSK mode adds the others).
 pub const H_CSMA_ID: &str = "x-cats-csma-id";
@@ -87,11 +141,22 @@ pub struct MetricReport {
 }
 
 impl MetricReport {
-    /// The part of `ad` a C-PS allowed `allowed` may see. `None` when a delta has nothing
-    /// for it (a full snapshot is always sent: it is the authoritative set, even empty).
+    /// The part of `ad` a C-PS allowed `allowed` may see, at site granularity. `None` when
+    /// a delta has nothing for it (a full snapshot is always sent: it is the authoritative
+    /// set, even empty).
     pub fn for_peer(ad: &Advertisement, allowed: &dyn Fn(&str) -> bool) -> Option<MetricReport> {
-        let services: Vec<ServiceMetrics> =
-            ad.sites.iter().filter(|s| allowed(&s.cs_id)).map(ServiceMetrics::from).collect();
+        MetricReport::for_peer_at(ad, allowed, Granularity::Site)
+    }
+
+    /// As [`MetricReport::for_peer`] for a peer of granularity `g`: without `site` the
+    /// report carries no service rows (the per-SCI rows go as PUTs, [`sci_rows`]), and a
+    /// delta whose only news are SCI rows still goes when `g` includes `sci`.
+    pub fn for_peer_at(ad: &Advertisement, allowed: &dyn Fn(&str) -> bool, g: Granularity) -> Option<MetricReport> {
+        let services: Vec<ServiceMetrics> = if g.site() {
+            ad.sites.iter().filter(|s| allowed(&s.cs_id)).map(ServiceMetrics::from).collect()
+        } else {
+            Vec::new()
+        };
         let withdrawn: Vec<String> = ad.withdrawn.iter().filter(|c| allowed(c)).cloned().collect();
         // An SCI's withdrawal names it: only a C-PS allowed one of its services learns it.
         let sci_withdrawn: Vec<String> = ad
@@ -104,7 +169,9 @@ impl MetricReport {
             AdvertisementKind::Full => ReportKind::Full,
             AdvertisementKind::Delta => ReportKind::Delta,
         };
-        if kind == ReportKind::Delta && services.is_empty() && withdrawn.is_empty() && sci_withdrawn.is_empty() {
+        let rows = g.sci() && ad.scis.iter().any(|r| allowed(&r.cs_id));
+        if kind == ReportKind::Delta && services.is_empty() && withdrawn.is_empty() && sci_withdrawn.is_empty() && !rows
+        {
             return None;
         }
         Some(MetricReport {
@@ -119,22 +186,86 @@ impl MetricReport {
     }
 }
 
-/// Body of `POST /cats/metrics`: a batch of delta reports, oldest first.
+/// One SCI's row as a C-PS receives it (`PUT /cats/metrics/{csci-id}`, and in the replies
+/// of `GET /cats/metrics/{csci-id}` and `GET /cats/metrics`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SciRow {
+    pub csci_id: String,
+    pub cs_id: String,
+    /// The C-SMA's state machine for the SCI: `active`, `healthy`, `stale`, `failed`.
+    pub state: String,
+    pub gas: u32,
+    pub computing_time: u32,
+    pub health: Health,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reputation: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_label: Option<u8>,
+}
+
+impl From<&SciMetrics> for SciRow {
+    fn from(r: &SciMetrics) -> Self {
+        SciRow {
+            csci_id: r.csci_id.clone(),
+            cs_id: r.cs_id.clone(),
+            state: r.state.yang().to_owned(),
+            gas: r.metrics.gas,
+            computing_time: r.metrics.computing_time_ms,
+            health: r.metrics.health,
+            cost: r.metrics.cost,
+            reputation: r.metrics.reputation,
+            security_label: r.metrics.security_label,
+        }
+    }
+}
+
+/// The per-SCI rows of `ad` a C-PS allowed `allowed` may see.
+pub fn sci_rows(ad: &Advertisement, allowed: &dyn Fn(&str) -> bool) -> Vec<SciRow> {
+    ad.scis.iter().filter(|r| allowed(&r.cs_id)).map(SciRow::from).collect()
+}
+
+/// Body of `PUT /cats/metrics/{csci-id}`: one SCI's row, at the sequence of the
+/// advertisement it belongs to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SciUpdate {
+    pub csma_id: String,
+    pub site_id: String,
+    pub sequence: u64,
+    pub sci: SciRow,
+}
+
+/// Body of `POST /cats/keepalive`: "nothing changed since `sequence`, keep my entries".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Keepalive {
+    pub csma_id: String,
+    pub site_id: String,
+    /// The last sequence the C-PS acknowledged for the site; it must still be its
+    /// `acked-sequence` (409 otherwise: the agent then sends the full set).
+    pub sequence: u64,
+}
+
+/// Reply to `GET /cats/metrics/{csci-id}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SciState {
+    pub site_id: String,
+    pub sequence: u64,
+    pub sci: SciRow,
+}
+
+/// Body of `POST /cats/metrics`: a batch of delta reports, oldest first, or one full
+/// report alone (the site's complete set).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct MetricBatch {
     pub csma_id: String,
     pub site_id: String,
     pub reports: Vec<MetricReport>,
-}
-
-/// Body of `PUT /cats/metrics/{site-id}`: the complete set of this site's services; the
-/// C-PS replaces what it held for the site (the C-SMA's view wins).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct SiteSnapshot {
-    pub csma_id: String,
-    pub report: MetricReport,
 }
 
 /// Reply to POST, PUT and DELETE.
@@ -152,10 +283,20 @@ pub struct Ack {
     /// The C-PS asks for a full snapshot (seed 004: a C-PS MAY request a full sync).
     #[serde(default)]
     pub full_sync_requested: bool,
+    /// The C-PS takes `POST /cats/keepalive`.
+    #[serde(default)]
+    pub keepalive: bool,
+    /// Seconds after which the C-PS ages out this site's entries without a refresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_ttl: Option<u32>,
+    /// How often the C-PS wants a refresh, seconds (its load hint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_interval: Option<u32>,
 }
 
-/// Reply to `GET /cats/metrics/{site-id}` (reconciliation): what the C-PS holds for the site.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Reply to `GET /cats/metrics` (reconciliation): what the C-PS holds for the requesting
+/// C-SMA's site.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct SiteState {
     pub site_id: String,
@@ -165,6 +306,14 @@ pub struct SiteState {
     pub full_sync_requested: bool,
     #[serde(default)]
     pub services: Vec<ServiceMetrics>,
+    #[serde(default)]
+    pub scis: Vec<SciRow>,
+    #[serde(default)]
+    pub keepalive: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_ttl: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_interval: Option<u32>,
 }
 
 /// An error reply: `{"error": "<reason>", "detail": "..."}` with a 4xx/5xx status.

@@ -11,12 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cats_sma::cps::auth::Psk;
+use cats_sma::cps::codec::Encoding;
 use cats_sma::cps::reference::{CpsConfig, CpsState, RefCps};
 use cats_sma::cps::session::{Hooks, Identity, PeerSettings, Role, Unreachable};
 use cats_sma::cps::transport::{Endpoint, HttpTransport};
+use cats_sma::cps::wire::Granularity;
 use cats_sma::cps::Adapters;
-use cats_sma::engine::model::{Health, SiteMetrics};
-use cats_sma::engine::update::{Advertisement, AdvertisementKind, Audience, Trigger};
+use cats_sma::engine::model::{Health, Metrics, SciState, SiteMetrics};
+use cats_sma::engine::update::{Advertisement, AdvertisementKind, Audience, SciMetrics, Trigger};
 use tokio::sync::broadcast;
 
 pub const KEY_ID: &str = "k1";
@@ -31,6 +33,27 @@ pub struct Controller {
     pub view: Mutex<BTreeMap<String, SiteMetrics>>,
     pub resyncs: Mutex<Vec<String>>,
     pub unreachable: Mutex<Vec<Unreachable>>,
+    /// Per-SCI rows of the current view (sent in fulls and as `sci_delta`).
+    pub scis: Mutex<BTreeMap<String, SciMetrics>>,
+    /// `RefreshHint`s and `SciDetail`s the adapters sent.
+    pub hints: Mutex<Vec<(String, Option<Duration>)>>,
+    pub sci_detail: Mutex<Vec<bool>>,
+}
+
+pub fn sci_row(csci: &str, cs: &str, gas: u32) -> SciMetrics {
+    SciMetrics {
+        csci_id: csci.into(),
+        cs_id: cs.into(),
+        state: SciState::Healthy,
+        metrics: Metrics {
+            gas,
+            computing_time_ms: 7,
+            health: Health::Healthy,
+            cost: Some(12),
+            reputation: Some(8),
+            security_label: Some(3),
+        },
+    }
 }
 
 pub fn site(cs: &str, gas: u32) -> SiteMetrics {
@@ -55,6 +78,9 @@ impl Controller {
             view: Mutex::new(BTreeMap::new()),
             resyncs: Mutex::new(Vec::new()),
             unreachable: Mutex::new(Vec::new()),
+            scis: Mutex::new(BTreeMap::new()),
+            hints: Mutex::new(Vec::new()),
+            sci_detail: Mutex::new(Vec::new()),
         })
     }
 
@@ -111,17 +137,48 @@ impl Controller {
 
     /// What the real controller does on `Resync { peer }`: a full snapshot addressed to it.
     pub fn full_for(&self, peer: &str) -> u64 {
+        self.full(Audience::Peer(peer.to_owned()), Trigger::Resync)
+    }
+
+    /// The periodic full snapshot (trigger heartbeat) to everyone.
+    pub fn heartbeat(&self) -> u64 {
+        self.full(Audience::All, Trigger::Heartbeat)
+    }
+
+    fn full(&self, audience: Audience, trigger: Trigger) -> u64 {
         let seq = self.next();
         let sites = self.view.lock().unwrap().values().cloned().collect();
+        let scis = self.scis.lock().unwrap().values().cloned().collect();
         let _ = self.tx.send(Arc::new(Advertisement {
             seq,
             kind: AdvertisementKind::Full,
-            audience: Audience::Peer(peer.to_owned()),
-            trigger: Trigger::Resync,
+            audience,
+            trigger,
             sites,
             withdrawn: vec![],
             sci_withdrawn: vec![],
-            scis: vec![],
+            scis,
+            generated_at: chrono::Utc::now(),
+        }));
+        seq
+    }
+
+    /// A delta changing one SCI's row (and its service's aggregate to the same GAS).
+    pub fn sci_delta(&self, csci: &str, cs: &str, gas: u32) -> u64 {
+        let row = sci_row(csci, cs, gas);
+        self.scis.lock().unwrap().insert(csci.into(), row.clone());
+        let s = site(cs, gas);
+        self.view.lock().unwrap().insert(cs.into(), s.clone());
+        let seq = self.next();
+        let _ = self.tx.send(Arc::new(Advertisement {
+            seq,
+            kind: AdvertisementKind::Delta,
+            audience: Audience::All,
+            trigger: Trigger::MetricChange,
+            sites: vec![s],
+            withdrawn: vec![],
+            sci_withdrawn: vec![],
+            scis: vec![row],
             generated_at: chrono::Utc::now(),
         }));
         seq
@@ -130,7 +187,11 @@ impl Controller {
     pub fn hooks(self: &Arc<Self>) -> Hooks {
         let me = self.clone();
         let me2 = self.clone();
+        let me3 = self.clone();
+        let me4 = self.clone();
         Hooks {
+            refresh_hint: Arc::new(move |peer: &str, d| me3.hints.lock().unwrap().push((peer.to_owned(), d))),
+            sci_detail: Arc::new(move |on| me4.sci_detail.lock().unwrap().push(on)),
             resync: Arc::new(move |peer: &str| {
                 me.resyncs.lock().unwrap().push(peer.to_owned());
                 me.full_for(peer);
@@ -157,6 +218,8 @@ pub fn settings(name: &str, addr: SocketAddr, role: Role, buffer: usize) -> Peer
         batch_size: 8,
         backoff_initial: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
+        encoding: Encoding::Json,
+        granularity: Granularity::Site,
     }
 }
 

@@ -42,6 +42,17 @@ pub struct CpsConfig {
     pub sites: Vec<SiteConfig>,
     #[serde(default)]
     pub delays: Vec<DelayConfig>,
+    /// Seconds after which a site's entries are aged out unless refreshed by a report, an
+    /// SCI row or a keepalive (seed 004, Periodic Synchronization); 0 keeps them forever.
+    #[serde(default = "default_entry_ttl")]
+    pub entry_ttl: u32,
+    /// Whether `POST /cats/keepalive` is offered (and announced in the replies).
+    #[serde(default = "yes")]
+    pub keepalive: bool,
+    /// Requests per second this C-PS considers full load: the refresh hint grows from
+    /// entry_ttl / 4 at no load to entry_ttl / 2 at this rate and above.
+    #[serde(default = "default_rated_load")]
+    pub rated_load: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -85,6 +96,15 @@ fn default_window() -> u32 {
 fn one() -> f64 {
     1.0
 }
+fn default_entry_ttl() -> u32 {
+    180
+}
+fn yes() -> bool {
+    true
+}
+fn default_rated_load() -> f64 {
+    50.0
+}
 
 impl Default for CpsConfig {
     fn default() -> Self {
@@ -99,6 +119,9 @@ impl Default for CpsConfig {
             trusted_csma_keys: Vec::new(),
             sites: Vec::new(),
             delays: Vec::new(),
+            entry_ttl: default_entry_ttl(),
+            keepalive: true,
+            rated_load: default_rated_load(),
         }
     }
 }
@@ -124,6 +147,12 @@ impl CpsConfig {
             if !(d.ms >= 0.0 && d.ms.is_finite()) {
                 return Err(format!("delay {} -> {}: ms must be zero or more", d.ingress, d.site));
             }
+        }
+        if !(self.rated_load > 0.0 && self.rated_load.is_finite()) {
+            return Err("rated_load must be positive".into());
+        }
+        if self.entry_ttl > crate::cps::wire::MAX_HINT_SECS {
+            return Err(format!("entry_ttl must be at most {} s", crate::cps::wire::MAX_HINT_SECS));
         }
         self.psks()?;
         self.csma_keys()?;
@@ -166,6 +195,24 @@ impl CpsConfig {
         v
     }
 
+    /// The entry TTL, `None` when entries never age out.
+    pub fn ttl(&self) -> Option<std::time::Duration> {
+        (self.entry_ttl > 0).then(|| std::time::Duration::from_secs(u64::from(self.entry_ttl)))
+    }
+
+    /// The refresh this C-PS asks for at `load` (requests per second):
+    /// `max(1, floor(entry_ttl * (1 + min(1, load / rated_load)) / 4))` seconds, from a
+    /// quarter of the TTL when idle to half of it at rated load (a busier C-PS wants fewer
+    /// refreshes, yet at least two per TTL so one lost refresh does not age a site out).
+    /// `None` without a TTL.
+    pub fn refresh_interval(&self, load: f64) -> Option<u32> {
+        if self.entry_ttl == 0 {
+            return None;
+        }
+        let l = (load / self.rated_load).clamp(0.0, 1.0);
+        Some(((f64::from(self.entry_ttl) * (1.0 + l) / 4.0).floor() as u32).max(1))
+    }
+
     pub fn site_map(&self) -> HashMap<String, (f64, f64)> {
         self.sites.iter().map(|s| (s.id.clone(), (s.capacity, s.preference))).collect()
     }
@@ -201,5 +248,16 @@ mod tests {
         assert!(CpsConfig::parse("[[keys]]\nid='k'\nsecret='00'").is_err());
         assert!(CpsConfig::parse("[[sites]]\nid='a'\ncapacity=0.0").is_err());
         assert!(CpsConfig::parse("typo = 1").is_err());
+        assert!(CpsConfig::parse("rated_load = 0.0").is_err());
+    }
+
+    #[test]
+    fn seed004_periodic_sync_refresh_interval_grows_with_load_within_the_ttl() {
+        let c = CpsConfig { entry_ttl: 120, rated_load: 10.0, ..CpsConfig::default() };
+        assert_eq!(c.refresh_interval(0.0), Some(30), "idle: a quarter of the TTL");
+        assert_eq!(c.refresh_interval(5.0), Some(45));
+        assert_eq!(c.refresh_interval(1e9), Some(60), "at or above rated load: half the TTL");
+        assert_eq!(CpsConfig { entry_ttl: 2, ..c.clone() }.refresh_interval(0.0), Some(1), "never 0");
+        assert_eq!(CpsConfig { entry_ttl: 0, ..c }.refresh_interval(0.0), None);
     }
 }

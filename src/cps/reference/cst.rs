@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::config::CpsConfig;
 use crate::cps::selection::{self, Candidate};
-use crate::cps::wire::{Ack, MetricReport, ReportKind, ServiceMetrics, SiteState};
+use crate::cps::wire::{Ack, MetricReport, ReportKind, SciRow, SciState, ServiceMetrics, SiteState};
 use crate::engine::model::Health;
 
 /// How many applied sequence numbers and withdrawn SCIs a site remembers.
@@ -25,6 +25,21 @@ pub struct SiteEntry {
     #[serde(skip)]
     pub applied: VecDeque<u64>,
     pub full_snapshots: u64,
+    /// Per-SCI rows (`PUT /cats/metrics/{csci-id}`), each at the sequence it was put with.
+    pub scis: BTreeMap<String, SciEntry>,
+    /// Keepalives that refreshed this site.
+    pub keepalives: u64,
+    /// Last report, row or keepalive: the entry ages out `entry_ttl` after it.
+    #[serde(skip)]
+    pub refreshed: Option<std::time::Instant>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SciEntry {
+    pub sequence: u64,
+    #[serde(flatten)]
+    pub row: SciRow,
 }
 
 /// Why a request was refused by the table (beyond authentication).
@@ -34,12 +49,22 @@ pub enum CstError {
     WrongOwner { site: String, owner: String, csma: String },
     #[error("report kind '{0}' is not allowed here")]
     WrongKind(&'static str),
+    #[error("SCI '{csci}' belongs to site '{site}'")]
+    SciOfOtherSite { csci: String, site: String },
+    #[error("no state for site '{0}'")]
+    UnknownSite(String),
+    #[error("sequence {got} is not the acknowledged sequence {acked}")]
+    SequenceMismatch { got: u64, acked: u64 },
 }
 
 #[derive(Debug, Default)]
 pub struct Cst {
     pub sites: BTreeMap<String, SiteEntry>,
     full_sync: BTreeSet<String>,
+    /// Sites aged out for want of a refresh.
+    pub expired: u64,
+    /// Keepalives accepted, every site.
+    pub keepalives: u64,
 }
 
 fn remember<T>(q: &mut VecDeque<T>, v: T) {
@@ -58,7 +83,67 @@ impl Cst {
         if e.csma_id != csma {
             return Err(CstError::WrongOwner { site: site.into(), owner: e.csma_id.clone(), csma: csma.into() });
         }
+        e.refreshed = Some(std::time::Instant::now());
         Ok(e)
+    }
+
+    /// Soft state (seed 004, Periodic Synchronization): every site not refreshed (report,
+    /// SCI row or keepalive) within `ttl` is forgotten, its SCI rows with it. `None` never
+    /// ages anything out.
+    pub fn expire(&mut self, now: std::time::Instant, ttl: Option<std::time::Duration>) {
+        let Some(ttl) = ttl else { return };
+        let before = self.sites.len();
+        self.sites.retain(|_, e| e.refreshed.is_none_or(|t| now.saturating_duration_since(t) <= ttl));
+        let gone = before - self.sites.len();
+        if gone > 0 {
+            tracing::info!(sites = gone, "reference C-PS: entries aged out without a refresh");
+            self.expired += gone as u64;
+        }
+    }
+
+    /// `POST /cats/keepalive`: the site's entries live on when `seq` is still what the
+    /// C-PS acknowledged (nothing was missed); otherwise the C-SMA must send the full set.
+    pub fn keepalive(&mut self, site: &str, csma: &str, seq: u64) -> Result<Ack, CstError> {
+        let Some(e) = self.sites.get(site) else { return Err(CstError::UnknownSite(site.into())) };
+        if e.csma_id != csma {
+            return Err(CstError::WrongOwner { site: site.into(), owner: e.csma_id.clone(), csma: csma.into() });
+        }
+        if e.acked_sequence != seq {
+            return Err(CstError::SequenceMismatch { got: seq, acked: e.acked_sequence });
+        }
+        let e = self.entry(site, csma)?;
+        e.keepalives += 1;
+        self.keepalives += 1;
+        Ok(self.ack(site, 0, 0))
+    }
+
+    /// `PUT /cats/metrics/{csci-id}`: one SCI's row, for the site of the C-SMA that owns
+    /// it; an SCI held for another site is refused. A row older than the one held is
+    /// stale; one at the same sequence is applied again (idempotent).
+    pub fn put_sci(&mut self, site: &str, csma: &str, seq: u64, row: &SciRow) -> Result<Ack, CstError> {
+        if let Some((other, _)) =
+            self.sites.iter().find(|(s, e)| s.as_str() != site && e.scis.contains_key(&row.csci_id))
+        {
+            return Err(CstError::SciOfOtherSite { csci: row.csci_id.clone(), site: other.clone() });
+        }
+        if !self.sites.contains_key(site) {
+            self.full_sync.insert(site.to_owned());
+        }
+        let e = self.entry(site, csma)?;
+        if e.scis.get(&row.csci_id).is_some_and(|x| x.sequence > seq) {
+            return Ok(self.ack(site, 0, 1));
+        }
+        e.scis.insert(row.csci_id.clone(), SciEntry { sequence: seq, row: row.clone() });
+        Ok(self.ack(site, 1, 0))
+    }
+
+    /// `GET /cats/metrics/{csci-id}`: the row and the site holding it.
+    pub fn sci_state(&self, csci: &str) -> Option<(String, SciState)> {
+        self.sites.iter().find_map(|(site, e)| {
+            e.scis.get(csci).map(|x| {
+                (e.csma_id.clone(), SciState { site_id: site.clone(), sequence: x.sequence, sci: x.row.clone() })
+            })
+        })
     }
 
     fn ack(&self, site: &str, applied: u32, stale: u32) -> Ack {
@@ -67,6 +152,7 @@ impl Cst {
             applied,
             stale,
             full_sync_requested: self.full_sync.contains(site),
+            ..Ack::default()
         }
     }
 
@@ -74,7 +160,7 @@ impl Cst {
     /// stale (seed 004: the freshness indicator detects stale or out-of-order updates).
     pub fn apply_batch(&mut self, site: &str, csma: &str, reports: &[MetricReport]) -> Result<Ack, CstError> {
         if reports.iter().any(|r| r.kind == ReportKind::Full) {
-            return Err(CstError::WrongKind("full (use PUT /cats/metrics/{site-id})"));
+            return Err(CstError::WrongKind("full (a full report goes alone)"));
         }
         if !self.sites.contains_key(site) {
             // Deltas for a site this C-PS holds nothing of (it restarted and lost its
@@ -111,13 +197,16 @@ impl Cst {
     /// again (idempotent).
     pub fn apply_snapshot(&mut self, site: &str, csma: &str, r: &MetricReport) -> Result<Ack, CstError> {
         if r.kind != ReportKind::Full {
-            return Err(CstError::WrongKind("delta (use POST /cats/metrics)"));
+            return Err(CstError::WrongKind("delta (a full report alone)"));
         }
         let e = self.entry(site, csma)?;
         if r.sequence < e.acked_sequence {
             return Ok(self.ack(site, 0, 1));
         }
         e.services = r.services.iter().map(|s| (s.cs_id.clone(), s.clone())).collect();
+        // The rows of this snapshot were put at its sequence just before it; older ones
+        // belong to SCIs the complete set no longer has.
+        e.scis.retain(|_, x| x.sequence >= r.sequence);
         if r.sequence > e.acked_sequence {
             remember(&mut e.applied, r.sequence);
         }
@@ -138,6 +227,7 @@ impl Cst {
             return Ok(Some(self.ack(site, 0, 1)));
         }
         remember(&mut e.withdrawn_scis, csci.to_owned());
+        e.scis.remove(csci);
         Ok(Some(self.ack(site, 1, 0)))
     }
 
@@ -150,6 +240,10 @@ impl Cst {
             acked_sequence: e.acked_sequence,
             full_sync_requested: self.full_sync.contains(site),
             services: e.services.values().cloned().collect(),
+            scis: e.scis.values().map(|x| x.row.clone()).collect(),
+            keepalive: false,
+            entry_ttl: None,
+            refresh_interval: None,
         })
     }
 

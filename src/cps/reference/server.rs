@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::header::{HeaderMap, ACCEPT, CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
@@ -20,11 +20,13 @@ use tokio::sync::watch;
 use super::config::CpsConfig;
 use super::cst::{Cst, CstError};
 use crate::cps::auth::{sign_reply, AuthError, Presented, Verifier, H_REPLY_SIGNATURE};
+use crate::cps::codec::Encoding;
 use crate::cps::session::decode_segment;
 use crate::cps::signing::{JwsVerifier, H_JWS};
 use crate::cps::wire::{
-    gunzip, ErrorBody, MetricBatch, SiteSnapshot, H_CSMA_ID, H_KEY_ID, H_NONCE, H_SEQUENCE, H_SIGNATURE, H_SITE_ID,
-    H_TIMESTAMP, MAX_BODY, METRICS_PATH,
+    gunzip, Ack, ErrorBody, Keepalive, MetricBatch, ReportKind, SciUpdate, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE,
+    H_SEQUENCE, H_SIGNATURE, H_SITE_ID, H_TIMESTAMP, KEEPALIVE_PATH, MAX_BODY, METRICS_PATH, ROOT_ACK, ROOT_BATCH,
+    ROOT_ERROR, ROOT_KEEPALIVE, ROOT_SCI, ROOT_SCI_STATE, ROOT_SITE,
 };
 
 /// What the C-PS keeps; shared so a test can restart the server keeping it (a partition) or
@@ -38,6 +40,9 @@ pub struct CpsState {
     /// Refusals per reason (`bad-signature`, `stale-timestamp`, `replayed-nonce`, ...).
     pub refused: Mutex<BTreeMap<String, u64>>,
     pub requests: std::sync::atomic::AtomicU64,
+    /// /cats requests in the current and the previous 10-second window (the load behind
+    /// the refresh hint).
+    load: Mutex<(std::time::Instant, u64, u64)>,
     pub config: CpsConfig,
 }
 
@@ -54,8 +59,34 @@ impl CpsState {
             psks,
             refused: Mutex::new(BTreeMap::new()),
             requests: Default::default(),
+            load: Mutex::new((std::time::Instant::now(), 0, 0)),
             config,
         }))
+    }
+
+    const LOAD_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn tick(&self) {
+        let mut l = lock(&self.load);
+        let now = std::time::Instant::now();
+        let elapsed = now.saturating_duration_since(l.0);
+        if elapsed >= Self::LOAD_WINDOW * 2 {
+            *l = (now, 0, 0);
+        } else if elapsed >= Self::LOAD_WINDOW {
+            *l = (l.0 + Self::LOAD_WINDOW, 0, l.1);
+        }
+        l.1 += 1;
+    }
+
+    /// Requests per second over the last full window (or the current one while the first).
+    pub fn load(&self) -> f64 {
+        let l = lock(&self.load);
+        let secs = Self::LOAD_WINDOW.as_secs_f64();
+        if l.2 > 0 {
+            l.2 as f64 / secs
+        } else {
+            l.1 as f64 / secs
+        }
     }
 
     pub fn refused(&self, reason: &str) -> u64 {
@@ -190,6 +221,23 @@ fn error(status: StatusCode, reason: &str, detail: impl Into<String>) -> Reply {
     json(status, &ErrorBody { error: reason.to_owned(), detail: detail.into() })
 }
 
+/// A body in `enc` (the request's encoding).
+fn reply<T: Serialize>(enc: Encoding, status: StatusCode, root: &str, v: &T) -> Reply {
+    let body = match enc.encode(root, v) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e),
+    };
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, enc.content_type())
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+fn error_in(enc: Encoding, status: StatusCode, reason: &str, detail: impl Into<String>) -> Reply {
+    reply(enc, status, ROOT_ERROR, &ErrorBody { error: reason.to_owned(), detail: detail.into() })
+}
+
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
@@ -256,15 +304,25 @@ pub(crate) fn route(
             let sel = lock(&state.cst).select(&state.config, cs, ingress);
             return json(StatusCode::OK, &sel);
         }
-        (&Method::GET, "/cats/cst") => return json(StatusCode::OK, &lock(&state.cst).sites),
+        (&Method::GET, "/cats/cst") => {
+            let mut c = lock(&state.cst);
+            c.expire(std::time::Instant::now(), state.config.ttl());
+            return json(StatusCode::OK, &c.sites);
+        }
         (&Method::GET, "/cats/stats") => {
+            let (expired, keepalives) = {
+                let c = lock(&state.cst);
+                (c.expired, c.keepalives)
+            };
             return json(
                 StatusCode::OK,
                 &serde_json::json!({
                     "requests": state.requests.load(std::sync::atomic::Ordering::Relaxed),
                     "refused": *lock(&state.refused),
+                    "expired-sites": expired,
+                    "keepalives": keepalives,
                 }),
-            )
+            );
         }
         (&Method::POST, p) if p.starts_with("/cats/sync/") => {
             let Some(site) = decode_segment(&p["/cats/sync/".len()..]) else {
@@ -275,9 +333,31 @@ pub(crate) fn route(
         }
         _ => {}
     }
-    if path != METRICS_PATH && !path.starts_with(&format!("{METRICS_PATH}/")) {
+    if path != METRICS_PATH && path != KEEPALIVE_PATH && !path.starts_with(&format!("{METRICS_PATH}/")) {
         return error(StatusCode::NOT_FOUND, "not-found", format!("no resource {path}"));
     }
+    state.tick();
+    lock(&state.cst).expire(std::time::Instant::now(), state.config.ttl());
+    // The reply is in the request's encoding: its Content-Type when it has a body, else its
+    // Accept; JSON when neither names one.
+    let enc = if raw.is_empty() {
+        header(&parts.headers, ACCEPT.as_str()).and_then(Encoding::from_media_type).unwrap_or_default()
+    } else {
+        match header(&parts.headers, CONTENT_TYPE.as_str()) {
+            None => Encoding::Json,
+            Some(t) => match Encoding::from_media_type(t) {
+                Some(e) => e,
+                None => {
+                    state.count("unsupported-media-type");
+                    return error(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "unsupported-media-type",
+                        format!("content-type {}", crate::text::printable(t, 100)),
+                    );
+                }
+            },
+        }
+    };
     let Some(csma) = header(&parts.headers, H_CSMA_ID).map(str::to_owned) else {
         state.count("malformed");
         return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_CSMA_ID} is required"));
@@ -285,14 +365,14 @@ pub(crate) fn route(
     // Authentication (seed 004, Metric Integrity), over the body as sent: the PSK MAC and
     // the C-SMA's signature, each when configured; nonces are recorded only once every
     // proof passed, so a request with one good proof and one forged cannot burn a nonce.
-    let refuse = |e: AuthError, what: &str| {
+    let refuse = |e: AuthError, what: &str, enc: Encoding| {
         state.count(e.reason());
         tracing::warn!(csma = %csma, reason = e.reason(), "reference C-PS: refused {what}: {e}");
         let status = match e {
             AuthError::MissingHeader(_) | AuthError::MalformedHeader(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::UNAUTHORIZED,
         };
-        error(status, e.reason(), e.to_string())
+        error_in(enc, status, e.reason(), e.to_string())
     };
     let now = chrono::Utc::now().timestamp_millis();
     let h = &parts.headers;
@@ -311,7 +391,7 @@ pub(crate) fn route(
         };
         match psk_verifier.check(parts.method.as_str(), &path, &csma, &p, raw, now) {
             Ok(a) => Some(a),
-            Err(e) => return refuse(e, "a request"),
+            Err(e) => return refuse(e, "a request", enc),
         }
     };
     let jws = if jws_verifier.is_empty() {
@@ -319,7 +399,7 @@ pub(crate) fn route(
     } else {
         match jws_verifier.check(parts.method.as_str(), &path, &csma, header(h, H_JWS), raw, now) {
             Ok(a) => Some(a),
-            Err(e) => return refuse(e, "a report signature"),
+            Err(e) => return refuse(e, "a report signature", enc),
         }
     };
     if let Some(a) = psk {
@@ -338,81 +418,135 @@ pub(crate) fn route(
             Ok(b) => b,
             Err(e) => {
                 state.count("malformed");
-                return error(StatusCode::BAD_REQUEST, "malformed", e);
+                return error_in(enc, StatusCode::BAD_REQUEST, "malformed", e);
             }
         },
         Some(other) => {
             state.count("malformed");
-            return error(
+            return error_in(
+                enc,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-encoding",
                 format!("content-encoding {other}"),
             );
         }
     };
-    let segment = path.get(METRICS_PATH.len() + 1..).unwrap_or("");
-    let Some(id) = decode_segment(segment) else {
-        return error(StatusCode::BAD_REQUEST, "malformed", "malformed path segment");
+    let hints = |mut a: Ack| {
+        a.keepalive = state.config.keepalive;
+        a.entry_ttl = (state.config.entry_ttl > 0).then_some(state.config.entry_ttl);
+        a.refresh_interval = state.config.refresh_interval(state.load());
+        reply(enc, StatusCode::OK, ROOT_ACK, &a)
+    };
+    let malformed = |detail: String| {
+        state.count("malformed");
+        error_in(enc, StatusCode::BAD_REQUEST, "malformed", detail)
     };
     let owner = |e: CstError| {
         state.count("wrong-owner");
-        error(StatusCode::FORBIDDEN, "forbidden", e.to_string())
+        error_in(enc, StatusCode::FORBIDDEN, "forbidden", e.to_string())
+    };
+    let cst_error = |e: CstError| match e {
+        e @ (CstError::WrongOwner { .. } | CstError::SciOfOtherSite { .. }) => owner(e),
+        e @ CstError::UnknownSite(_) => error_in(enc, StatusCode::NOT_FOUND, "not-found", e.to_string()),
+        e @ CstError::SequenceMismatch { .. } => {
+            state.count("sequence-mismatch");
+            error_in(enc, StatusCode::CONFLICT, "sequence-mismatch", e.to_string())
+        }
+        e => malformed(e.to_string()),
+    };
+    if path == KEEPALIVE_PATH {
+        if parts.method != Method::POST {
+            return error_in(
+                enc,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                format!("{} {path}", parts.method),
+            );
+        }
+        if !state.config.keepalive {
+            return error_in(enc, StatusCode::NOT_FOUND, "not-found", "keepalive is not offered");
+        }
+        let k: Keepalive = match enc.decode(ROOT_KEEPALIVE, &body) {
+            Ok(k) => k,
+            Err(e) => return malformed(format!("body: {e}")),
+        };
+        if k.csma_id != csma {
+            return malformed("csma-id in the body differs from the header".into());
+        }
+        return match lock(&state.cst).keepalive(&k.site_id, &csma, k.sequence) {
+            Ok(a) => hints(a),
+            Err(e) => cst_error(e),
+        };
+    }
+    let segment = path.get(METRICS_PATH.len() + 1..).unwrap_or("");
+    let Some(id) = decode_segment(segment) else {
+        return malformed("malformed path segment".into());
     };
     match (&parts.method, segment.is_empty()) {
         (&Method::POST, true) => {
-            let batch: MetricBatch = match serde_json::from_slice(&body) {
+            let batch: MetricBatch = match enc.decode(ROOT_BATCH, &body) {
                 Ok(b) => b,
-                Err(e) => {
-                    state.count("malformed");
-                    return error(StatusCode::BAD_REQUEST, "malformed", format!("body: {e}"));
-                }
+                Err(e) => return malformed(format!("body: {e}")),
             };
             if batch.csma_id != csma {
-                state.count("malformed");
-                return error(StatusCode::BAD_REQUEST, "malformed", "csma-id in the body differs from the header");
+                return malformed("csma-id in the body differs from the header".into());
             }
-            match lock(&state.cst).apply_batch(&batch.site_id, &csma, &batch.reports) {
-                Ok(ack) => json(StatusCode::OK, &ack),
-                Err(e @ CstError::WrongOwner { .. }) => owner(e),
-                Err(e) => error(StatusCode::BAD_REQUEST, "malformed", e.to_string()),
-            }
+            let full = batch.reports.iter().any(|r| r.kind == ReportKind::Full);
+            let r = match (full, batch.reports.as_slice()) {
+                (true, [one]) => lock(&state.cst).apply_snapshot(&batch.site_id, &csma, one),
+                _ => lock(&state.cst).apply_batch(&batch.site_id, &csma, &batch.reports),
+            };
+            r.map_or_else(cst_error, hints)
         }
         (&Method::PUT, false) => {
-            let snap: SiteSnapshot = match serde_json::from_slice(&body) {
+            let u: SciUpdate = match enc.decode(ROOT_SCI, &body) {
                 Ok(b) => b,
-                Err(e) => {
-                    state.count("malformed");
-                    return error(StatusCode::BAD_REQUEST, "malformed", format!("body: {e}"));
-                }
+                Err(e) => return malformed(format!("body: {e}")),
             };
-            if snap.csma_id != csma {
-                state.count("malformed");
-                return error(StatusCode::BAD_REQUEST, "malformed", "csma-id in the body differs from the header");
+            if u.csma_id != csma {
+                return malformed("csma-id in the body differs from the header".into());
             }
-            match lock(&state.cst).apply_snapshot(&id, &csma, &snap.report) {
-                Ok(ack) => json(StatusCode::OK, &ack),
-                Err(e @ CstError::WrongOwner { .. }) => owner(e),
-                Err(e) => error(StatusCode::BAD_REQUEST, "malformed", e.to_string()),
+            if u.sci.csci_id != id {
+                return malformed("csci-id in the body differs from the path".into());
             }
+            lock(&state.cst).put_sci(&u.site_id, &csma, u.sequence, &u.sci).map_or_else(cst_error, hints)
         }
         (&Method::DELETE, false) => {
             let Some(site) = header(&parts.headers, H_SITE_ID) else {
-                return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_SITE_ID} is required"));
+                return malformed(format!("header {H_SITE_ID} is required"));
             };
             let Some(seq) = header(&parts.headers, H_SEQUENCE).and_then(|s| s.parse().ok()) else {
-                return error(StatusCode::BAD_REQUEST, "malformed", format!("header {H_SEQUENCE} is required"));
+                return malformed(format!("header {H_SEQUENCE} is required"));
             };
             match lock(&state.cst).withdraw_sci(site, &csma, &id, seq) {
-                Ok(Some(ack)) => json(StatusCode::OK, &ack),
-                Ok(None) => error(StatusCode::NOT_FOUND, "not-found", format!("no site {site}")),
+                Ok(Some(ack)) => hints(ack),
+                Ok(None) => error_in(enc, StatusCode::NOT_FOUND, "not-found", format!("no site {site}")),
                 Err(e) => owner(e),
             }
         }
-        (&Method::GET, false) => match lock(&state.cst).site_state(&id) {
-            Some(s) if s.csma_id == csma => json(StatusCode::OK, &s),
-            Some(s) => owner(CstError::WrongOwner { site: id, owner: s.csma_id, csma }),
-            None => error(StatusCode::NOT_FOUND, "not-found", format!("no state for site {id}")),
+        (&Method::GET, true) => {
+            let Some(site) = header(&parts.headers, H_SITE_ID).map(str::to_owned) else {
+                return malformed(format!("header {H_SITE_ID} is required"));
+            };
+            match lock(&state.cst).site_state(&site) {
+                Some(s) if s.csma_id == csma => {
+                    let s = SiteState {
+                        keepalive: state.config.keepalive,
+                        entry_ttl: (state.config.entry_ttl > 0).then_some(state.config.entry_ttl),
+                        refresh_interval: state.config.refresh_interval(state.load()),
+                        ..s
+                    };
+                    reply(enc, StatusCode::OK, ROOT_SITE, &s)
+                }
+                Some(s) => owner(CstError::WrongOwner { site, owner: s.csma_id, csma }),
+                None => error_in(enc, StatusCode::NOT_FOUND, "not-found", format!("no state for site {site}")),
+            }
+        }
+        (&Method::GET, false) => match lock(&state.cst).sci_state(&id) {
+            Some((owner_csma, s)) if owner_csma == csma => reply(enc, StatusCode::OK, ROOT_SCI_STATE, &s),
+            Some((owner_csma, s)) => owner(CstError::WrongOwner { site: s.site_id, owner: owner_csma, csma }),
+            None => error_in(enc, StatusCode::NOT_FOUND, "not-found", format!("no SCI {id}")),
         },
-        _ => error(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", format!("{} {path}", parts.method)),
+        _ => error_in(enc, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", format!("{} {path}", parts.method)),
     }
 }
