@@ -418,6 +418,76 @@ mod tests {
     }
 
     #[test]
+    fn seed004_protocol_adapter_every_body_round_trips_in_json_xml_and_cbor_with_reputation_and_cost() {
+        use crate::cps::codec::Encoding;
+        let mut s = site("AR1", 10);
+        s.cost = Some(99);
+        s.reputation = Some(7);
+        s.security_label = Some(4);
+        let mut a = ad(AdvertisementKind::Delta, vec![s, site("LLM1", 3)]);
+        a.sci_withdrawn = vec![crate::engine::update::SciWithdrawal::new("188.3.67.4:70", ["AR1".to_string()])];
+        let r = MetricReport::for_peer(&a, &|_| true).unwrap();
+        let b = MetricBatch { csma_id: "c".into(), site_id: "s".into(), reports: vec![r.clone(), r] };
+        let row = SciRow {
+            csci_id: "188.3.67.3:67".into(),
+            cs_id: "AR1".into(),
+            state: "healthy".into(),
+            gas: 400,
+            computing_time: 5,
+            health: Health::Degraded,
+            cost: Some(1),
+            reputation: Some(10),
+            security_label: None,
+        };
+        let u = SciUpdate { csma_id: "c".into(), site_id: "s".into(), sequence: 9, sci: row.clone() };
+        let k = Keepalive { csma_id: "c".into(), site_id: "s".into(), sequence: u64::MAX };
+        let ack = Ack {
+            acked_sequence: 5,
+            applied: 1,
+            stale: 0,
+            full_sync_requested: true,
+            keepalive: true,
+            entry_ttl: Some(180),
+            refresh_interval: Some(45),
+        };
+        let st = SiteState {
+            site_id: "s".into(),
+            csma_id: "c".into(),
+            acked_sequence: 5,
+            services: b.reports[0].services.clone(),
+            scis: vec![row.clone()],
+            keepalive: true,
+            ..SiteState::default()
+        };
+        let one = SciState { site_id: "s".into(), sequence: 9, sci: row };
+        let err = ErrorBody { error: "malformed".into(), detail: "a <b> & \"c\"".into() };
+        for enc in [Encoding::Json, Encoding::Xml, Encoding::Cbor] {
+            let rt = |root: &str, bytes: Vec<u8>| (root.to_owned(), bytes);
+            let (r, bytes) = rt(ROOT_BATCH, enc.encode(ROOT_BATCH, &b).unwrap());
+            assert_eq!(enc.decode::<MetricBatch>(&r, &bytes).unwrap(), b, "{enc:?}");
+            assert_eq!(enc.decode::<SciUpdate>(ROOT_SCI, &enc.encode(ROOT_SCI, &u).unwrap()).unwrap(), u);
+            assert_eq!(enc.decode::<Keepalive>(ROOT_KEEPALIVE, &enc.encode(ROOT_KEEPALIVE, &k).unwrap()).unwrap(), k);
+            assert_eq!(enc.decode::<Ack>(ROOT_ACK, &enc.encode(ROOT_ACK, &ack).unwrap()).unwrap(), ack);
+            assert_eq!(enc.decode::<SiteState>(ROOT_SITE, &enc.encode(ROOT_SITE, &st).unwrap()).unwrap(), st);
+            let x = enc.encode(ROOT_SCI_STATE, &one).unwrap();
+            assert_eq!(enc.decode::<SciState>(ROOT_SCI_STATE, &x).unwrap(), one);
+            assert_eq!(enc.decode::<ErrorBody>(ROOT_ERROR, &enc.encode(ROOT_ERROR, &err).unwrap()).unwrap(), err);
+        }
+        let xml = String::from_utf8(Encoding::Xml.encode(ROOT_BATCH, &b).unwrap()).unwrap();
+        assert!(xml.starts_with("<metric-batch xmlns=\"urn:cats-sma:cps:1\"><csma-id>c</csma-id>"), "{xml}");
+        assert!(xml.contains("<cost>99</cost>") && xml.contains("<reputation>7</reputation>"), "{xml}");
+    }
+
+    #[test]
+    fn seed004_periodic_sync_hints_are_bounded() {
+        assert_eq!(bounded_hint(None), Ok(None));
+        assert_eq!(bounded_hint(Some(30)), Ok(Some(std::time::Duration::from_secs(30))));
+        assert_eq!(bounded_hint(Some(MAX_HINT_SECS)).unwrap().unwrap().as_secs(), 86_400);
+        assert!(bounded_hint(Some(0)).is_err(), "no refresh every millisecond");
+        assert!(bounded_hint(Some(MAX_HINT_SECS + 1)).is_err());
+    }
+
+    #[test]
     fn gzip_round_trip_and_bomb_limit() {
         let data = vec![b'x'; 100_000];
         let z = gzip(&data);

@@ -285,3 +285,38 @@ pub fn cst_services(state: &CpsState) -> Vec<(String, u32)> {
 pub fn view_services(c: &Controller) -> Vec<(String, u32)> {
     c.view.lock().unwrap().values().map(|s| (s.cs_id.clone(), s.gas)).collect()
 }
+
+/// Any PSK-signed request to the reference C-PS, with extra headers. `nonce` must be above
+/// every nonce the C-PS accepted from CSMA (take it from the adapters' source when a
+/// session runs too).
+pub fn signed_request(
+    nonce: u64,
+    method: &'static str,
+    path: &str,
+    csma: &str,
+    body: &[u8],
+    extra: &[(&'static str, &str)],
+) -> cats_sma::cps::transport::Request {
+    use cats_sma::cps::auth::{sign, Signed};
+    let ts = chrono::Utc::now().timestamp_millis();
+    let s = Signed { method, path, csma_id: csma, timestamp_ms: ts, nonce };
+    let mut headers = vec![
+        ("x-cats-csma-id", csma.to_owned()),
+        ("x-cats-site-id", SITE.to_owned()),
+        ("x-cats-key-id", KEY_ID.into()),
+        ("x-cats-timestamp", ts.to_string()),
+        ("x-cats-nonce", nonce.to_string()),
+        ("x-cats-signature", sign(SECRET, &s, body)),
+    ];
+    headers.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    cats_sma::cps::transport::Request { method, path: path.into(), headers, body: body.to_vec() }
+}
+
+/// The reference C-PS's counters (`GET /cats/stats` holds the same).
+pub fn keepalives(state: &CpsState) -> u64 {
+    state.cst.lock().unwrap().keepalives
+}
+
+pub fn full_snapshots(state: &CpsState) -> u64 {
+    state.cst.lock().unwrap().sites.get(SITE).map_or(0, |e| e.full_snapshots)
+}

@@ -334,3 +334,65 @@ pub struct Excluded {
     pub site: String,
     pub reason: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(csci: &str) -> SciRow {
+        SciRow {
+            csci_id: csci.into(),
+            cs_id: "AR1".into(),
+            state: "healthy".into(),
+            gas: 1,
+            computing_time: 1,
+            health: Health::Healthy,
+            cost: None,
+            reputation: None,
+            security_label: None,
+        }
+    }
+
+    #[test]
+    fn seed004_protocol_adapter_sci_rows_belong_to_one_site_and_are_stale_when_older() {
+        let mut c = Cst::default();
+        assert_eq!(c.put_sci("a", "csma-a", 5, &row("x")).unwrap().applied, 1);
+        assert!(matches!(c.put_sci("b", "csma-b", 6, &row("x")), Err(CstError::SciOfOtherSite { .. })));
+        assert!(matches!(c.put_sci("a", "csma-b", 6, &row("y")), Err(CstError::WrongOwner { .. })));
+        assert_eq!(c.put_sci("a", "csma-a", 4, &row("x")).unwrap().stale, 1, "older than the held row");
+        assert_eq!(c.put_sci("a", "csma-a", 5, &row("x")).unwrap().applied, 1, "same sequence: idempotent");
+        assert_eq!(
+            c.sci_state("x").map(|(csma, s)| (csma, s.site_id, s.sequence)),
+            Some(("csma-a".into(), "a".into(), 5))
+        );
+    }
+
+    #[test]
+    fn seed004_periodic_sync_entries_age_out_and_a_keepalive_names_the_acked_sequence() {
+        use std::time::{Duration, Instant};
+        let mut c = Cst::default();
+        let full = MetricReport {
+            sequence: 10,
+            kind: ReportKind::Full,
+            trigger: "resync".into(),
+            generated_at: chrono::Utc::now(),
+            services: vec![],
+            withdrawn: vec![],
+            sci_withdrawn: vec![],
+        };
+        c.apply_snapshot("a", "csma-a", &full).unwrap();
+        assert!(matches!(c.keepalive("a", "csma-a", 9), Err(CstError::SequenceMismatch { acked: 10, .. })));
+        assert!(matches!(c.keepalive("a", "csma-b", 10), Err(CstError::WrongOwner { .. })));
+        assert!(c.keepalive("a", "csma-a", 10).is_ok());
+        let t = c.sites["a"].refreshed.unwrap();
+        c.expire(t + Duration::from_secs(5), Some(Duration::from_secs(5)));
+        assert!(c.sites.contains_key("a"), "within the TTL");
+        c.expire(t + Duration::from_secs(6), None);
+        assert!(c.sites.contains_key("a"), "no TTL: kept forever");
+        c.expire(t + Duration::from_secs(6), Some(Duration::from_secs(5)));
+        assert!(c.sites.is_empty());
+        assert_eq!(c.expired, 1);
+        assert!(matches!(c.keepalive("a", "csma-a", 10), Err(CstError::UnknownSite(_))));
+        let _ = Instant::now();
+    }
+}
