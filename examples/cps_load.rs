@@ -70,6 +70,8 @@ async fn run(n: u64, services: usize, batch: usize, gzip: bool) -> (f64, u64, u6
             }));
         }),
         unreachable: Arc::new(|u| eprintln!("unreachable: {}", u.error)),
+        refresh_hint: Arc::new(|_, _| {}),
+        sci_detail: Arc::new(|_| {}),
     };
     let adapters = Adapters::start(Identity { csma_id: "csma".into(), site_id: "site".into() }, rx, hooks);
     let allowed: BTreeSet<String> = (0..services).map(|i| format!("CS{i}")).collect();
@@ -85,6 +87,8 @@ async fn run(n: u64, services: usize, batch: usize, gzip: bool) -> (f64, u64, u6
         batch_size: batch,
         backoff_initial: Duration::from_millis(10),
         backoff_max: Duration::from_millis(100),
+        encoding: cats_sma::cps::codec::Encoding::Json,
+        granularity: cats_sma::cps::wire::Granularity::Site,
     };
     let endpoint = Endpoint::parse(&settings.url).unwrap();
     adapters.start_peer(settings, Arc::new(HttpTransport::new(endpoint, None, Duration::from_secs(10)).unwrap()));

@@ -209,6 +209,9 @@ impl Registry {
     }
 }
 
+/// `(peer, interval)`: see [`Hooks::refresh_hint`].
+pub type RefreshHintFn = dyn Fn(&str, Option<Duration>) + Send + Sync;
+
 /// What a session tells the rest of the agent.
 #[derive(Clone)]
 pub struct Hooks {
@@ -219,7 +222,7 @@ pub struct Hooks {
     /// The refresh interval the peer asks for (seed 004: the heartbeat MAY be adjusted to
     /// the C-PS's load): `UpdateEvent::RefreshHint`; `None` when the peer is removed or
     /// stops announcing one.
-    pub refresh_hint: Arc<dyn Fn(&str, Option<Duration>) + Send + Sync>,
+    pub refresh_hint: Arc<RefreshHintFn>,
     /// Whether any peer takes per-SCI rows: `UpdateEvent::SciDetail`.
     pub sci_detail: Arc<dyn Fn(bool) + Send + Sync>,
 }

@@ -189,7 +189,7 @@ impl Aggregate {
             computing_time_ms,
             health,
             cost: self.cost_multiset.keys().next().copied(),
-            reputation: None,
+            reputation: self.reputation_multiset.keys().next().copied(),
             security_label: self.label_multiset.keys().next().copied(),
             sci_count: self.contributing,
         }
