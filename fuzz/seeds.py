@@ -253,7 +253,64 @@ write("cps_wire", "post-gzip-signed", b"\x06POST /cats/metrics\n" + (hdr % -1500
 write("cps_wire", "put-snapshot-signed", b"\x06PUT /cats/metrics/site-1\n" + (hdr % 20).encode() + b"\n" + snap)
 write("cps_wire", "put-unsigned", b"\x02PUT /cats/metrics/site-1\nx-cats-csma-id: csma-1\nx-cats-key-id: k1\nx-cats-timestamp: 1\nx-cats-nonce: 1\nx-cats-signature: 00ff\n\n" + snap)
 write("cps_wire", "delete", b"\x00DELETE /cats/metrics/188.3.67.4%3A70\nx-cats-csma-id: csma-1\nx-cats-site-id: site-1\nx-cats-sequence: 9\n\n")
-write("cps_wire", "get-site", b"\x00GET /cats/metrics/site-1\nx-cats-csma-id: csma-1\n\n")
+write("cps_wire", "get-site", b"\x00GET /cats/metrics\nx-cats-csma-id: csma-1\nx-cats-site-id: site-1\n\n")
+# Issue 13: the seed's URIs, keepalive, XML and CBOR bodies (docs/cps-protocol.md, Encodings).
+row = {"csci-id": "188.3.67.3:67", "cs-id": "AR1", "state": "healthy", "gas": 400, "computing-time": 5,
+       "health": "HEALTHY", "cost": 12, "reputation": 8, "security-label": 3}
+sci_update = {"csma-id": "csma-1", "site-id": "site-1", "sequence": 9, "sci": row}
+keepalive = {"csma-id": "csma-1", "site-id": "site-1", "sequence": 9}
+
+
+def to_xml(name, v):
+    """The XML of docs/cps-protocol.md: one element per member, lists repeated."""
+    if isinstance(v, dict):
+        return f"<{name}>" + "".join(to_xml(k, x) for k, x in v.items()) + f"</{name}>"
+    if isinstance(v, list):
+        return "".join(to_xml(name, x) for x in v)
+    if isinstance(v, bool):
+        return f"<{name}>{'true' if v else 'false'}</{name}>"
+    return f"<{name}>{v}</{name}>"
+
+
+def xml_body(root, v):
+    inner = to_xml(root, v)
+    return (f'<{root} xmlns="urn:cats-sma:cps:1">' + inner[len(root) + 2:]).encode()
+
+
+def to_cbor(v):
+    """Minimal RFC 8949 encoder: maps, arrays, text, unsigned integers, booleans."""
+    def head(major, n):
+        if n < 24:
+            return bytes([major << 5 | n])
+        for ai, fmt in ((24, ">B"), (25, ">H"), (26, ">I"), (27, ">Q")):
+            if n < 1 << (8 * struct.calcsize(fmt)):
+                return bytes([major << 5 | ai]) + struct.pack(fmt, n)
+    if isinstance(v, bool):
+        return b"\xf5" if v else b"\xf4"
+    if isinstance(v, int):
+        return head(0, v)
+    if isinstance(v, str):
+        b = v.encode()
+        return head(3, len(b)) + b
+    if isinstance(v, list):
+        return head(4, len(v)) + b"".join(to_cbor(x) for x in v)
+    return head(5, len(v)) + b"".join(to_cbor(k) + to_cbor(x) for k, x in v.items())
+
+
+batch_v = {"csma-id": "csma-1", "site-id": "site-1", "reports": [report]}
+write("cps_wire", "post-batch-xml", b"\x00POST /cats/metrics\nx-cats-csma-id: csma-1\ncontent-type: application/xml\n\n" + xml_body("metric-batch", batch_v))
+write("cps_wire", "post-batch-cbor", b"\x00POST /cats/metrics\nx-cats-csma-id: csma-1\ncontent-type: application/cbor\n\n" + to_cbor(batch_v))
+write("cps_wire", "put-sci-signed", b"\x06PUT /cats/metrics/188.3.67.3:67\n" + (hdr % 10).encode() + b"\n" + json.dumps(sci_update).encode())
+write("cps_wire", "put-sci-xml", b"\x00PUT /cats/metrics/188.3.67.3:67\nx-cats-csma-id: csma-1\ncontent-type: application/xml\n\n" + xml_body("sci-update", sci_update))
+write("cps_wire", "put-sci-cbor", b"\x00PUT /cats/metrics/188.3.67.3:67\nx-cats-csma-id: csma-1\ncontent-type: application/cbor\n\n" + to_cbor(sci_update))
+write("cps_wire", "get-sci", b"\x00GET /cats/metrics/188.3.67.3:67\nx-cats-csma-id: csma-1\naccept: application/cbor\n\n")
+write("cps_wire", "get-site-xml", b"\x00GET /cats/metrics\nx-cats-csma-id: csma-1\nx-cats-site-id: site-1\naccept: application/xml\n\n")
+write("cps_wire", "keepalive-xml", b"\x00POST /cats/keepalive\nx-cats-csma-id: csma-1\ncontent-type: application/xml\n\n" + xml_body("keepalive", keepalive))
+write("cps_wire", "keepalive-signed", b"\x06POST /cats/keepalive\n" + (hdr % 5).encode() + b"\n" + json.dumps(keepalive).encode())
+ack_v = {"acked-sequence": 5, "applied": 1, "stale": 0, "full-sync-requested": False, "keepalive": True, "entry-ttl": 180, "refresh-interval": 45}
+write("cps_wire", "reply-ack-xml", b"\x03x\n\n" + xml_body("ack", ack_v))
+write("cps_wire", "reply-ack-cbor", b"\x05x\n\n" + to_cbor(ack_v))
+write("cps_wire", "reply-sci-state-xml", b"\x03x\n\n" + xml_body("sci-state", {"site-id": "site-1", "sequence": 9, "sci": row}))
 write("cps_wire", "select", b"\x00GET /cats/select?cs-id=AR1&ingress=ingress+1\n\n")
 write("cps_wire", "sync", b"\x00POST /cats/sync/site%2D1\n\n")
 write("cps_wire", "reply-ack", b"\x01x\n\n" + b'{"acked-sequence": 1764500000123456, "applied": 3, "stale": 0, "full-sync-requested": false}')

@@ -268,6 +268,17 @@ async fn bad_requests_get_a_4xx_with_the_reason() {
             "unsupported-media-type",
         ),
         (signed("GET", "/cats/keepalive", CSMA, b"", &[]), 405, "method-not-allowed"),
+        // A keepalive is authenticated like every request.
+        (
+            Request {
+                method: "POST",
+                path: "/cats/keepalive".into(),
+                headers: vec![("x-cats-csma-id", CSMA.into())],
+                body: br#"{"csma-id":"csma-a","site-id":"site-a","sequence":1}"#.to_vec(),
+            },
+            400,
+            "x-cats-key-id",
+        ),
         (signed("GET", "/cats/other", CSMA, b"", &[]), 404, "not-found"),
         (
             Request { method: "GET", path: "/cats/select?cs-id=AR1".into(), headers: vec![], body: vec![] },
