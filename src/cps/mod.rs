@@ -1,7 +1,8 @@
 //! The northbound C-PS REST adapter (seed 004, Protocol Adapter, centralized model, and
 //! C-PS Failure Handling) and the reference C-PS it talks to.
 //!
-//! - `wire.rs`: the JSON bodies and gzip (pure); `auth.rs`: HMAC-SHA256 signing and the
+//! - `wire.rs`: the bodies (one serde model) and gzip; `codec.rs`: their JSON, XML and
+//!   CBOR encodings (pure); `auth.rs`: HMAC-SHA256 signing and the
 //!   verifier (timestamp window, nonces); `transport.rs`: HTTP/1.1 over TCP or rustls.
 //! - `queue.rs` (the bounded buffer), `backoff.rs`, `session.rs` (one task per peer: the
 //!   reconnect, reconciliation and fallback state machine).

@@ -8,11 +8,13 @@
 //!                                                     └──── Backoff (1, 2, 4 … 60 s)
 //! ```
 //!
-//! Connecting is the reconciliation: `GET /cats/metrics/{site-id}` tells what the C-PS holds.
-//! Nothing (it restarted and lost its state), a full-sync request, a gap in our buffer
-//! (updates were dropped) or a first contact → ask the update controller for a full
-//! snapshot addressed to this peer, and send no delta before it (the C-SMA's view wins).
-//! Otherwise the buffered updates the C-PS has not acknowledged are sent in batches.
+//! Connecting is the reconciliation: `GET /cats/metrics` tells what the C-PS holds for the
+//! site. Nothing (it restarted and lost its state), a full-sync request, a gap in our buffer
+//! (updates were dropped), a first contact or a reconnection after any failure (seed 004,
+//! Network Partition) → ask the update controller for a full snapshot addressed to this
+//! peer, and send no delta before it (the C-SMA's view wins). Otherwise the buffered
+//! updates the C-PS has not acknowledged are sent in batches; a heartbeat equal to what the
+//! peer acknowledged goes as a keepalive when the peer offers it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -837,6 +839,48 @@ mod tests {
             r.peers.write().unwrap().insert(p.settings.name.clone(), p);
         }
         r
+    }
+
+    fn report(kind: ReportKind, services: &[(&str, u32)], withdrawn: &[&str]) -> MetricReport {
+        MetricReport {
+            sequence: 1,
+            kind,
+            trigger: "heartbeat".into(),
+            generated_at: Utc::now(),
+            services: services
+                .iter()
+                .map(|(c, g)| ServiceMetrics {
+                    cs_id: (*c).into(),
+                    gas: *g,
+                    computing_time: 1,
+                    health: crate::engine::model::Health::Healthy,
+                    cost: Some(3),
+                    reputation: Some(4),
+                    security_label: None,
+                    sci_count: 1,
+                })
+                .collect(),
+            withdrawn: withdrawn.iter().map(|w| (*w).into()).collect(),
+            sci_withdrawn: vec![],
+        }
+    }
+
+    #[test]
+    fn seed004_periodic_sync_the_view_is_what_was_acknowledged_and_only_an_equal_heartbeat_is_a_keepalive() {
+        use ReportKind::{Delta, Full};
+        let mut v = None;
+        View::apply(&mut v, &report(Delta, &[("AR1", 1)], &[]), &[]);
+        assert!(v.is_none(), "a delta on an unknown view leaves it unknown");
+        View::apply(&mut v, &report(Full, &[("AR1", 1), ("AR2", 2)], &[]), &[]);
+        View::apply(&mut v, &report(Delta, &[("AR1", 5)], &["AR2"]), &[]);
+        let view = v.clone().unwrap();
+        assert!(view.same_as(&report(Full, &[("AR1", 5)], &["AR2"]), &[]));
+        assert!(!view.same_as(&report(Full, &[("AR1", 6)], &[]), &[]), "a changed value");
+        assert!(!view.same_as(&report(Full, &[("AR1", 5), ("AR3", 1)], &[]), &[]), "a new service");
+        assert!(!view.same_as(&report(Delta, &[("AR1", 5)], &[]), &[]), "only a full set");
+        let mut cost = report(Full, &[("AR1", 5)], &[]);
+        cost.services[0].cost = Some(4);
+        assert!(!view.same_as(&cost, &[]), "cost counts too");
     }
 
     #[test]

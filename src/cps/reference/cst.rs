@@ -179,6 +179,7 @@ impl Cst {
             }
             for w in &r.withdrawn {
                 e.services.remove(w);
+                e.scis.retain(|_, x| x.row.cs_id != *w);
             }
             for c in &r.sci_withdrawn {
                 if e.withdrawn_scis.back() != Some(c) {
