@@ -301,7 +301,11 @@ pub(crate) fn route(
                     "query parameters cs-id and ingress are required",
                 );
             };
-            let sel = lock(&state.cst).select(&state.config, cs, ingress);
+            let sel = {
+                let mut c = lock(&state.cst);
+                c.expire(std::time::Instant::now(), state.config.ttl());
+                c.select(&state.config, cs, ingress)
+            };
             return json(StatusCode::OK, &sel);
         }
         (&Method::GET, "/cats/cst") => {
