@@ -55,7 +55,7 @@ pub fn collect(core: &Core, events: &[EngineEvent]) -> Vec<StateChange> {
             | EngineEvent::SciHealthChange { csci_id, .. }
             | EngineEvent::SciStateChange { csci_id, .. }
             | EngineEvent::MetricAnomaly { csci_id, .. }
-            | EngineEvent::PullNeeded { csci_id }
+            | EngineEvent::PullNeeded { csci_id, .. }
             | EngineEvent::Withdrawn { csci_id, .. } => csci_id,
             // Counted in statistics, which are not on-change objects; no cache entry changed.
             EngineEvent::AuthFailure { .. } => continue,

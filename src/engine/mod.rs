@@ -13,8 +13,10 @@ pub mod core;
 pub mod model;
 pub mod northbound;
 pub mod policy;
+pub mod probe;
 pub mod rate_limit;
 pub mod report;
+pub mod retained;
 pub mod sci_state;
 pub mod smooth;
 pub mod update;
@@ -143,8 +145,8 @@ impl Engine {
                 }
                 for ev in &events {
                     dispatch(ev, &notify);
-                    if let (EngineEvent::PullNeeded { csci_id }, Some(tx)) = (ev, &core.pull_requests) {
-                        let _ = tx.send(csci_id.clone());
+                    if let (EngineEvent::PullNeeded { csci_id, reason }, Some(tx)) = (ev, &core.pull_requests) {
+                        let _ = tx.send((csci_id.clone(), *reason));
                     }
                 }
                 for u in update_events(&core, &events, &mut suppressed) {

@@ -270,6 +270,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    let (pulled, probes) = (pull_targets(t), crate::engine::probe::settings(t));
     crate::engine::rate_limit::apply(engine, crate::engine::rate_limit::settings(t));
     let auth = crate::engine::auth::table(t);
     *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
@@ -285,10 +286,17 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         core.set_smoothing(smoothing);
         core.set_cache_config(cache);
         core.set_function(function);
+        core.set_pull_targets(pulled);
+        core.failure.configure(probes);
         for (k, s) in scis {
             core.set_sci(&k, s);
         }
     });
+}
+
+/// The CSCI-IDs with a pull target (the engine asks only for those to be pulled).
+fn pull_targets(t: &DataTree<'static>) -> std::collections::HashSet<String> {
+    crate::engine::collect::pull::settings(t).into_keys().collect()
 }
 
 impl ConfigConsumer for EngineConfig {
@@ -331,6 +339,9 @@ impl ConfigConsumer for EngineConfig {
         if tx.changes_under(&format!("{ROOT}/collection/mqtt")).next().is_some() {
             crate::engine::collect::mqtt::check(tx.config)?;
         }
+        if tx.changes_under(&format!("{ROOT}/failure-detection")).next().is_some() {
+            crate::engine::probe::check(tx.config)?;
+        }
         Ok(())
     }
 
@@ -370,7 +381,13 @@ impl ConfigConsumer for EngineConfig {
             }
             self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
         }
+        if touched("failure-detection") {
+            let p = crate::engine::probe::settings(tx.config);
+            self.engine.submit(move |core| core.failure.configure(p));
+        }
         if touched("collection/pull") {
+            let targets = pull_targets(tx.config);
+            self.engine.submit(move |core| core.set_pull_targets(targets));
             let p = crate::engine::collect::pull::settings(tx.config);
             self.pull.send_if_modified(|cur| std::mem::replace(cur, p.clone()) != p);
         }

@@ -1,6 +1,8 @@
 //! The engine's RPCs (cats-sma module): `resync` asks the update controller for a full
 //! snapshot (to one C-PS or all), `clear-quarantine` releases held reports, `probe-sci`
-//! GETs the SCI's pull URL (seed 004: active probes to tell SCI failure from partition).
+//! GETs the SCI's pull URL (seed 004: active probes to tell SCI failure from partition),
+//! `report-sci-failure` is the external health monitor's webhook (seed 004, SCI Failure
+//! Detection: the SCI is FAILED at once).
 
 use yang2::data::{Data, DataTree};
 
@@ -71,6 +73,21 @@ impl AppRpc for EngineRpcs {
                     out.push_str(&format!("<state xmlns=\"{ns}\">{s}</state>"));
                 }
                 Ok(out)
+            }
+            ("cats-sma", "report-sci-failure") => {
+                let csci = input(t, "report-sci-failure", "csci-id").unwrap_or_default();
+                let detail = input(t, "report-sci-failure", "detail").unwrap_or_default();
+                let (from, to) = self
+                    .engine
+                    .query_blocking(move |core| core.health_monitor_failure(&csci, &detail))
+                    .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?
+                    .map_err(|e| RpcError::application(ErrorTag::OperationFailed, e))?;
+                let ns = "urn:cats-sma:yang:cats-sma";
+                Ok(format!(
+                    "<old-state xmlns=\"{ns}\">{}</old-state><new-state xmlns=\"{ns}\">{}</new-state>",
+                    from.yang(),
+                    to.yang()
+                ))
             }
             _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
                 .with_bad_element(name)),
