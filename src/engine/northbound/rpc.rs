@@ -77,11 +77,19 @@ impl AppRpc for EngineRpcs {
             ("cats-sma", "report-sci-failure") => {
                 let csci = input(t, "report-sci-failure", "csci-id").unwrap_or_default();
                 let detail = input(t, "report-sci-failure", "detail").unwrap_or_default();
+                // RPC input is not validated against the data (a leafref to the registry
+                // is not resolved): an SCI that is not registered is refused here.
                 let (from, to) = self
                     .engine
-                    .query_blocking(move |core| core.health_monitor_failure(&csci, &detail))
+                    .query_blocking(move |core| {
+                        if !core.registry.contains_key(&csci) {
+                            let shown = crate::text::printable(&csci, 64);
+                            return Err((ErrorTag::InvalidValue, format!("{shown} is not a registered SCI")));
+                        }
+                        core.health_monitor_failure(&csci, &detail).map_err(|e| (ErrorTag::OperationFailed, e))
+                    })
                     .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?
-                    .map_err(|e| RpcError::application(ErrorTag::OperationFailed, e))?;
+                    .map_err(|(tag, e)| RpcError::application(tag, e).with_bad_element("csci-id"))?;
                 let ns = "urn:cats-sma:yang:cats-sma";
                 Ok(format!(
                     "<old-state xmlns=\"{ns}\">{}</old-state><new-state xmlns=\"{ns}\">{}</new-state>",
