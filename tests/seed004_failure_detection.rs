@@ -253,6 +253,21 @@ async fn seed004_sci_failure_detection_health_monitor_rpc_fails_the_sci_at_once_
     let r =
         bob.call(&format!("<report-sci-failure xmlns=\"{CATS}\"><csci-id>sci-b</csci-id></report-sci-failure>")).await;
     assert!(r.contains("<error-tag>access-denied</error-tag>"), "{r}");
+    // An exec rule for exactly this RPC lets the monitor's user call it.
+    let r = nc
+        .call(
+            r#"<edit-config><target><running/></target><config><nacm xmlns="urn:ietf:params:xml:ns:yang:ietf-netconf-acm">
+             <groups><group><name>monitors</name><user-name>bob</user-name></group></groups>
+             <rule-list><name>monitors</name><group>monitors</group>
+               <rule><name>health-monitor-webhook</name><module-name>cats-sma</module-name>
+                 <rpc-name>report-sci-failure</rpc-name><access-operations>exec</access-operations>
+                 <action>permit</action></rule></rule-list></nacm></config></edit-config>"#,
+        )
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let r =
+        bob.call(&format!("<report-sci-failure xmlns=\"{CATS}\"><csci-id>sci-b</csci-id></report-sci-failure>")).await;
+    assert!(r.contains(">failed</old-state>") && r.contains(">failed</new-state>"), "{r}");
     // Audited, per front end.
     let audit = std::fs::read_to_string(agent.state_dir.join("audit.log")).unwrap_or_default();
     let calls: Vec<&str> = audit.lines().filter(|l| l.contains("report-sci-failure")).collect();
