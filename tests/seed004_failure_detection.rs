@@ -330,6 +330,11 @@ async fn seed004_sci_failure_detection_active_probes_tell_sci_failure_from_parti
     assert!(r.contains("<state>failed</state>") && r.contains("gas-zeroed"), "{r}");
     let r = nc.get(&entry("sci-alive")).await;
     assert!(r.contains("<state>stale</state>") && r.contains("alive-not-reporting"), "{r}");
+    // probe-sci probes with the configured probe on demand, without changing the state.
+    let r = nc.call(&format!("<probe-sci xmlns=\"{CATS}\"><csci-id>sci-alive</csci-id></probe-sci>")).await;
+    assert!(r.contains(">true</reachable>") && r.contains("</rtt>") && r.contains(">stale</state>"), "{r}");
+    let r = nc.call(&format!("<probe-sci xmlns=\"{CATS}\"><csci-id>sci-dead</csci-id></probe-sci>")).await;
+    assert!(r.contains(">false</reachable>") && r.contains(">failed</state>"), "{r}");
 
     // The gateway goes away too: an SCI that stops answering now is a suspected partition,
     // STALE until its grace period ends, flagged and counted.

@@ -494,7 +494,15 @@ impl Core {
                     action: "quarantine",
                 });
                 if self.quarantine.len() == QUARANTINE_CAPACITY {
-                    self.quarantine.pop_front();
+                    // The oldest goes; its SCI's flag with it, unless it has another held.
+                    if let Some(old) = self.quarantine.pop_front() {
+                        let id = old.report.csci_id;
+                        if id != raw.csci_id && !self.quarantine.iter().any(|q| q.report.csci_id == id) {
+                            if let Some(e) = self.cache.get_mut(&id) {
+                                e.flags.quarantined = false;
+                            }
+                        }
+                    }
                 }
                 let id = self.next_quarantine_id;
                 self.next_quarantine_id += 1;
