@@ -656,6 +656,83 @@ mod tests {
         core.tick();
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn seed004_sci_failure_detection_prober_bounds_concurrency_and_skips_late_requests() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // A target that accepts and never answers: each probe holds a connection until its
+        // timeout.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (open, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (o, p) = (open.clone(), peak.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let n = o.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(n, Ordering::SeqCst);
+                let o = o.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    use tokio::io::AsyncReadExt;
+                    while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        let engine = Engine::start(Clock::new(), Arc::new(|_: &str, _: &str, _: String| {}));
+        let url = format!("http://{addr}/healthz");
+        let mut s = ProbeSettings { timeout: Duration::from_millis(200), max_concurrent: 2, ..Default::default() };
+        for i in 0..6 {
+            s.targets.insert(format!("sci-{i}"), Method::HttpGet { url: url.clone() });
+        }
+        let s = Arc::new(s);
+        let cfg = (*s).clone();
+        engine.query(move |core| core.failure.configure(cfg)).await.unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(serve(engine.clone(), rx));
+        let far = Instant::now() + Duration::from_secs(3600);
+        for i in 0..6 {
+            let r = Request {
+                csci_id: format!("sci-{i}"),
+                method: s.targets[&format!("sci-{i}")].clone(),
+                settings: s.clone(),
+                deadline: far,
+            };
+            tx.send(r.clone()).unwrap();
+            // A second request for an SCI already waiting joins the first.
+            tx.send(r).unwrap();
+        }
+        // One whose grace period is over is not probed.
+        let late = Request {
+            csci_id: "sci-0".into(),
+            method: Method::HttpGet { url },
+            settings: s.clone(),
+            deadline: Instant::now(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let c = engine.query(|core| core.failure.counters).await.unwrap();
+            if c.probes == 6 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{c:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(peak.load(Ordering::SeqCst), 2, "at most max-concurrent probes at once");
+        tx.send(late).unwrap();
+        loop {
+            let c = engine.query(|core| core.failure.counters).await.unwrap();
+            if c.probes_skipped == 1 {
+                assert_eq!(c.probes, 6);
+                break;
+            }
+            assert!(Instant::now() < deadline, "{c:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Every result was recorded, as no answer within the timeout.
+        let r = engine.query(|core| core.failure.records["sci-3"].clone()).await.unwrap();
+        assert!(matches!(r.outcome.sci, Answer::NoAnswer(_)) && r.verdict == Verdict::Moot, "{r:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn seed004_sci_failure_detection_probe_tells_sci_failure_from_partition() {
         let (mut core, mut rx) = core_with(&["a", "b", "c", "d"], &["a", "b", "c"], true);
