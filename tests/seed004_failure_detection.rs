@@ -300,7 +300,7 @@ async fn seed004_sci_failure_detection_active_probes_tell_sci_failure_from_parti
         sci("sci-alive", 250),
         tcp(gateway.port()),
         probe("sci-dead", tcp(closed_port())),
-        probe("sci-alive", format!("<http-get>http://{alive}/healthz</http-get>")),
+        probe("sci-alive", format!("<http-get>http://{alive}/healthz</http-get><timeout>1500</timeout>")),
     ))
     .await;
     let mut events = Events::open(&agent).await;

@@ -52,6 +52,15 @@ pub struct ProbeSettings {
     pub references: Vec<(String, Method)>,
     /// Per SCI.
     pub targets: HashMap<CsciId, Method>,
+    /// Per SCI, where its target overrides `timeout`.
+    pub target_timeouts: HashMap<CsciId, Duration>,
+}
+
+impl ProbeSettings {
+    /// The timeout of an SCI's probe.
+    pub fn timeout_for(&self, csci_id: &str) -> Duration {
+        self.target_timeouts.get(csci_id).copied().unwrap_or(self.timeout)
+    }
 }
 
 impl Default for ProbeSettings {
@@ -61,6 +70,7 @@ impl Default for ProbeSettings {
             max_concurrent: 8,
             references: Vec::new(),
             targets: HashMap::new(),
+            target_timeouts: HashMap::new(),
         }
     }
 }
@@ -98,6 +108,9 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> ProbeSettings {
             if list == "reference" {
                 s.references.push((k, m));
             } else {
+                if let Some(t) = leaf_u64(t, &format!("{path}/timeout")) {
+                    s.target_timeouts.insert(k.clone(), Duration::from_millis(t));
+                }
                 s.targets.insert(k, m);
             }
         }
@@ -206,6 +219,8 @@ pub struct Request {
     pub csci_id: CsciId,
     pub method: Method,
     pub settings: Arc<ProbeSettings>,
+    /// The SCI's probe timeout (reference probes use the settings' timeout).
+    pub timeout: Duration,
     /// When the SCI's grace period ends: a probe not started by then is moot.
     pub deadline: Instant,
 }
@@ -240,6 +255,7 @@ impl Core {
             csci_id: csci_id.to_owned(),
             method: method.clone(),
             settings: self.failure.settings.clone(),
+            timeout: self.failure.settings.timeout_for(csci_id),
             deadline: self.clock.now() + grace,
         });
     }
@@ -419,7 +435,7 @@ impl References {
 
 async fn probe_one(r: Request, refs: Arc<References>) -> Outcome {
     let started = Instant::now();
-    let sci = probe(&r.method, r.settings.timeout).await;
+    let sci = probe(&r.method, r.timeout).await;
     let rtt = (!matches!(sci, Answer::NoAnswer(_))).then(|| started.elapsed());
     let reference = match &sci {
         Answer::NoAnswer(_) if !r.settings.references.is_empty() => Some(refs.answered(&r.settings).await),
@@ -705,6 +721,7 @@ mod tests {
                 csci_id: format!("sci-{i}"),
                 method: s.targets[&format!("sci-{i}")].clone(),
                 settings: s.clone(),
+                timeout: s.timeout,
                 deadline: far,
             };
             tx.send(r.clone()).unwrap();
@@ -716,6 +733,7 @@ mod tests {
             csci_id: "sci-0".into(),
             method: Method::HttpGet { url },
             settings: s.clone(),
+            timeout: s.timeout,
             deadline: Instant::now(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -741,6 +759,18 @@ mod tests {
         // Every result was recorded (moot: none of them is a STALE SCI).
         let r = engine.query(|core| core.failure.records["sci-3"].clone()).await.unwrap();
         assert!(r.outcome.sci == Answer::Answered && r.verdict == Verdict::Moot, "{r:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed004_sci_failure_detection_a_target_may_have_its_own_timeout() {
+        let (mut core, mut rx) = core_with(&["a", "b"], &["a", "b"], false);
+        let mut s = (*core.failure.settings).clone();
+        s.target_timeouts.insert("b".into(), Duration::from_millis(300));
+        core.failure.configure(s);
+        go_stale(&mut core).await;
+        let mut got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).map(|r| (r.csci_id, r.timeout)).collect();
+        got.sort();
+        assert_eq!(got, [("a".into(), Duration::from_millis(2000)), ("b".into(), Duration::from_millis(300))]);
     }
 
     #[tokio::test(start_paused = true)]

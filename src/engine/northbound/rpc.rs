@@ -51,7 +51,10 @@ impl AppRpc for EngineRpcs {
                     .engine
                     .query_blocking(move |core| {
                         let probe = core.failure.settings.targets.get(&id).cloned();
-                        (core.cache.get(&id).map(|e| e.state.yang()), probe.map(|m| (m, core.failure.settings.timeout)))
+                        (
+                            core.cache.get(&id).map(|e| e.state.yang()),
+                            probe.map(|m| (m, core.failure.settings.timeout_for(&id))),
+                        )
                     })
                     .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?;
                 let ns = "urn:cats-sma:yang:cats-sma";
