@@ -421,6 +421,43 @@ impl ConfigConsumer for EngineConfig {
 mod tests {
     use super::*;
 
+    fn tree(update_control: &str) -> DataTree<'static> {
+        let xml = format!(
+            "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><policy xmlns=\"urn:cats-sma:yang:cats-sma-policy\">\
+             <update-control>{update_control}</update-control></policy></cats-sma>\0"
+        );
+        DataTree::parse_string(
+            crate::yang::context(),
+            xml.as_bytes(),
+            yang2::data::DataFormat::XML,
+            yang2::data::DataParserFlags::STRICT | yang2::data::DataParserFlags::NO_STATE,
+            yang2::data::DataValidationFlags::NO_STATE,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn seed004_update_control_adaptive_heartbeat_and_load_shedding_are_read() {
+        use crate::engine::update::{AdaptiveHeartbeat, LoadShedding};
+        let c = update_config(&tree(""));
+        assert_eq!((c.adaptive_heartbeat, c.load_shedding), (None, None));
+        let c = update_config(&tree(
+            "<adaptive-heartbeat/><load-shedding><report-rate-threshold>500</report-rate-threshold></load-shedding>",
+        ));
+        assert_eq!(c.adaptive_heartbeat, Some(AdaptiveHeartbeat::DEFAULT), "the YANG defaults");
+        assert_eq!(c.load_shedding, Some(LoadShedding { threshold: 500, clear_percent: 80 }));
+        let c = update_config(&tree(
+            "<adaptive-heartbeat><min-interval>2</min-interval><max-interval>90</max-interval></adaptive-heartbeat>\
+             <load-shedding><report-rate-threshold>7</report-rate-threshold><clear-percent>100</clear-percent></load-shedding>",
+        ));
+        assert_eq!(
+            c.adaptive_heartbeat,
+            Some(AdaptiveHeartbeat { min: Duration::from_secs(2), max: Duration::from_secs(90) })
+        );
+        assert_eq!(c.load_shedding, Some(LoadShedding { threshold: 7, clear_percent: 100 }));
+        assert_eq!(c.validate(), Ok(()));
+    }
+
     #[test]
     fn entry_paths_from_change_paths() {
         assert_eq!(

@@ -61,8 +61,9 @@
 //!   not the soft-state refresh: a full snapshot carries, for a suppressed service, what
 //!   the C-PSes were last told (`non-critical`: unless a critical update of it may go out),
 //!   so its changes stay unrevealed and the C-PSes keep its entries. When a suppression ends,
-//!   what is past the thresholds (or new, or gone) goes out at once, and an SCI discovery or
-//!   withdrawal it kept back gets its full snapshot; the rest rides on the next heartbeat.
+//!   what is past the thresholds (or new, or gone) is raised as it would have been outside
+//!   it (a routine change still minds `min-interval`), and an SCI discovery or withdrawal it
+//!   kept back gets its full snapshot; the rest rides on the next heartbeat.
 //! - A full snapshot to one peer (targeted resync) does not move the heartbeat or the
 //!   thresholds' reference: the other peers were not told.
 //! - Per-SCI rows (`SciDetail`, `SciRows`, `rows.rs`) ride with their service's updates: a
