@@ -254,3 +254,40 @@ async fn seed004_policy_engine_maintenance_window_heartbeat_in_paused_time() {
     assert_eq!((ad.trigger, ad.sites[0].gas), (Trigger::MetricChange, 300));
     assert!(clock.wall() >= end);
 }
+
+#[tokio::test(start_paused = true)]
+async fn seed004_update_controller_an_sci_moved_off_its_cs_id_is_withdrawn_from_it() {
+    // Seed 004, Update Controller, SCI Discovery Trigger: "an existing SCI is withdrawn" —
+    // also when its registration no longer lists the CS-ID it reported for: a full update
+    // listing the SCI as withdrawn from that CS-ID.
+    use cats_sma::engine::update::{AdvertisementKind, SciWithdrawal, Trigger};
+    let clock = Clock::new();
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    engine.query(register("sci-1", Duration::from_secs(600))).await.unwrap();
+    engine.query(register("sci-2", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw_from("sci-1", 1, 100, &clock)], None).await[0].is_ok());
+    assert!(engine.ingest(vec![raw_from("sci-2", 1, 100, &clock)], None).await[0].is_ok());
+    let ad = next_ad(&mut ads).await;
+    assert_eq!(ad.sites[0].sci_count, 2, "{ad:?}");
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    engine
+        .query(|core| {
+            core.set_sci(
+                "sci-2",
+                SciConfig {
+                    cs_ids: vec!["LLM1".into()],
+                    credential_ref: None,
+                    unauthenticated: true,
+                    expected_interval: Duration::from_secs(600),
+                },
+            )
+        })
+        .await
+        .unwrap();
+    let ad = next_ad(&mut ads).await;
+    assert_eq!((ad.kind, ad.trigger), (AdvertisementKind::Full, Trigger::Withdrawal));
+    assert_eq!(ad.sci_withdrawn, [SciWithdrawal::new("sci-2", ["AR1".to_string()])]);
+    assert_eq!((ad.sites[0].gas, ad.sites[0].sci_count), (100, 1));
+}

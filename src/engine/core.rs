@@ -597,9 +597,12 @@ impl Core {
                 e.history = validate::History::default();
             }
         }
-        if moved.is_some() {
+        if let Some(cs_id) = moved {
             let ev = self.cache.remove(csci_id);
             self.absorb(ev);
+            // Withdrawn from the CS-ID it may no longer report for (seed 004, SCI Discovery
+            // Trigger: an existing SCI withdrawn is a full update).
+            self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id: Some(cs_id) });
         }
         let ev = self.cache.register(csci_id, ttl, grace, now, wall);
         self.absorb(ev);
