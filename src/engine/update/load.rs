@@ -86,7 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seed_scalability_high_load_starts_above_the_threshold_and_ends_below_the_clear_level() {
+    fn seed004_scalability_high_load_starts_above_the_threshold_and_ends_below_the_clear_level() {
         let config = Some(LoadShedding { threshold: 100, clear_percent: 80 });
         let (t0, wall) = (Instant::now(), DateTime::<Utc>::UNIX_EPOCH);
         let at = |s: u64| t0 + Duration::from_secs(s);
