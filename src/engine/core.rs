@@ -199,6 +199,12 @@ pub struct Core {
     pub auth_flood: super::auth_failures::Aggregator,
     /// The per-SCI ingress rate limit (`rate_limit.rs`).
     pub rate: super::rate_limit::SciLimiter,
+    /// A policy was installed since the engine loop last looked (seed 004, Policy Change
+    /// Trigger): the loop sends the update controller every service's re-evaluated metrics.
+    pub policy_changed: bool,
+    /// Some C-PS takes per-SCI rows: accepted reports raise `SciUpdated`, as for the tap.
+    /// Set by the engine loop before each job.
+    pub sci_rows: bool,
 }
 
 impl Core {
@@ -225,6 +231,8 @@ impl Core {
             tap: false,
             auth_flood: super::auth_failures::Aggregator::new(Duration::from_secs(10), 1024),
             rate: Default::default(),
+            policy_changed: false,
+            sci_rows: false,
         }
     }
 
@@ -242,6 +250,7 @@ impl Core {
         self.absorb(ev);
         let services: Vec<CsId> = self.cache.services().cloned().collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
+        self.policy_changed = true;
     }
 
     /// Brings the reported site metrics up to date for every site that changed; called
@@ -564,7 +573,7 @@ impl Core {
         };
         let ev = self.cache.accept(report, effective, flags, now, wall);
         self.absorb(ev);
-        if self.tap {
+        if self.tap || self.sci_rows {
             self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.clone() });
         }
         self.stats.accepted += 1;
@@ -623,10 +632,13 @@ impl Core {
                 e.history = validate::History::default();
             }
         }
-        if moved.is_some() {
+        if let Some(cs_id) = moved {
             self.retire_history(csci_id);
             let ev = self.cache.remove(csci_id);
             self.absorb(ev);
+            // Withdrawn from the CS-ID it may no longer report for (seed 004, SCI Discovery
+            // Trigger: an existing SCI withdrawn is a full update).
+            self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id: Some(cs_id) });
         }
         let fresh = self.cache.get(csci_id).is_none();
         let ev = self.cache.register(csci_id, ttl, grace, now, wall);

@@ -93,6 +93,8 @@ impl Engine {
             core.rate.counters = counters;
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
             let mut maintenance = None;
+            // The epoch of per-SCI detail the controller has every row for.
+            let mut rows_epoch = None;
             loop {
                 let deadline = [core.cache.next_deadline(), core.next_maintenance_edge(), core.next_auth_summary()]
                     .into_iter()
@@ -112,6 +114,7 @@ impl Engine {
                         Some(job) => {
                             started = tokio::time::Instant::now();
                             core.tap = tap.receiver_count() > 0;
+                            core.sci_rows = feed.sci_detail().is_some();
                             job(&mut core)
                         }
                         None => return,
@@ -119,6 +122,7 @@ impl Engine {
                     _ = sleep => {
                         started = tokio::time::Instant::now();
                         core.tap = tap.receiver_count() > 0;
+                        core.sci_rows = feed.sci_detail().is_some();
                         core.tick()
                     }
                 }
@@ -149,9 +153,16 @@ impl Engine {
                         let _ = tx.send((csci_id.clone(), *reason));
                     }
                 }
-                for u in update_events(&core, &events, &mut suppressed) {
+                // Rows first: an advertisement decided on the events below carries them.
+                let detail = feed.sci_detail();
+                if let Some(rows) = sci_rows(&core, &events, detail, &mut rows_epoch) {
+                    let _ = feed.send(update::UpdateEvent::SciRows(rows));
+                }
+                let policy_changed = std::mem::take(&mut core.policy_changed);
+                for u in update_events(&core, &events, &mut suppressed, policy_changed) {
                     let _ = feed.send(u);
                 }
+                feed.record_accepted(core.stats.accepted);
             }
         });
         Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), ingress, slots }
@@ -276,13 +287,59 @@ impl Engine {
     }
 }
 
+/// The per-SCI rows the update controller needs after a step, while some C-PS wants them
+/// (`detail` is the epoch of the current "on"): every row when detail was just switched on,
+/// otherwise the rows of the SCIs the step changed. An SCI that left the cache has no row:
+/// the controller drops it on the `Removed` event. A policy change re-applies SCI-scope
+/// rules to every entry without per-SCI events, so it sends every row too.
+fn sci_rows(
+    core: &Core,
+    events: &[EngineEvent],
+    detail: Option<u64>,
+    epoch: &mut Option<u64>,
+) -> Option<Vec<update::SciMetrics>> {
+    let Some(current) = detail else {
+        *epoch = None;
+        return None;
+    };
+    let row = |e: &cache::Entry| {
+        Some(update::SciMetrics {
+            csci_id: e.csci_id.clone(),
+            cs_id: e.cs_id.clone()?,
+            state: e.state,
+            metrics: e.effective?,
+        })
+    };
+    let rows: Vec<update::SciMetrics> = if *epoch != Some(current) || core.policy_changed {
+        *epoch = Some(current);
+        core.cache.entries().filter_map(row).collect()
+    } else {
+        let mut seen = std::collections::HashSet::new();
+        events
+            .iter()
+            .filter_map(|ev| match ev {
+                EngineEvent::SciUpdated { csci_id }
+                | EngineEvent::SciHealthChange { csci_id, .. }
+                | EngineEvent::SciStateChange { csci_id, .. } => Some(csci_id),
+                _ => None,
+            })
+            .filter(|id| seen.insert(id.as_str()))
+            .filter_map(|id| core.cache.get(id).and_then(row))
+            .collect()
+    };
+    (!rows.is_empty()).then_some(rows)
+}
+
 /// Translates what the engine did into update-controller events: SCI changes first, each
 /// with its service's site metrics after the change, then the remaining site changes, and
-/// suppression when a SUPPRESS_UPDATES rule starts or stops matching.
+/// suppression when a SUPPRESS_UPDATES rule starts or stops matching. After a policy change
+/// the site changes are one `PolicyChanged` with every service's re-evaluated metrics (seed
+/// 004, Policy Change Trigger).
 fn update_events(
     core: &Core,
     events: &[EngineEvent],
     suppressed: &mut std::collections::HashSet<model::CsId>,
+    policy_changed: bool,
 ) -> Vec<update::UpdateEvent> {
     use update::{SciChange, SciEvent, SuppressLevel, SuppressScope, UpdateEvent};
     let site = |cs: &str| core.reported.get(cs).map(|(m, _)| m.clone());
@@ -320,11 +377,16 @@ fn update_events(
                 suppressed.remove(cs_id);
             }
         }
-        if !covered.contains(cs_id) {
+        if !covered.contains(cs_id) && !policy_changed {
             if let Some(m) = site(cs_id) {
                 out.push(UpdateEvent::Site(m));
             }
         }
+    }
+    if policy_changed {
+        let mut sites: Vec<model::SiteMetrics> = core.reported.values().map(|(m, _)| m.clone()).collect();
+        sites.sort_by(|a, b| a.cs_id.cmp(&b.cs_id));
+        out.push(UpdateEvent::PolicyChanged(sites));
     }
     out
 }

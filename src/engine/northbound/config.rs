@@ -122,7 +122,7 @@ pub fn policy_config(t: &DataTree<'static>) -> Result<PolicyConfig, String> {
 
 /// The update-control settings (YANG policy/update-control) for the update controller.
 pub fn update_config(t: &DataTree<'static>) -> crate::engine::update::UpdateConfig {
-    use crate::engine::update::{TokenBucketConfig, UpdateConfig};
+    use crate::engine::update::{AdaptiveHeartbeat, LoadShedding, TokenBucketConfig, UpdateConfig};
     let d = UpdateConfig::default();
     let uc = format!("{POLICY}/update-control");
     let v = |p: &str| leaf_u64(t, &format!("{uc}/{p}"));
@@ -135,7 +135,20 @@ pub fn update_config(t: &DataTree<'static>) -> crate::engine::update::UpdateConf
         (Some(rate_milli), Some(burst)) => Some(TokenBucketConfig { rate_milli, burst: burst as u32 }),
         _ => d.token_bucket,
     };
+    let adaptive_heartbeat = t.find_path(&format!("{uc}/adaptive-heartbeat")).is_ok().then(|| {
+        let a = AdaptiveHeartbeat::DEFAULT;
+        AdaptiveHeartbeat {
+            min: v("adaptive-heartbeat/min-interval").map(Duration::from_secs).unwrap_or(a.min),
+            max: v("adaptive-heartbeat/max-interval").map(Duration::from_secs).unwrap_or(a.max),
+        }
+    });
+    let load_shedding = v("load-shedding/report-rate-threshold").map(|threshold| LoadShedding {
+        threshold: u32::try_from(threshold).unwrap_or(u32::MAX),
+        clear_percent: v("load-shedding/clear-percent").map_or(80, |c| u8::try_from(c).unwrap_or(100)),
+    });
     UpdateConfig {
+        adaptive_heartbeat,
+        load_shedding,
         gas_delta_percent: v("gas-delta-percent").map(|x| x as u16).unwrap_or(d.gas_delta_percent),
         gas_delta_absolute: v("gas-delta-absolute").map(|x| x as u32).unwrap_or(d.gas_delta_absolute),
         computing_time_delta_percent: v("computing-time-delta-percent")
@@ -424,6 +437,43 @@ impl ConfigConsumer for EngineConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tree(update_control: &str) -> DataTree<'static> {
+        let xml = format!(
+            "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><policy xmlns=\"urn:cats-sma:yang:cats-sma-policy\">\
+             <update-control>{update_control}</update-control></policy></cats-sma>\0"
+        );
+        DataTree::parse_string(
+            crate::yang::context(),
+            xml.as_bytes(),
+            yang2::data::DataFormat::XML,
+            yang2::data::DataParserFlags::STRICT | yang2::data::DataParserFlags::NO_STATE,
+            yang2::data::DataValidationFlags::NO_STATE,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn seed004_update_control_adaptive_heartbeat_and_load_shedding_are_read() {
+        use crate::engine::update::{AdaptiveHeartbeat, LoadShedding};
+        let c = update_config(&tree(""));
+        assert_eq!((c.adaptive_heartbeat, c.load_shedding), (None, None));
+        let c = update_config(&tree(
+            "<adaptive-heartbeat/><load-shedding><report-rate-threshold>500</report-rate-threshold></load-shedding>",
+        ));
+        assert_eq!(c.adaptive_heartbeat, Some(AdaptiveHeartbeat::DEFAULT), "the YANG defaults");
+        assert_eq!(c.load_shedding, Some(LoadShedding { threshold: 500, clear_percent: 80 }));
+        let c = update_config(&tree(
+            "<adaptive-heartbeat><min-interval>2</min-interval><max-interval>90</max-interval></adaptive-heartbeat>\
+             <load-shedding><report-rate-threshold>7</report-rate-threshold><clear-percent>100</clear-percent></load-shedding>",
+        ));
+        assert_eq!(
+            c.adaptive_heartbeat,
+            Some(AdaptiveHeartbeat { min: Duration::from_secs(2), max: Duration::from_secs(90) })
+        );
+        assert_eq!(c.load_shedding, Some(LoadShedding { threshold: 7, clear_percent: 100 }));
+        assert_eq!(c.validate(), Ok(()));
+    }
 
     #[test]
     fn entry_paths_from_change_paths() {

@@ -68,6 +68,8 @@ struct Snapshot {
     sequence_restarts: u64,
     rejections: Vec<(&'static str, u64, Option<DateTime<Utc>>)>,
     quarantine: Vec<Quarantined>,
+    /// The update controller's statistics (filled outside the engine task).
+    updates: Option<crate::engine::update::UpdateStats>,
 }
 
 fn snapshot(core: &mut Core) -> Snapshot {
@@ -130,6 +132,7 @@ fn snapshot(core: &mut Core) -> Snapshot {
         sequence_restarts: s.sequence_restarts,
         rejections,
         quarantine: core.quarantine.iter().cloned().collect(),
+        updates: None,
     }
 }
 
@@ -273,6 +276,9 @@ fn to_xml(snap: &Snapshot) -> String {
         leaf(&mut out, "detail", esc(&format!("{:?}", q.anomaly)));
         out.push_str("</quarantine>");
     }
+    if let Some(u) = &snap.updates {
+        super::update_status::xml(&mut out, u);
+    }
     out.push_str("</cats-sma>\0");
     out
 }
@@ -294,7 +300,8 @@ impl StateProvider for EngineState {
         if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());
         }
-        let Some(snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
+        let Some(mut snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
+        snap.updates = Some(self.engine.updates.stats());
         let state = parse(&to_xml(&snap))?;
         merge_moving(tree, state)
     }
