@@ -1,6 +1,7 @@
 //! The engine's RPCs (cats-sma module): `resync` asks the update controller for a full
 //! snapshot (to one C-PS or all), `clear-quarantine` releases held reports, `probe-sci`
-//! GETs the SCI's pull URL (seed 004: active probes to tell SCI failure from partition).
+//! GETs the SCI's pull URL (seed 004: active probes to tell SCI failure from partition),
+//! `local-steering` answers which SCI should serve a CS-ID (`engine/steering.rs`).
 
 use yang2::data::{Data, DataTree};
 
@@ -71,6 +72,10 @@ impl AppRpc for EngineRpcs {
                     out.push_str(&format!("<state xmlns=\"{ns}\">{s}</state>"));
                 }
                 Ok(out)
+            }
+            // seed 004, Network Partition: the co-located forwarder's hook (steering.rs).
+            ("cats-sma", "local-steering") => {
+                crate::engine::steering::rpc(&self.engine, input(t, "local-steering", "cs-id"))
             }
             _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
                 .with_bad_element(name)),
