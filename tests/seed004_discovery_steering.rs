@@ -439,3 +439,115 @@ async fn seed004_sci_state_machine_discovery_by_jwt_trust_domain_end_to_end() {
     let r = nc.rpc11(&rpc(6, &edit(bad))).await;
     assert!(r.contains("<rpc-error>") && r.contains("csci-id-pattern"), "{r}");
 }
+
+/// A test CA (rcgen) and client certificates it issues by CommonName.
+struct TestCa {
+    cert: rcgen::Certificate,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, "pod CA");
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+        let cert = p.self_signed(&key).unwrap();
+        TestCa { cert, issuer: rcgen::Issuer::new(p, key) }
+    }
+
+    /// Writes `CN.pem` and `CN.key` into `dir` for a client certificate named `cn`.
+    fn client(&self, dir: &std::path::Path, serial: u64, cn: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.serial_number = Some(rcgen::SerialNumber::from(serial));
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let now = time::OffsetDateTime::now_utc();
+        p.not_before = now - time::Duration::days(1);
+        p.not_after = now + time::Duration::days(30);
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+/// POSTs `body` over HTTPS with curl and a client certificate; (status, body).
+fn curl_post(
+    url: &str,
+    cacert: &std::path::Path,
+    cert: &(std::path::PathBuf, std::path::PathBuf),
+    body: &str,
+) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--cacert"])
+        .arg(cacert)
+        .arg("--cert")
+        .arg(&cert.0)
+        .arg("--key")
+        .arg(&cert.1)
+        .args(["-H", "content-type: application/json", "--data-binary", body, "-w", "\n%{http_code}"])
+        .arg(url)
+        .output()
+        .expect("curl is installed (scripts/setup.sh)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_sci_state_machine_discovery_by_client_certificate_pattern_end_to_end() {
+    use sha2::Digest;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = TestCa::new();
+    std::fs::write(dir.join("ca.pem"), ca.cert.pem()).unwrap();
+    // cert-to-name by the CA's fingerprint: every certificate it issued, by CommonName.
+    let fp: String = sha2::Sha256::digest(ca.cert.der()).iter().map(|b| format!(":{b:02X}")).collect();
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("startup.xml"),
+        format!(
+            "<cats-sma xmlns=\"{CATS}\"><collection><http><tls><client-ca-file>{}</client-ca-file>\
+             <client-auth>required</client-auth><cert-to-name><id>1</id><fingerprint>04{fp}</fingerprint>\
+             <map-type xmlns:x=\"urn:ietf:params:xml:ns:yang:ietf-x509-cert-to-name\">x:common-name</map-type>\
+             </cert-to-name></tls></http></collection>\
+             <scis><discovery><enabled>true</enabled><trust-domain><name>pods</name><proof>certificate</proof>\
+             <csci-id-pattern>pod-[0-9]+</csci-id-pattern><cs-id>AR1</cs-id></trust-domain></discovery></scis></cats-sma>",
+            dir.join("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let agent = start_agent_tls(&state, &["--sci-listen", "127.0.0.1:0"]);
+    let url = format!("https://{}/reports", agent.sci_addr.unwrap());
+    let cacert = state.join("sci-cert.pem");
+    let pod = ca.client(dir, 1, "pod-1");
+    let db = ca.client(dir, 2, "db-1");
+
+    // A verified certificate whose name the domain's pattern refuses: not discovered.
+    let (status, body) = curl_post(&url, &cacert, &db, &report("db-1", "AR1", 1, 400, 5, "HEALTHY", ""));
+    assert!(status == 422 && body.contains("unknown-sci"), "{status} {body}");
+    // The pattern fits, but the domain does not allow LLM1.
+    let (status, body) = curl_post(&url, &cacert, &pod, &report("pod-1", "LLM1", 1, 400, 5, "HEALTHY", ""));
+    assert!(status == 422 && body.contains("unauthorized-cs-id"), "{status} {body}");
+    // The certificate cannot discover another name than its own.
+    let (status, body) = curl_post(&url, &cacert, &pod, &report("pod-2", "AR1", 1, 400, 5, "HEALTHY", ""));
+    assert!(status == 422 && body.contains("unauthenticated"), "{status} {body}");
+    // Discovered.
+    let (status, body) = curl_post(&url, &cacert, &pod, &report("pod-1", "AR1", 1, 400, 5, "HEALTHY", ""));
+    assert_eq!(status, 200, "{body}");
+    let c = Curl::new(&agent);
+    let e = entry(&c, "pod-1");
+    assert_eq!(
+        (e["discovered-by"].as_str(), e["discovery-proof"].as_str(), e["authentication"].as_str()),
+        (Some("pods"), Some("certificate"), Some("certificate")),
+        "{e}"
+    );
+    let body = c.get("/data/cats-sma:cats-sma/services").body;
+    assert_eq!(service(&body, "AR1")["site-gas"], 400, "{body}");
+}
