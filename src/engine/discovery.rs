@@ -311,16 +311,21 @@ pub fn evicted(core: &mut Core, csci_id: &str) {
 }
 
 /// Installs new settings: turning discovery off withdraws every discovered SCI; a domain
-/// that is gone, or now proves differently, withdraws the SCIs discovered through it.
+/// that is gone or changed (its proof, pattern, claim or CS-IDs) withdraws the SCIs
+/// discovered through it, so a narrowed domain takes effect at once (they may be
+/// discovered again under the new rules).
 pub fn set_config(core: &mut Core, cfg: DiscoveryConfig) {
-    let keep =
-        |d: &Discovered| cfg.enabled && cfg.domains.iter().any(|t| t.name == d.domain && t.proof.yang() == d.proof);
+    let old = &core.discovery.config.domains;
+    let keep = |d: &Discovered| {
+        let named = |list: &[TrustDomain]| list.iter().find(|t| t.name == d.domain).cloned();
+        cfg.enabled && named(&cfg.domains).is_some() && named(&cfg.domains) == named(old)
+    };
     let gone: Vec<CsciId> =
         core.discovery.discovered.iter().filter(|(_, d)| !keep(d)).map(|(id, _)| id.clone()).collect();
     let expected_changed = cfg.expected_interval != core.discovery.config.expected_interval;
     core.discovery.config = cfg;
     for id in gone {
-        withdraw(core, &id, "withdrawn", "discovery was turned off or its trust domain changed");
+        withdraw(core, &id, "withdrawn", "discovery was turned off, or its trust domain removed or changed");
     }
     if expected_changed {
         let ids: Vec<CsciId> = core.discovery.discovered.keys().cloned().collect();
@@ -554,8 +559,19 @@ mod tests {
         configured(&mut core, "pod-2");
         assert!(core.discovery.get("pod-2").is_none());
         assert_eq!(core.registry["pod-2"].cs_ids, vec!["LLM1".to_owned()]);
+        // A changed domain (here: its CS-IDs) withdraws the SCIs discovered through it.
+        core.ingest_from(&raw("pod-4", "AR1", 1), &by_cert("pod-4")).unwrap();
+        let narrowed = || enabled(8, vec![domain("k8s", DomainProof::Certificate, Some("pod-.*"), &["AR2"])]);
+        set_config(&mut core, narrowed());
+        assert!(!core.registry.contains_key("pod-4") && core.discovery.get("pod-4").is_none());
+        let e = core.ingest_from(&raw("pod-4", "AR1", 2), &by_cert("pod-4")).unwrap_err();
+        assert_eq!(e.0, Rejection::UnauthorizedCsId);
+        // An unchanged configuration keeps them.
+        core.ingest_from(&raw("pod-5", "AR2", 1), &by_cert("pod-5")).unwrap();
+        set_config(&mut core, narrowed());
+        assert!(core.discovery.get("pod-5").is_some());
         // Turning discovery off withdraws what was discovered, never a configured SCI.
-        core.ingest_from(&raw("pod-3", "AR1", 1), &by_cert("pod-3")).unwrap();
+        core.ingest_from(&raw("pod-3", "AR2", 1), &by_cert("pod-3")).unwrap();
         set_config(&mut core, DiscoveryConfig::default());
         assert!(!core.registry.contains_key("pod-3") && core.cache.get("pod-3").is_none());
         assert!(core.registry.contains_key("pod-1") && core.registry.contains_key("pod-2"));
