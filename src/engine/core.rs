@@ -150,6 +150,9 @@ pub struct Sender {
     /// `http`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
     pub transport: &'static str,
     pub address: Option<std::net::IpAddr>,
+    /// A bearer token verified with a discovery trust domain's credential: what it grants
+    /// an SCI that is not registered (`discovery.rs`).
+    pub grant: Option<super::discovery::Grant>,
 }
 
 /// How a message's sender was proven (seed 004, SCI Authentication).
@@ -205,6 +208,8 @@ pub struct Core {
     /// Some C-PS takes per-SCI rows: accepted reports raise `SciUpdated`, as for the tap.
     /// Set by the engine loop before each job.
     pub sci_rows: bool,
+    /// Dynamic SCI discovery (`discovery.rs`): settings and the discovered SCIs.
+    pub discovery: super::discovery::Discovery,
 }
 
 impl Core {
@@ -233,6 +238,7 @@ impl Core {
             rate: Default::default(),
             policy_changed: false,
             sci_rows: false,
+            discovery: Default::default(),
         }
     }
 
@@ -256,6 +262,7 @@ impl Core {
     /// Brings the reported site metrics up to date for every site that changed; called
     /// once after each batch of work, so a site changed by many reports is evaluated once.
     pub fn settle(&mut self) {
+        super::discovery::observe(self);
         let mut seen = std::collections::HashSet::new();
         let changed: Vec<CsId> = self
             .events
@@ -306,7 +313,7 @@ impl Core {
         self.reject(reason, source, "refused by the transport");
     }
 
-    fn reject(&mut self, reason: Rejection, csci_id: &str, detail: &str) -> Rejection {
+    pub(super) fn reject(&mut self, reason: Rejection, csci_id: &str, detail: &str) -> Rejection {
         let i = reason.index();
         self.stats.rejected[i] += 1;
         self.stats.last_rejection[i] = Some(self.clock.wall());
@@ -407,7 +414,13 @@ impl Core {
 
     /// A refusal for who sent a report (unauthenticated, unauthorized CS-ID): counted,
     /// logged and notified as an auth-failure (aggregated per source).
-    fn refuse_sender(&mut self, reason: Rejection, raw: &RawReport, sender: &Sender, detail: String) -> Rejection {
+    pub(super) fn refuse_sender(
+        &mut self,
+        reason: Rejection,
+        raw: &RawReport,
+        sender: &Sender,
+        detail: String,
+    ) -> Rejection {
         self.count_only(reason);
         self.notify_auth_failure(sender, Some(raw.csci_id.clone()), reason, detail);
         reason
@@ -436,6 +449,10 @@ impl Core {
         if let Some(a) = sender.csci_id.as_deref().filter(|a| *a != raw.csci_id) {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
+        }
+        if !self.registry.contains_key(&raw.csci_id) {
+            // Refused as unknown unless discovery registers it (seed 004, SCI state machine).
+            super::discovery::admit(self, raw, sender)?;
         }
         let Some(sci) = self.registry.get(&raw.csci_id) else {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
@@ -776,6 +793,7 @@ impl Core {
     pub fn tick(&mut self) {
         let ev = self.cache.expire(self.clock.now(), self.clock.wall());
         self.absorb(ev);
+        super::discovery::expire(self);
         self.auth_summaries();
     }
 
@@ -787,6 +805,9 @@ impl Core {
             ) = (&mut self.smoother, &e)
             {
                 s.forget(csci_id);
+            }
+            if let CacheEvent::Evicted { csci_id, .. } = &e {
+                super::discovery::evicted(self, csci_id);
             }
             let ev = match e {
                 CacheEvent::StateChanged { csci_id, from, to, reason } => {

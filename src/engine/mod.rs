@@ -10,6 +10,7 @@ pub mod changes;
 pub mod clock;
 pub mod collect;
 pub mod core;
+pub mod discovery;
 pub mod model;
 pub mod northbound;
 pub mod policy;
@@ -19,6 +20,7 @@ pub mod report;
 pub mod retained;
 pub mod sci_state;
 pub mod smooth;
+pub mod steering;
 pub mod update;
 pub mod validate;
 
@@ -96,10 +98,15 @@ impl Engine {
             // The epoch of per-SCI detail the controller has every row for.
             let mut rows_epoch = None;
             loop {
-                let deadline = [core.cache.next_deadline(), core.next_maintenance_edge(), core.next_auth_summary()]
-                    .into_iter()
-                    .flatten()
-                    .min();
+                let deadline = [
+                    core.cache.next_deadline(),
+                    core.next_maintenance_edge(),
+                    core.next_auth_summary(),
+                    core.discovery.next_deadline(),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
                 let sleep = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
@@ -258,20 +265,22 @@ impl Engine {
         let claimed = sender.csci_id.clone().or_else(|| reports.first().map(|r| r.csci_id.clone()));
         let verdict = {
             let table = self.auth.read().unwrap_or_else(|e| e.into_inner());
-            table.verify(proof, claimed.as_deref(), body, chrono::Utc::now())
+            table.verify_proof(proof, claimed.as_deref(), body, chrono::Utc::now())
         };
         // A token proves its own subject: it must be the SCI the transport attributes the
         // message to (topic level, pull target), when it attributes one.
         let verdict = match (verdict, sender.csci_id.as_deref()) {
-            (Ok(Some(p)), Some(a)) if p != a => {
-                Err(auth::AuthFailure::new(Some(&p), &format!("the proof is for {p} but the message came as {a}")))
-            }
+            (Ok(Some(p)), Some(a)) if p.csci_id != a => Err(auth::AuthFailure::new(
+                Some(&p.csci_id),
+                &format!("the proof is for {} but the message came as {a}", p.csci_id),
+            )),
             (v, _) => v,
         };
         match verdict {
             Ok(Some(proven)) => {
-                sender.csci_id = Some(proven);
+                sender.csci_id = Some(proven.csci_id);
                 sender.proof = Some(core::Proof::Credential);
+                sender.grant = proven.grant;
             }
             Ok(None) => {}
             Err(f) => {

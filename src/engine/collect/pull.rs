@@ -381,6 +381,7 @@ async fn pull_one(
                     transport: "pull",
                     address: f.address,
                     proof: f.verified.then_some(Proof::Certificate),
+                    ..Sender::default()
                 };
                 let results = match engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await {
                     Ok(r) => r,

@@ -287,6 +287,10 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
     crate::engine::rate_limit::apply(engine, crate::engine::rate_limit::settings(t));
     let auth = crate::engine::auth::table(t);
     *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
+    let discovery = crate::engine::discovery::settings(t).unwrap_or_else(|e| {
+        tracing::error!("scis/discovery in running is not usable, discovery stays off: {e}");
+        Default::default()
+    });
     if let Err(e) = engine.updates.reconfigure(update_config(t)) {
         tracing::error!("update-control in running is not usable, keeping the defaults: {e}");
     }
@@ -304,6 +308,7 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         for (k, s) in scis {
             core.set_sci(&k, s);
         }
+        crate::engine::discovery::set_config(core, discovery);
     });
 }
 
@@ -338,6 +343,9 @@ impl ConfigConsumer for EngineConfig {
             if let Some(t) = h.tls.filter(|_| h.enabled) {
                 crate::tls::server::check_files(&t).map_err(|e| format!("collection/http/tls: {e}"))?;
             }
+        }
+        if tx.changes_under(&format!("{ROOT}/scis/discovery")).next().is_some() {
+            crate::engine::discovery::settings(tx.config)?;
         }
         if tx.changes_under(&format!("{ROOT}/cache")).next().is_some() {
             let c = cache(tx.config);
@@ -415,18 +423,28 @@ impl ConfigConsumer for EngineConfig {
             let f = function(tx.config);
             self.engine.submit(move |core| core.set_function(f));
         }
-        if touched("collection/authentication") || tx.changes_under(SCI).next().is_some() {
+        if touched("collection/authentication") || touched("scis/discovery") || tx.changes_under(SCI).next().is_some() {
             // Before the registry changes reach the engine, so a new credential-ref is
             // never enforced without its key being known to the transports.
             let table = crate::engine::auth::table(tx.config);
             *self.engine.auth.write().unwrap_or_else(|e| e.into_inner()) = table;
+        }
+        if touched("scis/discovery") {
+            // Checked in prepare.
+            if let Ok(d) = crate::engine::discovery::settings(tx.config) {
+                self.engine.submit(move |core| crate::engine::discovery::set_config(core, d));
+            }
         }
         let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
         for (entry, key) in entries {
             match sci(tx.config, &entry) {
                 Some(s) => {
                     warn_unauthenticated(&key, &s);
-                    self.engine.submit(move |core| core.set_sci(&key, s))
+                    self.engine.submit(move |core| {
+                        // A configured SCI replaces a discovered one of its CSCI-ID.
+                        crate::engine::discovery::configured(core, &key);
+                        core.set_sci(&key, s)
+                    })
                 }
                 None => self.engine.submit(move |core| core.remove_sci(&key)),
             }

@@ -3,7 +3,8 @@
 //! probes the SCI now — its failure-detection probe, else a GET of its pull URL (seed 004:
 //! active probes to tell SCI failure from partition),
 //! `report-sci-failure` is the external health monitor's webhook (seed 004, SCI Failure
-//! Detection: the SCI is FAILED at once).
+//! Detection: the SCI is FAILED at once), `local-steering` answers which SCI should serve
+//! a CS-ID (`engine/steering.rs`).
 
 use yang2::data::{Data, DataTree};
 
@@ -117,6 +118,10 @@ impl AppRpc for EngineRpcs {
                     from.yang(),
                     to.yang()
                 ))
+            }
+            // seed 004, Network Partition: the co-located forwarder's hook (steering.rs).
+            ("cats-sma", "local-steering") => {
+                crate::engine::steering::rpc(&self.engine, input(t, "local-steering", "cs-id"))
             }
             _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
                 .with_bad_element(name)),
