@@ -660,7 +660,7 @@ async fn mqtt_load(args: &Args, mut probe: Conn, port: u16) {
         .await;
     while !marker_seen(&mut probe, probe_seq, ts0).await {
         probe_seq += 1;
-        if probe_seq % 50 == 0 {
+        if probe_seq.is_multiple_of(50) {
             // Published before the subscription existed: publish it again.
             publish_all(
                 port,

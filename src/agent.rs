@@ -142,6 +142,11 @@ async fn start_engine(
     let (pull_tx, pull_rx) = tokio::sync::watch::channel(pull_settings);
     let (now_tx, now_rx) = tokio::sync::mpsc::unbounded_channel();
     engine.submit(move |core| core.pull_requests = Some(now_tx));
+    // Active probes of STALE SCIs run in a task of their own (seed 004, SCI Failure Detection).
+    let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
+    engine.submit(move |core| core.failure.requests = Some(probe_tx));
+    tokio::spawn(crate::engine::probe::serve(engine.clone(), probe_rx));
+    datastores.register_state_provider(Arc::new(crate::engine::probe::FailureState { engine: engine.clone() }));
     let pull_status = crate::engine::collect::pull::PullStatus::default();
     let mqtt_status = crate::engine::collect::mqtt::MqttStatus::default();
     tokio::spawn(crate::engine::collect::pull::serve(engine.clone(), pull_rx.clone(), now_rx, pull_status.clone()));

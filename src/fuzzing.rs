@@ -332,7 +332,9 @@ pub fn sci_report(data: &[u8]) {
 /// `sci-b` holds a `jwt` credential allowing HS256 (key `secret-key-of-sci-b-thirty-two-bytes`),
 /// RS256, ES256 and EdDSA with the fixed JWKS below (kid `ed-1`: the RFC 8037 A.1 test key;
 /// kid `ec-1`: the RFC 7515 A.3 P-256 key), issuer
-/// `site-1`, audience `csma-1`; the clock stands at 1 800 000 000.
+/// `site-1`, audience `csma-1`; the clock stands at 1 800 000 000. Subjects `pod-…` without a
+/// credential of their own are verified by the discovery trust domain `k8s` (credential
+/// `b-jwt`), whose claim `cs_ids` is decoded (seed 004, SCI discovery).
 pub fn sci_auth(data: &[u8]) {
     use crate::engine::auth::{jwks, AuthTable, Credential, JwtAlg, JwtRules};
     let Some(s) = text(data) else { return };
@@ -361,10 +363,16 @@ pub fn sci_auth(data: &[u8]) {
         t.credentials.insert("b-jwt".into(), Credential::jwt(b"secret-key-of-sci-b-thirty-two-bytes", rules));
         t.scis.insert("sci-a".into(), "a-psk".into());
         t.scis.insert("sci-b".into(), "b-jwt".into());
+        t.domains.push(crate::engine::auth::JwtDomain {
+            name: "k8s".into(),
+            credential: "b-jwt".into(),
+            pattern: crate::engine::discovery::Pattern::new("pod-[a-z0-9-]+").ok(),
+            cs_id_claim: Some("cs_ids".into()),
+        });
         t
     });
     let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
-    let _ = table.verify(proof, claimed, body.as_bytes(), now);
+    let _ = table.verify_proof(proof, claimed, body.as_bytes(), now);
 }
 
 /// The JWKS of [`sci_auth`]: the public keys of RFC 8037 A.2 (Ed25519) and RFC 7515 A.3 (P-256).

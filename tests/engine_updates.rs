@@ -146,3 +146,148 @@ async fn seed_004_policy_engine_maintenance_window_suppresses_on_its_own_timer()
     .expect("advertised after the window closed");
     assert_eq!(ad.sites[0].cs_id, "AR1");
 }
+
+fn register(csci: &str, interval: Duration) -> impl FnOnce(&mut cats_sma::engine::core::Core) + Send + 'static {
+    let csci = csci.to_owned();
+    move |core| {
+        core.set_sci(
+            &csci,
+            SciConfig {
+                cs_ids: vec!["AR1".into()],
+                credential_ref: None,
+                unauthenticated: true,
+                expected_interval: interval,
+            },
+        )
+    }
+}
+
+fn raw_from(csci: &str, seq: u64, gas: i64, clock: &Clock) -> RawReport {
+    RawReport { csci_id: csci.into(), ..raw(seq, gas, "HEALTHY", clock) }
+}
+
+async fn next_ad(
+    ads: &mut tokio::sync::broadcast::Receiver<Arc<cats_sma::engine::update::Advertisement>>,
+) -> Arc<cats_sma::engine::update::Advertisement> {
+    tokio::time::timeout(Duration::from_secs(600), ads.recv()).await.expect("an advertisement").unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed004_update_controller_per_sci_rows_through_the_engine_loop() {
+    // Seed 004, Protocol Adapter: "PUT /cats/metrics/{csci-id} (update metrics for a
+    // specific CSCI-ID)". While a C-PS wants per-SCI metrics the engine sends each changed
+    // SCI's row (state and metrics after SCI-scope policy) and the advertisements carry
+    // them: a full update every row of its services, a delta the rows that changed.
+    use cats_sma::engine::model::SciState;
+    use cats_sma::engine::update::{AdvertisementKind, UpdateEvent};
+    let clock = Clock::new();
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    engine.updates.send(UpdateEvent::SciDetail(true)).unwrap();
+    engine.query(register("sci-1", Duration::from_secs(600))).await.unwrap();
+    engine.query(register("sci-2", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw_from("sci-1", 1, 100, &clock)], None).await[0].is_ok());
+    let ad = next_ad(&mut ads).await;
+    assert_eq!(ad.kind, AdvertisementKind::Full);
+    assert_eq!(ad.scis.iter().map(|r| (r.csci_id.as_str(), r.metrics.gas)).collect::<Vec<_>>(), [("sci-1", 100)]);
+    assert_eq!(ad.scis[0].state, SciState::Healthy);
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(engine.ingest(vec![raw_from("sci-2", 1, 50, &clock)], None).await[0].is_ok());
+    let ad = next_ad(&mut ads).await;
+    assert_eq!(ad.scis.iter().map(|r| r.csci_id.as_str()).collect::<Vec<_>>(), ["sci-1", "sci-2"]);
+
+    // sci-2 alone changes, past the site's thresholds: a delta with its row only.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(engine.ingest(vec![raw_from("sci-2", 2, 70, &clock)], None).await[0].is_ok());
+    let ad = next_ad(&mut ads).await;
+    assert_eq!((ad.kind, ad.sites[0].gas), (AdvertisementKind::Delta, 170));
+    assert_eq!(ad.scis.iter().map(|r| (r.csci_id.as_str(), r.metrics.gas)).collect::<Vec<_>>(), [("sci-2", 70)]);
+
+    // Off: no rows.
+    engine.updates.send(UpdateEvent::SciDetail(false)).unwrap();
+    engine.updates.send(UpdateEvent::Resync { peer: None }).unwrap();
+    let ad = next_ad(&mut ads).await;
+    assert!(ad.scis.is_empty(), "{ad:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed004_policy_engine_maintenance_window_heartbeat_in_paused_time() {
+    // Seed 004, Policy Engine: "Maintenance window: suppress all non-critical updates"; the
+    // soft-state refresh keeps going, with what the C-PSes were last told (suppress all).
+    use cats_sma::engine::policy::{MaintenanceWindow, Policy, PolicyConfig, Schedule, Suppress};
+    use cats_sma::engine::update::Trigger;
+    let clock = Clock::starting_at("2026-03-01T00:00:00Z".parse().unwrap());
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    let window = MaintenanceWindow {
+        name: "upgrade".into(),
+        schedule: Schedule::Absolute {
+            start: "2026-03-01T00:00:30Z".parse().unwrap(),
+            end: "2026-03-01T00:05:00Z".parse().unwrap(),
+        },
+        suppress: Suppress::All,
+    };
+    let policy = Policy::compile(&PolicyConfig { maintenance_windows: vec![window], ..Default::default() }).unwrap();
+    engine.query(move |core| core.set_policy(policy)).await.unwrap();
+    engine.query(register("188.3.67.3:67", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw(1, 400, "HEALTHY", &clock)], None).await[0].is_ok());
+    assert_eq!(next_ad(&mut ads).await.sites[0].gas, 400);
+
+    tokio::time::advance(Duration::from_secs(40)).await;
+    assert!(engine.ingest(vec![raw(2, 300, "HEALTHY", &clock)], None).await[0].is_ok());
+    // Every 60 s a heartbeat inside the window, with the value from before it; when the
+    // window ends, the change.
+    let end: chrono::DateTime<chrono::Utc> = "2026-03-01T00:05:00Z".parse().unwrap();
+    let mut beats = 0;
+    let ad = loop {
+        let ad = next_ad(&mut ads).await;
+        if ad.trigger != Trigger::Heartbeat {
+            break ad;
+        }
+        assert_eq!((ad.trigger, ad.sites[0].gas), (Trigger::Heartbeat, 400), "{ad:?}");
+        assert!(clock.wall() < end);
+        beats += 1;
+    };
+    assert_eq!(beats, 4, "at 1, 2, 3 and 4 minutes");
+    // (It shares the full snapshot of the heartbeat due at the same time.)
+    assert_eq!((ad.trigger, ad.sites[0].gas), (Trigger::MetricChange, 300));
+    assert!(clock.wall() >= end);
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed004_update_controller_an_sci_moved_off_its_cs_id_is_withdrawn_from_it() {
+    // Seed 004, Update Controller, SCI Discovery Trigger: "an existing SCI is withdrawn" —
+    // also when its registration no longer lists the CS-ID it reported for: a full update
+    // listing the SCI as withdrawn from that CS-ID.
+    use cats_sma::engine::update::{AdvertisementKind, SciWithdrawal, Trigger};
+    let clock = Clock::new();
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    engine.query(register("sci-1", Duration::from_secs(600))).await.unwrap();
+    engine.query(register("sci-2", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw_from("sci-1", 1, 100, &clock)], None).await[0].is_ok());
+    assert!(engine.ingest(vec![raw_from("sci-2", 1, 100, &clock)], None).await[0].is_ok());
+    let ad = next_ad(&mut ads).await;
+    assert_eq!(ad.sites[0].sci_count, 2, "{ad:?}");
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    engine
+        .query(|core| {
+            core.set_sci(
+                "sci-2",
+                SciConfig {
+                    cs_ids: vec!["LLM1".into()],
+                    credential_ref: None,
+                    unauthenticated: true,
+                    expected_interval: Duration::from_secs(600),
+                },
+            )
+        })
+        .await
+        .unwrap();
+    let ad = next_ad(&mut ads).await;
+    assert_eq!((ad.kind, ad.trigger), (AdvertisementKind::Full, Trigger::Withdrawal));
+    assert_eq!(ad.sci_withdrawn, [SciWithdrawal::new("sci-2", ["AR1".to_string()])]);
+    assert_eq!((ad.sites[0].gas, ad.sites[0].sci_count), (100, 1));
+}

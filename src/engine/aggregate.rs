@@ -3,12 +3,18 @@
 //! adds its new one, so a report costs O(log n) for the min/max multiset and O(1) otherwise,
 //! never a rescan.
 //!
-//! Rules: an SCI contributes while it is reporting (state HEALTHY or STALE) with health
-//! HEALTHY or DEGRADED; UNHEALTHY and FAILED SCIs contribute 0 (seed 004: "If all SCIs are
-//! UNHEALTHY, Site_GAS MUST be 0"). Site_GAS is the saturating sum of contributing GAS, and
-//! is forced to 0 when no contributing SCI is HEALTHY (seed 004: "If Site_GAS > 0, at least
-//! one SCI MUST be HEALTHY"). Site health: healthy if any SCI is HEALTHY, else degraded if any
-//! is DEGRADED, else unhealthy.
+//! Rules (seed 004, Validator & Sanitizer, consistency checks; the reasoning is in
+//! docs/architecture.md, "How DEGRADED counts"): an SCI contributes while it is reporting
+//! (state HEALTHY or STALE) with health HEALTHY or DEGRADED; UNHEALTHY and FAILED SCIs
+//! contribute 0. Site_GAS is the saturating sum of the contributing GAS, so a site whose
+//! SCIs are all UNHEALTHY advertises 0 ("If all SCIs are UNHEALTHY, Site_GAS MUST be 0"),
+//! and a site with GAS > 0 has at least one SCI that is reporting and not UNHEALTHY ("If
+//! Site_GAS > 0, at least one SCI MUST be HEALTHY", HEALTHY read as the state machine's
+//! "reporting metrics normally"). A DEGRADED SCI serves with reduced capacity: it counts
+//! with the GAS it reports (after SCI-scope policy such as the seed's "REDUCE SCI_GAS BY
+//! 50%"). Computing time is at least 1 ms while Site_GAS is above 0 ("Computing Time
+//! SHOULD be > 0 if GAS > 0"). Site health: healthy if any SCI is HEALTHY, else degraded if
+//! any is DEGRADED, else unhealthy.
 
 use std::collections::BTreeMap;
 
@@ -169,7 +175,8 @@ impl Aggregate {
         } else {
             Health::Unhealthy
         };
-        let gas = if self.healthy == 0 { 0 } else { self.gas_sum.min(u32::MAX as u64) as u32 };
+        // Every contribution is HEALTHY or DEGRADED (UNHEALTHY ones are never added).
+        let gas = if self.healthy + self.degraded == 0 { 0 } else { self.gas_sum.min(u32::MAX as u64) as u32 };
         let computing_time_ms = if self.contributing == 0 {
             0
         } else {
@@ -183,6 +190,9 @@ impl Aggregate {
                 ComputingTimeFunction::GasWeighted => (self.ct_sum / self.contributing as u64) as u32,
             }
         };
+        // A site that can take requests takes time to serve them: 0 ms (every SCI reported
+        // 0, or rounding) is shown as the 1 ms resolution, never as "instant".
+        let computing_time_ms = if gas > 0 { computing_time_ms.max(1) } else { computing_time_ms };
         SiteMetrics {
             cs_id: cs_id.to_owned(),
             gas,
@@ -225,11 +235,50 @@ mod tests {
         assert!(Contribution::of(&m(500, 5, Health::Unhealthy)).is_none());
         let a = Aggregate::default();
         assert_eq!(a.site("X", ComputingTimeFunction::Mean).gas, 0);
-        // Site_GAS > 0 ⇒ at least one HEALTHY: a DEGRADED-only site advertises 0.
+    }
+
+    #[test]
+    fn seed004_validator_consistency_degraded_sci_contributes_its_gas() {
+        // seed 004 Metric Cache Structure: LLM1 is served by 188.3.67.4:70 alone, DEGRADED,
+        // GAS 300, 12 ms: the site advertises 300 (degraded), not 0.
         let mut a = Aggregate::default();
-        a.add(&Contribution::of(&m(300, 12, Health::Degraded)).unwrap());
+        let c = Contribution::of(&m(300, 12, Health::Degraded)).unwrap();
+        a.add(&c);
         let s = a.site("LLM1", ComputingTimeFunction::Mean);
-        assert_eq!((s.gas, s.health), (0, Health::Degraded));
+        assert_eq!((s.gas, s.computing_time_ms, s.health, s.sci_count), (300, 12, Health::Degraded, 1));
+        // The SCI turns UNHEALTHY: it no longer contributes, the site is 0.
+        a.remove(&c);
+        assert!(Contribution::of(&m(300, 12, Health::Unhealthy)).is_none());
+        let s = a.site("LLM1", ComputingTimeFunction::Mean);
+        assert_eq!((s.gas, s.health, s.sci_count), (0, Health::Unhealthy, 0));
+    }
+
+    #[test]
+    fn seed004_validator_consistency_computing_time_positive_when_gas_positive() {
+        // "Computing Time SHOULD be > 0 if GAS > 0".
+        let mut a = Aggregate::default();
+        a.add(&Contribution::of(&m(50, 0, Health::Healthy)).unwrap());
+        for f in [ComputingTimeFunction::Mean, ComputingTimeFunction::Min, ComputingTimeFunction::GasWeighted] {
+            assert_eq!(a.site("X", f).computing_time_ms, 1, "{f:?}");
+        }
+        // GAS 0 with 0 ms stays 0.
+        let mut a = Aggregate::default();
+        a.add(&Contribution::of(&m(0, 0, Health::Healthy)).unwrap());
+        assert_eq!(a.site("X", ComputingTimeFunction::Mean).computing_time_ms, 0);
+    }
+
+    #[test]
+    fn seed004_policy_engine_site_reputation_is_the_lowest_contributing() {
+        let mut a = Aggregate::default();
+        let r = |gas, rep| Contribution::of(&Metrics { reputation: Some(rep), ..m(gas, 5, Health::Healthy) }).unwrap();
+        let (hi, lo) = (r(100, 9), r(100, 4));
+        a.add(&hi);
+        a.add(&lo);
+        assert_eq!(a.site("X", ComputingTimeFunction::Mean).reputation, Some(4));
+        a.remove(&lo);
+        assert_eq!(a.site("X", ComputingTimeFunction::Mean).reputation, Some(9));
+        a.remove(&hi);
+        assert_eq!(a.site("X", ComputingTimeFunction::Mean).reputation, None);
     }
 
     #[test]

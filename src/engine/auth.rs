@@ -72,11 +72,39 @@ pub struct AuthTable {
     pub credentials: HashMap<String, Credential>,
     /// CSCI-ID → credential name.
     pub scis: HashMap<String, String>,
+    /// The jwt trust domains of SCI discovery, in order (empty while discovery is off):
+    /// they verify the tokens of subjects that have no credential of their own.
+    pub domains: Vec<JwtDomain>,
+}
+
+/// A jwt trust domain of SCI discovery (`scis/discovery/trust-domain`, proof jwt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwtDomain {
+    pub name: String,
+    /// The `jwt` credential that verifies its tokens.
+    pub credential: String,
+    /// The subjects it admits (absent: any).
+    pub pattern: Option<super::discovery::Pattern>,
+    /// The claim listing the CS-IDs a token grants.
+    pub cs_id_claim: Option<String>,
+}
+
+/// Who a verified proof proves, and what a trust domain's token grants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proven {
+    pub csci_id: String,
+    /// Set when a discovery trust domain's credential verified the token.
+    pub grant: Option<super::discovery::Grant>,
 }
 
 impl Default for AuthTable {
     fn default() -> Self {
-        AuthTable { window: Duration::from_secs(30), credentials: HashMap::new(), scis: HashMap::new() }
+        AuthTable {
+            window: Duration::from_secs(30),
+            credentials: HashMap::new(),
+            scis: HashMap::new(),
+            domains: Vec::new(),
+        }
     }
 }
 
@@ -122,11 +150,28 @@ impl AuthTable {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<Option<String>, AuthFailure> {
+        self.verify_proof(proof, claimed, body, now).map(|p| p.map(|p| p.csci_id))
+    }
+
+    /// The jwt trust domain that verifies the tokens of `sub`, when it has no credential of
+    /// its own: the first whose pattern admits it.
+    pub fn domain_for(&self, sub: &str) -> Option<&JwtDomain> {
+        self.domains.iter().find(|d| d.pattern.as_ref().is_none_or(|p| p.matches(sub)))
+    }
+
+    /// [`AuthTable::verify`], with what a discovery trust domain's token grants.
+    pub fn verify_proof(
+        &self,
+        proof: Option<&str>,
+        claimed: Option<&str>,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<Option<Proven>, AuthFailure> {
         let Some(proof) = proof.map(str::trim).filter(|p| !p.is_empty()) else { return Ok(None) };
         let fail = |claimed: Option<&str>, detail: String| AuthFailure::new(claimed, &detail);
         let (scheme, rest) = proof.split_once(' ').unwrap_or((proof, ""));
         if scheme.eq_ignore_ascii_case("bearer") {
-            return jwt::verify(self, rest.trim(), body, now).map(Some);
+            return jwt::verify_token(self, rest.trim(), body, now).map(Some);
         }
         if !scheme.eq_ignore_ascii_case(HMAC_SCHEME) {
             return Err(fail(
@@ -165,7 +210,7 @@ impl AuthTable {
         mac.update(b"\n");
         mac.update(body);
         mac.verify_slice(&sig).map_err(|_| fail(claimed, format!("HMAC signature does not verify with {name}")))?;
-        Ok(Some(csci.to_owned()))
+        Ok(Some(Proven { csci_id: csci.to_owned(), grant: None }))
     }
 }
 
@@ -183,7 +228,7 @@ fn auth_params(s: &str) -> HashMap<&str, &str> {
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
@@ -285,6 +330,20 @@ pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
             }
             if let (Some(i), Some(c)) = (id, cred) {
                 out.scis.insert(i, c);
+            }
+        }
+    }
+    // SCI discovery: the jwt trust domains, only while discovery is on (an unusable
+    // setting is refused at commit; in running it leaves discovery off).
+    if let Some(d) = super::discovery::settings(t).ok().filter(|d| d.enabled) {
+        for dom in d.domains {
+            if let super::discovery::DomainProof::Jwt { credential } = dom.proof {
+                out.domains.push(JwtDomain {
+                    name: dom.name,
+                    credential,
+                    pattern: dom.pattern,
+                    cs_id_claim: dom.cs_id_claim,
+                });
             }
         }
     }

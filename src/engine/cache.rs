@@ -29,6 +29,12 @@ pub struct Flags {
     pub smoothed: bool,
     pub pull_pending: bool,
     pub gas_zeroed: bool,
+    /// A newer report of this SCI is held in quarantine.
+    pub quarantined: bool,
+    /// An active probe of the STALE SCI found neither it nor the site reference answering.
+    pub partition_suspected: bool,
+    /// An active probe of the STALE SCI got an answer: alive, but not reporting.
+    pub alive_not_reporting: bool,
 }
 
 /// A slot of the slab; `NIL` ends the LRU list.
@@ -40,9 +46,12 @@ impl Flags {
     pub fn yang_bits(self) -> Option<String> {
         let bits: Vec<&str> = [
             (self.anomaly_warning, "anomaly-warning"),
+            (self.quarantined, "quarantined"),
             (self.smoothed, "smoothed"),
             (self.pull_pending, "pull-pending"),
             (self.gas_zeroed, "gas-zeroed"),
+            (self.partition_suspected, "partition-suspected"),
+            (self.alive_not_reporting, "alive-not-reporting"),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -113,10 +122,14 @@ pub enum CacheEvent {
     PullNeeded {
         csci_id: CsciId,
     },
-    /// An entry was evicted to make room (seed 004: triggers a withdrawal).
+    /// An entry was evicted to make room (seed 004: triggers a withdrawal), with the state
+    /// it was in and what the validator remembered of it (kept beyond the entry).
     Evicted {
         csci_id: CsciId,
         cs_id: Option<CsId>,
+        state: SciState,
+        sequence: Option<u64>,
+        timestamp: Option<DateTime<Utc>>,
     },
 }
 
@@ -219,6 +232,11 @@ pub struct MetricCache {
     serial: u64,
     pub max_entries: usize,
     pub function: ComputingTimeFunction,
+    /// Entries in state HEALTHY (kept on every transition, so failure detection can ask
+    /// "do other SCIs still report?" without a scan).
+    healthy: usize,
+    /// Entries evicted to make room since start (YANG cache/state/evictions).
+    pub evictions: u64,
 }
 
 impl MetricCache {
@@ -235,6 +253,8 @@ impl MetricCache {
             serial: 0,
             max_entries: max_entries.max(1),
             function: ComputingTimeFunction::default(),
+            healthy: 0,
+            evictions: 0,
         }
     }
 
@@ -244,6 +264,20 @@ impl MetricCache {
 
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// How many entries are HEALTHY (reporting within their TTL).
+    pub fn healthy_count(&self) -> usize {
+        self.healthy
+    }
+
+    fn count_transition(&mut self, from: SciState, to: SciState) {
+        if from == SciState::Healthy {
+            self.healthy = self.healthy.saturating_sub(1);
+        }
+        if to == SciState::Healthy {
+            self.healthy += 1;
+        }
     }
 
     fn slot(&self, csci_id: &str) -> Option<Slot> {
@@ -387,9 +421,11 @@ impl MetricCache {
         let mut slot = self.lru_head;
         while slot != NIL {
             if let Some(e) = self.at(slot).filter(|e| e.csci_id != keep) {
-                let (id, cs_id) = (e.csci_id.clone(), e.cs_id.clone());
+                let (id, cs_id, state) = (e.csci_id.clone(), e.cs_id.clone(), e.state);
+                let (sequence, timestamp) = (e.history.last_sequence, e.history.last_timestamp);
                 let mut events = self.remove(&id);
-                events.push(CacheEvent::Evicted { csci_id: id, cs_id });
+                self.evictions += 1;
+                events.push(CacheEvent::Evicted { csci_id: id, cs_id, state, sequence, timestamp });
                 return events;
             }
             slot = self.lru[slot as usize][1];
@@ -403,6 +439,7 @@ impl MetricCache {
         self.unlink(slot);
         let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::take) else { return Vec::new() };
         self.free.push(slot);
+        self.count_transition(e.state, SciState::Active);
         let mut events = Vec::new();
         if let Some(cs) = &e.cs_id {
             self.leave(cs, slot, e.contribution().as_ref());
@@ -453,7 +490,8 @@ impl MetricCache {
             events.push(CacheEvent::StateChanged { csci_id: report.csci_id.clone(), from: old_state, to, reason });
         }
         let new_contribution = e.contribution();
-        let ttl = e.ttl;
+        let (ttl, new_state) = (e.ttl, e.state);
+        self.count_transition(old_state, new_state);
         match old_cs {
             None => {
                 if let Some(s) = self.services.get_mut(&report.cs_id) {
@@ -498,6 +536,36 @@ impl MetricCache {
             }
         }
         changed.into_iter().map(|cs_id| CacheEvent::SiteChanged { cs_id }).collect()
+    }
+
+    /// Moves an SCI to FAILED at once (seed 004, SCI Failure Detection: an active probe
+    /// found it failed, or an external health monitor said so): GAS contribution 0, its
+    /// pending timers void; the next accepted report brings it back. Nothing happens when
+    /// the state machine refuses the input (e.g. a probe result for an SCI that reported
+    /// meanwhile).
+    pub fn fail(&mut self, csci_id: &str, input: Input, wall: DateTime<Utc>) -> Vec<CacheEvent> {
+        let mut events = Vec::new();
+        let Some(slot) = self.slot(csci_id) else { return events };
+        let Some(e) = self.at_mut(slot) else { return events };
+        let Some((to, reason)) = sci_state::next(e.state, input) else { return events };
+        let from = e.state;
+        let old = e.contribution();
+        e.state = to;
+        e.last_state_change = wall;
+        e.due = None;
+        e.flags.pull_pending = false;
+        e.flags.gas_zeroed = true;
+        let new = e.contribution();
+        let (id, cs) = (e.csci_id.clone(), e.cs_id.clone());
+        self.count_transition(from, to);
+        events.push(CacheEvent::StateChanged { csci_id: id, from, to, reason });
+        if let Some(cs) = cs {
+            if old != new {
+                self.join(&cs, slot, old.as_ref(), new.as_ref());
+            }
+            events.push(CacheEvent::SiteChanged { cs_id: cs });
+        }
+        events
     }
 
     /// The next time a TTL or grace timer may be due (a reminder can be early: the engine
@@ -550,6 +618,7 @@ impl MetricCache {
             }
             let new = e.contribution();
             let (id, cs) = (e.csci_id.clone(), e.cs_id.clone());
+            self.count_transition(from, to);
             events.push(CacheEvent::StateChanged { csci_id: id, from, to, reason });
             if let Some(cs) = cs {
                 if old != new {
@@ -624,6 +693,49 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn seed004_sci_failure_detection_fail_at_once_zeroes_gas_and_voids_timers() {
+        let mut c = MetricCache::new(100);
+        let (now, wall) = (Instant::now(), Utc::now());
+        for id in ["a", "b"] {
+            c.register(id, TTL, GRACE, now, wall);
+            let r = report(id, "AR1", 1, 400);
+            c.accept(&r, r.metrics, Flags::default(), now, wall);
+        }
+        assert_eq!((c.site("AR1").unwrap().gas, c.healthy_count()), (800, 2));
+        // A probe result for a HEALTHY SCI is moot.
+        assert!(c.fail("a", Input::ProbeFailed, wall).is_empty());
+        // The health monitor fails it before its TTL: GAS 0 at once.
+        let ev = c.fail("a", Input::HealthMonitor, wall);
+        assert!(ev.contains(&CacheEvent::StateChanged {
+            csci_id: "a".into(),
+            from: SciState::Healthy,
+            to: SciState::Failed,
+            reason: Reason::HealthMonitor
+        }));
+        assert!(ev.contains(&CacheEvent::SiteChanged { cs_id: "AR1".into() }));
+        assert_eq!((c.site("AR1").unwrap().gas, c.healthy_count()), (400, 1));
+        assert!(c.get("a").unwrap().flags.gas_zeroed);
+        // Its TTL timer no longer fires anything for it.
+        let ev = c.expire(now + TTL, wall);
+        assert!(!ev.iter().any(|e| matches!(e, CacheEvent::StateChanged { csci_id, .. } if csci_id == "a")), "{ev:?}");
+        assert_eq!(c.get("a").unwrap().state, SciState::Failed);
+        // b went STALE: a probe may fail it now.
+        assert_eq!(c.get("b").unwrap().state, SciState::Stale);
+        let ev = c.fail("b", Input::ProbeFailed, wall);
+        assert!(ev.iter().any(|e| matches!(e, CacheEvent::StateChanged { reason: Reason::ProbeFailed, .. })));
+        assert_eq!((c.site("AR1").unwrap().gas, c.healthy_count()), (0, 0));
+        // The next accepted report brings it back.
+        let r = report("a", "AR1", 2, 300);
+        c.accept(&r, r.metrics, Flags::default(), now + TTL, wall);
+        assert_eq!(
+            (c.get("a").unwrap().state, c.site("AR1").unwrap().gas, c.healthy_count()),
+            (SciState::Healthy, 300, 1)
+        );
+        c.remove("a");
+        assert_eq!(c.healthy_count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_report_resets_the_ttl() {
         let mut c = MetricCache::new(100);
         let (now, wall) = (Instant::now(), Utc::now());
@@ -649,7 +761,8 @@ mod tests {
         let r = report("a", "AR1", 2, 100);
         c.accept(&r, r.metrics, Flags::default(), now, wall);
         let ev = c.register("c", TTL, GRACE, now, wall);
-        assert!(ev.contains(&CacheEvent::Evicted { csci_id: "b".into(), cs_id: Some("AR1".into()) }));
+        assert!(ev.iter().any(|e| matches!(e, CacheEvent::Evicted { csci_id, cs_id: Some(cs), state: SciState::Healthy, sequence: None, .. } if csci_id == "b" && cs == "AR1")));
+        assert_eq!(c.evictions, 1);
         assert!(c.get("b").is_none() && c.get("a").is_some() && c.get("c").is_some());
         assert_eq!(c.site("AR1").unwrap().gas, 100);
     }

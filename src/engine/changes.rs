@@ -55,7 +55,7 @@ pub fn collect(core: &Core, events: &[EngineEvent]) -> Vec<StateChange> {
             | EngineEvent::SciHealthChange { csci_id, .. }
             | EngineEvent::SciStateChange { csci_id, .. }
             | EngineEvent::MetricAnomaly { csci_id, .. }
-            | EngineEvent::PullNeeded { csci_id }
+            | EngineEvent::PullNeeded { csci_id, .. }
             | EngineEvent::Withdrawn { csci_id, .. } => csci_id,
             // Counted in statistics, which are not on-change objects; no cache entry changed.
             EngineEvent::AuthFailure { .. } => continue,
@@ -101,6 +101,11 @@ pub fn sci_leaves(core: &Core, csci_id: &str) -> Option<Leaves> {
     if let Some(s) = e.sequence {
         l.push(("sequence-number", s.to_string()));
     }
+    if let Some(d) = core.discovery.get(csci_id) {
+        l.push(("discovered-by", d.domain.clone()));
+        l.push(("discovery-proof", d.proof.into()));
+        l.push(("discovered-at", time(d.since)));
+    }
     l.push(("state", e.state.yang().into()));
     let f = e.flags;
     if let Some(bits) = f.yang_bits() {
@@ -118,16 +123,33 @@ pub fn service_leaves(core: &Core, cs_id: &str) -> Option<Leaves> {
         .members(cs_id)
         .filter(|e| e.reported.is_some_and(|m| m.health == super::model::Health::Healthy))
         .count();
-    let mut l: Leaves = Vec::with_capacity(8);
+    let mut l: Leaves = Vec::with_capacity(14);
     l.push(("site-gas", site.gas.to_string()));
     l.push(("computing-time", site.computing_time_ms.to_string()));
     l.push(("computing-time-function", core.cache.function.yang().into()));
     l.push(("health", site.health.yang().into()));
     l.push(("sci-count", site.sci_count.to_string()));
     l.push(("healthy-sci-count", healthy.to_string()));
+    // Cost, reputation and security label beside GAS (seed 004: cost and reputation
+    // policies), before policy here and as advertised below.
+    let optional = |l: &mut Leaves, names: [&'static str; 3], m: &super::model::SiteMetrics| {
+        let values = [m.cost, m.reputation.map(u32::from), m.security_label.map(u32::from)];
+        for (name, v) in names.into_iter().zip(values) {
+            if let Some(v) = v {
+                l.push((name, v.to_string()));
+            }
+        }
+    };
+    optional(&mut l, ["cost", "reputation", "security-label"], &site);
     if let Some((r, _)) = core.reported.get(cs_id) {
         l.push(("cats-sma-policy:reported-gas", r.gas.to_string()));
         l.push(("cats-sma-policy:reported-computing-time", r.computing_time_ms.to_string()));
+        let names = [
+            "cats-sma-policy:reported-cost",
+            "cats-sma-policy:reported-reputation",
+            "cats-sma-policy:reported-security-label",
+        ];
+        optional(&mut l, names, r);
     }
     Some(l)
 }

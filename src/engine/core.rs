@@ -114,6 +114,7 @@ pub enum EngineEvent {
     },
     PullNeeded {
         csci_id: CsciId,
+        reason: super::collect::pull::PullReason,
     },
     /// A message or report failed authentication or authorization (auth-failure).
     AuthFailure {
@@ -149,6 +150,9 @@ pub struct Sender {
     /// `http`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
     pub transport: &'static str,
     pub address: Option<std::net::IpAddr>,
+    /// A bearer token verified with a discovery trust domain's credential: what it grants
+    /// an SCI that is not registered (`discovery.rs`).
+    pub grant: Option<super::discovery::Grant>,
 }
 
 /// How a message's sender was proven (seed 004, SCI Authentication).
@@ -180,8 +184,15 @@ pub struct Core {
     /// What is reported per CS-ID: site metrics after site-scope rules and transforms, and
     /// whether a rule suppresses updates.
     pub reported: HashMap<CsId, (SiteMetrics, bool)>,
-    /// Where STALE SCIs are sent to be pulled at once (seed 004 hybrid mode).
-    pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<CsciId>>,
+    /// Where STALE SCIs, and SCIs whose report was anomalous, are sent to be pulled at
+    /// once (seed 004 hybrid mode).
+    pub pull_requests: Option<tokio::sync::mpsc::UnboundedSender<(CsciId, super::collect::pull::PullReason)>>,
+    /// The SCIs with a pull target (`collection/pull/target`): only they are pulled.
+    pub pull_targets: std::collections::HashSet<CsciId>,
+    /// Active probes and the external health monitor (`probe.rs`).
+    pub failure: super::probe::Detection,
+    /// The validator's memory of SCIs that left the cache (`retained.rs`).
+    pub retained: super::retained::Retained,
     /// validation/smoothing, when enabled.
     pub smoother: Option<super::smooth::Smoother>,
     /// Someone listens to the typed change stream (`engine/changes.rs`): accepted reports
@@ -191,6 +202,14 @@ pub struct Core {
     pub auth_flood: super::auth_failures::Aggregator,
     /// The per-SCI ingress rate limit (`rate_limit.rs`).
     pub rate: super::rate_limit::SciLimiter,
+    /// A policy was installed since the engine loop last looked (seed 004, Policy Change
+    /// Trigger): the loop sends the update controller every service's re-evaluated metrics.
+    pub policy_changed: bool,
+    /// Some C-PS takes per-SCI rows: accepted reports raise `SciUpdated`, as for the tap.
+    /// Set by the engine loop before each job.
+    pub sci_rows: bool,
+    /// Dynamic SCI discovery (`discovery.rs`): settings and the discovered SCIs.
+    pub discovery: super::discovery::Discovery,
 }
 
 impl Core {
@@ -210,10 +229,16 @@ impl Core {
             ema: HashMap::new(),
             reported: HashMap::new(),
             pull_requests: None,
+            pull_targets: Default::default(),
+            failure: Default::default(),
+            retained: Default::default(),
             smoother: None,
             tap: false,
             auth_flood: super::auth_failures::Aggregator::new(Duration::from_secs(10), 1024),
             rate: Default::default(),
+            policy_changed: false,
+            sci_rows: false,
+            discovery: Default::default(),
         }
     }
 
@@ -231,11 +256,13 @@ impl Core {
         self.absorb(ev);
         let services: Vec<CsId> = self.cache.services().cloned().collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
+        self.policy_changed = true;
     }
 
     /// Brings the reported site metrics up to date for every site that changed; called
     /// once after each batch of work, so a site changed by many reports is evaluated once.
     pub fn settle(&mut self) {
+        super::discovery::observe(self);
         let mut seen = std::collections::HashSet::new();
         let changed: Vec<CsId> = self
             .events
@@ -286,7 +313,7 @@ impl Core {
         self.reject(reason, source, "refused by the transport");
     }
 
-    fn reject(&mut self, reason: Rejection, csci_id: &str, detail: &str) -> Rejection {
+    pub(super) fn reject(&mut self, reason: Rejection, csci_id: &str, detail: &str) -> Rejection {
         let i = reason.index();
         self.stats.rejected[i] += 1;
         self.stats.last_rejection[i] = Some(self.clock.wall());
@@ -387,7 +414,13 @@ impl Core {
 
     /// A refusal for who sent a report (unauthenticated, unauthorized CS-ID): counted,
     /// logged and notified as an auth-failure (aggregated per source).
-    fn refuse_sender(&mut self, reason: Rejection, raw: &RawReport, sender: &Sender, detail: String) -> Rejection {
+    pub(super) fn refuse_sender(
+        &mut self,
+        reason: Rejection,
+        raw: &RawReport,
+        sender: &Sender,
+        detail: String,
+    ) -> Rejection {
         self.count_only(reason);
         self.notify_auth_failure(sender, Some(raw.csci_id.clone()), reason, detail);
         reason
@@ -416,6 +449,10 @@ impl Core {
         if let Some(a) = sender.csci_id.as_deref().filter(|a| *a != raw.csci_id) {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
+        }
+        if !self.registry.contains_key(&raw.csci_id) {
+            // Refused as unknown unless discovery registers it (seed 004, SCI state machine).
+            super::discovery::admit(self, raw, sender)?;
         }
         let Some(sci) = self.registry.get(&raw.csci_id) else {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
@@ -452,12 +489,17 @@ impl Core {
         if self.cache.get(&raw.csci_id).is_none() {
             let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
             self.absorb(ev);
+            self.restore_history(&raw.csci_id);
         }
         // The history is borrowed from the entry (registered just above), not cloned.
         let verdict = match self.cache.get(&raw.csci_id) {
             Some(e) => validate::validate(raw, &e.history, &self.validation, now, wall),
             None => validate::validate(raw, &validate::History::default(), &self.validation, now, wall),
         };
+        // Seed 004 hybrid mode: an anomalous pushed report asks the SCI itself, at once.
+        if matches!(&verdict, Verdict::Reject { anomaly: Some(_), .. } | Verdict::Quarantine { .. }) {
+            self.pull_on_anomaly(&raw.csci_id, sender);
+        }
         match verdict {
             Verdict::Reject { reason, detail, anomaly } => {
                 if let Some(a) = anomaly {
@@ -478,11 +520,22 @@ impl Core {
                     action: "quarantine",
                 });
                 if self.quarantine.len() == QUARANTINE_CAPACITY {
-                    self.quarantine.pop_front();
+                    // The oldest goes; its SCI's flag with it, unless it has another held.
+                    if let Some(old) = self.quarantine.pop_front() {
+                        let id = old.report.csci_id;
+                        if id != raw.csci_id && !self.quarantine.iter().any(|q| q.report.csci_id == id) {
+                            if let Some(e) = self.cache.get_mut(&id) {
+                                e.flags.quarantined = false;
+                            }
+                        }
+                    }
                 }
                 let id = self.next_quarantine_id;
                 self.next_quarantine_id += 1;
                 self.quarantine.push_back(Quarantined { id, report, anomaly, received_at: wall });
+                if let Some(e) = self.cache.get_mut(&raw.csci_id) {
+                    e.flags.quarantined = true;
+                }
                 let d = format!("{anomaly:?}: held for review (quarantine id {id})");
                 Err((self.reject(Rejection::Quarantined, &raw.csci_id, &d), d))
             }
@@ -496,6 +549,9 @@ impl Core {
                     });
                 }
                 self.store(&report, warning.is_some(), now, wall);
+                if warning.is_some() {
+                    self.pull_on_anomaly(&raw.csci_id, sender);
+                }
                 Ok(())
             }
         }
@@ -534,7 +590,7 @@ impl Core {
         };
         let ev = self.cache.accept(report, effective, flags, now, wall);
         self.absorb(ev);
-        if self.tap {
+        if self.tap || self.sci_rows {
             self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.clone() });
         }
         self.stats.accepted += 1;
@@ -547,6 +603,11 @@ impl Core {
         let (released, kept): (Vec<_>, Vec<_>) =
             self.quarantine.drain(..).partition(|q| csci_id.is_none_or(|c| q.report.csci_id == c));
         self.quarantine = kept.into();
+        for q in &released {
+            if let Some(e) = self.cache.get_mut(&q.report.csci_id) {
+                e.flags.quarantined = false;
+            }
+        }
         for q in &released {
             crate::mgmt::audit::event(crate::mgmt::audit::Category::Quarantine)
                 .outcome(if accept { "released" } else { "discarded" })
@@ -588,25 +649,99 @@ impl Core {
                 e.history = validate::History::default();
             }
         }
-        if moved.is_some() {
+        if let Some(cs_id) = moved {
+            self.retire_history(csci_id);
             let ev = self.cache.remove(csci_id);
             self.absorb(ev);
+            // Withdrawn from the CS-ID it may no longer report for (seed 004, SCI Discovery
+            // Trigger: an existing SCI withdrawn is a full update).
+            self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id: Some(cs_id) });
         }
+        let fresh = self.cache.get(csci_id).is_none();
         let ev = self.cache.register(csci_id, ttl, grace, now, wall);
         self.absorb(ev);
+        if fresh {
+            self.restore_history(csci_id);
+        }
     }
 
-    /// Deregisters an SCI: its metrics are withdrawn.
+    /// Deregisters an SCI: its metrics are withdrawn (notified as a state change with
+    /// reason `deregistered`, new state `failed`); the validator keeps its history.
     pub fn remove_sci(&mut self, csci_id: &str) {
+        self.retire_history(csci_id);
         self.registry.remove(csci_id);
         self.rate.forget(csci_id);
         if let Some(s) = &mut self.smoother {
             s.forget(csci_id);
         }
-        let cs_id = self.cache.get(csci_id).and_then(|e| e.cs_id.clone());
+        let entry = self.cache.get(csci_id).map(|e| (e.cs_id.clone(), e.state));
         let ev = self.cache.remove(csci_id);
         self.absorb(ev);
-        self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id });
+        if let Some((cs_id, from)) = entry {
+            tracing::info!(csci_id, from = from.yang(), "SCI deregistered: its metrics are withdrawn");
+            self.events.push(EngineEvent::SciStateChange {
+                csci_id: csci_id.to_owned(),
+                from,
+                to: SciState::Failed,
+                reason: super::sci_state::Reason::Deregistered.yang(),
+            });
+            self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id });
+        }
+    }
+
+    /// Keeps what the validator knows of an SCI whose entry is about to leave the cache.
+    fn retire_history(&mut self, csci_id: &str) {
+        let Some(e) = self.cache.get(csci_id) else { return };
+        let (seq, ts) = (e.history.last_sequence, e.history.last_timestamp);
+        self.keep_history(csci_id, seq, ts);
+    }
+
+    fn keep_history(&mut self, csci_id: &str, seq: Option<u64>, ts: Option<DateTime<Utc>>) {
+        let auth = self.registry.get(csci_id).map(|s| super::retained::AuthMethod {
+            credential_ref: s.credential_ref.clone(),
+            unauthenticated: s.unauthenticated,
+        });
+        let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
+        self.retained.keep(csci_id, seq, ts, auth, window, wall);
+    }
+
+    /// Gives a new entry the history its SCI left behind, unless the SCI now proves itself
+    /// another way (a new authentication method starts a new history, as in `set_sci`).
+    fn restore_history(&mut self, csci_id: &str) {
+        let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
+        let Some(r) = self.retained.take(csci_id, window, wall) else { return };
+        let now = self.registry.get(csci_id).map(|s| super::retained::AuthMethod {
+            credential_ref: s.credential_ref.clone(),
+            unauthenticated: s.unauthenticated,
+        });
+        if r.auth != now {
+            return;
+        }
+        if let Some(e) = self.cache.get_mut(csci_id) {
+            e.history.last_sequence = r.sequence;
+            e.history.last_timestamp = r.timestamp;
+        }
+    }
+
+    /// Sets the SCIs that have a pull target.
+    pub fn set_pull_targets(&mut self, targets: std::collections::HashSet<CsciId>) {
+        self.pull_targets = targets;
+    }
+
+    /// A pushed report of this SCI was anomalous: pull it now (seed 004 hybrid mode, "the
+    /// C-SMA pulls on-demand during recovery or anomaly detection"). A pulled report never
+    /// asks for another pull, and the pull task runs at most one pull per SCI at a time.
+    fn pull_on_anomaly(&mut self, csci_id: &str, sender: &Sender) {
+        if sender.transport == "pull" || !self.pull_targets.contains(csci_id) {
+            return;
+        }
+        if let Some(e) = self.cache.get_mut(csci_id) {
+            e.flags.pull_pending = true;
+        }
+        self.events.push(EngineEvent::PullNeeded {
+            csci_id: csci_id.to_owned(),
+            reason: super::collect::pull::PullReason::Anomaly,
+        });
     }
 
     pub fn set_cache_config(&mut self, c: CacheConfig) {
@@ -658,10 +793,11 @@ impl Core {
     pub fn tick(&mut self) {
         let ev = self.cache.expire(self.clock.now(), self.clock.wall());
         self.absorb(ev);
+        super::discovery::expire(self);
         self.auth_summaries();
     }
 
-    fn absorb(&mut self, events: Vec<CacheEvent>) {
+    pub(crate) fn absorb(&mut self, events: Vec<CacheEvent>) {
         for e in events {
             if let (
                 Some(s),
@@ -670,18 +806,47 @@ impl Core {
             {
                 s.forget(csci_id);
             }
-            self.events.push(match e {
+            if let CacheEvent::Evicted { csci_id, .. } = &e {
+                super::discovery::evicted(self, csci_id);
+            }
+            let ev = match e {
                 CacheEvent::StateChanged { csci_id, from, to, reason } => {
-                    tracing::info!(csci_id, from = from.yang(), to = to.yang(), "SCI state change");
+                    tracing::info!(
+                        csci_id,
+                        from = from.yang(),
+                        to = to.yang(),
+                        reason = reason.yang(),
+                        "SCI state change"
+                    );
+                    if to == SciState::Stale {
+                        self.request_probe(&csci_id);
+                    }
                     EngineEvent::SciStateChange { csci_id, from, to, reason: reason.yang() }
                 }
                 CacheEvent::SiteChanged { cs_id } => EngineEvent::SiteChanged { cs_id },
-                CacheEvent::PullNeeded { csci_id } => EngineEvent::PullNeeded { csci_id },
-                CacheEvent::Evicted { csci_id, cs_id } => {
+                CacheEvent::PullNeeded { csci_id } => {
+                    // Only an SCI with a pull target is pulled (and flagged so).
+                    if !self.pull_targets.contains(&csci_id) {
+                        if let Some(e) = self.cache.get_mut(&csci_id) {
+                            e.flags.pull_pending = false;
+                        }
+                        continue;
+                    }
+                    EngineEvent::PullNeeded { csci_id, reason: super::collect::pull::PullReason::Stale }
+                }
+                CacheEvent::Evicted { csci_id, cs_id, state, sequence, timestamp } => {
                     tracing::warn!(csci_id, "metric cache full: least recently used entry evicted");
+                    self.keep_history(&csci_id, sequence, timestamp);
+                    self.events.push(EngineEvent::SciStateChange {
+                        csci_id: csci_id.clone(),
+                        from: state,
+                        to: SciState::Failed,
+                        reason: super::sci_state::Reason::Evicted.yang(),
+                    });
                     EngineEvent::Withdrawn { csci_id, cs_id }
                 }
-            });
+            };
+            self.events.push(ev);
         }
     }
 }

@@ -10,13 +10,17 @@ pub mod changes;
 pub mod clock;
 pub mod collect;
 pub mod core;
+pub mod discovery;
 pub mod model;
 pub mod northbound;
 pub mod policy;
+pub mod probe;
 pub mod rate_limit;
 pub mod report;
+pub mod retained;
 pub mod sci_state;
 pub mod smooth;
+pub mod steering;
 pub mod update;
 pub mod validate;
 
@@ -91,11 +95,18 @@ impl Engine {
             core.rate.counters = counters;
             let mut suppressed: std::collections::HashSet<model::CsId> = std::collections::HashSet::new();
             let mut maintenance = None;
+            // The epoch of per-SCI detail the controller has every row for.
+            let mut rows_epoch = None;
             loop {
-                let deadline = [core.cache.next_deadline(), core.next_maintenance_edge(), core.next_auth_summary()]
-                    .into_iter()
-                    .flatten()
-                    .min();
+                let deadline = [
+                    core.cache.next_deadline(),
+                    core.next_maintenance_edge(),
+                    core.next_auth_summary(),
+                    core.discovery.next_deadline(),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
                 let sleep = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
@@ -110,6 +121,7 @@ impl Engine {
                         Some(job) => {
                             started = tokio::time::Instant::now();
                             core.tap = tap.receiver_count() > 0;
+                            core.sci_rows = feed.sci_detail().is_some();
                             job(&mut core)
                         }
                         None => return,
@@ -117,6 +129,7 @@ impl Engine {
                     _ = sleep => {
                         started = tokio::time::Instant::now();
                         core.tap = tap.receiver_count() > 0;
+                        core.sci_rows = feed.sci_detail().is_some();
                         core.tick()
                     }
                 }
@@ -143,13 +156,20 @@ impl Engine {
                 }
                 for ev in &events {
                     dispatch(ev, &notify);
-                    if let (EngineEvent::PullNeeded { csci_id }, Some(tx)) = (ev, &core.pull_requests) {
-                        let _ = tx.send(csci_id.clone());
+                    if let (EngineEvent::PullNeeded { csci_id, reason }, Some(tx)) = (ev, &core.pull_requests) {
+                        let _ = tx.send((csci_id.clone(), *reason));
                     }
                 }
-                for u in update_events(&core, &events, &mut suppressed) {
+                // Rows first: an advertisement decided on the events below carries them.
+                let detail = feed.sci_detail();
+                if let Some(rows) = sci_rows(&core, &events, detail, &mut rows_epoch) {
+                    let _ = feed.send(update::UpdateEvent::SciRows(rows));
+                }
+                let policy_changed = std::mem::take(&mut core.policy_changed);
+                for u in update_events(&core, &events, &mut suppressed, policy_changed) {
                     let _ = feed.send(u);
                 }
+                feed.record_accepted(core.stats.accepted);
             }
         });
         Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), ingress, slots }
@@ -245,20 +265,22 @@ impl Engine {
         let claimed = sender.csci_id.clone().or_else(|| reports.first().map(|r| r.csci_id.clone()));
         let verdict = {
             let table = self.auth.read().unwrap_or_else(|e| e.into_inner());
-            table.verify(proof, claimed.as_deref(), body, chrono::Utc::now())
+            table.verify_proof(proof, claimed.as_deref(), body, chrono::Utc::now())
         };
         // A token proves its own subject: it must be the SCI the transport attributes the
         // message to (topic level, pull target), when it attributes one.
         let verdict = match (verdict, sender.csci_id.as_deref()) {
-            (Ok(Some(p)), Some(a)) if p != a => {
-                Err(auth::AuthFailure::new(Some(&p), &format!("the proof is for {p} but the message came as {a}")))
-            }
+            (Ok(Some(p)), Some(a)) if p.csci_id != a => Err(auth::AuthFailure::new(
+                Some(&p.csci_id),
+                &format!("the proof is for {} but the message came as {a}", p.csci_id),
+            )),
             (v, _) => v,
         };
         match verdict {
             Ok(Some(proven)) => {
-                sender.csci_id = Some(proven);
+                sender.csci_id = Some(proven.csci_id);
                 sender.proof = Some(core::Proof::Credential);
+                sender.grant = proven.grant;
             }
             Ok(None) => {}
             Err(f) => {
@@ -274,13 +296,59 @@ impl Engine {
     }
 }
 
+/// The per-SCI rows the update controller needs after a step, while some C-PS wants them
+/// (`detail` is the epoch of the current "on"): every row when detail was just switched on,
+/// otherwise the rows of the SCIs the step changed. An SCI that left the cache has no row:
+/// the controller drops it on the `Removed` event. A policy change re-applies SCI-scope
+/// rules to every entry without per-SCI events, so it sends every row too.
+fn sci_rows(
+    core: &Core,
+    events: &[EngineEvent],
+    detail: Option<u64>,
+    epoch: &mut Option<u64>,
+) -> Option<Vec<update::SciMetrics>> {
+    let Some(current) = detail else {
+        *epoch = None;
+        return None;
+    };
+    let row = |e: &cache::Entry| {
+        Some(update::SciMetrics {
+            csci_id: e.csci_id.clone(),
+            cs_id: e.cs_id.clone()?,
+            state: e.state,
+            metrics: e.effective?,
+        })
+    };
+    let rows: Vec<update::SciMetrics> = if *epoch != Some(current) || core.policy_changed {
+        *epoch = Some(current);
+        core.cache.entries().filter_map(row).collect()
+    } else {
+        let mut seen = std::collections::HashSet::new();
+        events
+            .iter()
+            .filter_map(|ev| match ev {
+                EngineEvent::SciUpdated { csci_id }
+                | EngineEvent::SciHealthChange { csci_id, .. }
+                | EngineEvent::SciStateChange { csci_id, .. } => Some(csci_id),
+                _ => None,
+            })
+            .filter(|id| seen.insert(id.as_str()))
+            .filter_map(|id| core.cache.get(id).and_then(row))
+            .collect()
+    };
+    (!rows.is_empty()).then_some(rows)
+}
+
 /// Translates what the engine did into update-controller events: SCI changes first, each
 /// with its service's site metrics after the change, then the remaining site changes, and
-/// suppression when a SUPPRESS_UPDATES rule starts or stops matching.
+/// suppression when a SUPPRESS_UPDATES rule starts or stops matching. After a policy change
+/// the site changes are one `PolicyChanged` with every service's re-evaluated metrics (seed
+/// 004, Policy Change Trigger).
 fn update_events(
     core: &Core,
     events: &[EngineEvent],
     suppressed: &mut std::collections::HashSet<model::CsId>,
+    policy_changed: bool,
 ) -> Vec<update::UpdateEvent> {
     use update::{SciChange, SciEvent, SuppressLevel, SuppressScope, UpdateEvent};
     let site = |cs: &str| core.reported.get(cs).map(|(m, _)| m.clone());
@@ -318,11 +386,16 @@ fn update_events(
                 suppressed.remove(cs_id);
             }
         }
-        if !covered.contains(cs_id) {
+        if !covered.contains(cs_id) && !policy_changed {
             if let Some(m) = site(cs_id) {
                 out.push(UpdateEvent::Site(m));
             }
         }
+    }
+    if policy_changed {
+        let mut sites: Vec<model::SiteMetrics> = core.reported.values().map(|(m, _)| m.clone()).collect();
+        sites.sort_by(|a, b| a.cs_id.cmp(&b.cs_id));
+        out.push(UpdateEvent::PolicyChanged(sites));
     }
     out
 }

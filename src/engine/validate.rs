@@ -29,10 +29,12 @@ pub enum Rejection {
     UnknownSci,
     RateLimited,
     Quarantined,
+    /// Not discovered: max-discovered reached or the cache full (`discovery.rs`).
+    DiscoveryLimit,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 12] = [
+    pub const ALL: [Rejection; 13] = [
         Rejection::OutOfRange,
         Rejection::Anomaly,
         Rejection::Duplicate,
@@ -45,6 +47,7 @@ impl Rejection {
         Rejection::UnknownSci,
         Rejection::RateLimited,
         Rejection::Quarantined,
+        Rejection::DiscoveryLimit,
     ];
 
     /// The identity name in cats-sma-types.
@@ -62,6 +65,7 @@ impl Rejection {
             Rejection::UnknownSci => "unknown-sci",
             Rejection::RateLimited => "rate-limited",
             Rejection::Quarantined => "quarantined",
+            Rejection::DiscoveryLimit => "discovery-limit",
         }
     }
 

@@ -49,10 +49,12 @@ pub enum Category {
     ConnectionRefused,
     /// A file of the state directory had loose permissions and was tightened.
     StateFile,
+    /// An SCI was discovered (scis/discovery), or a discovered SCI removed.
+    SciDiscovery,
 }
 
 impl Category {
-    pub const ALL: [Category; 11] = [
+    pub const ALL: [Category; 12] = [
         Category::Login,
         Category::NacmDenial,
         Category::ConfigChange,
@@ -64,6 +66,7 @@ impl Category {
         Category::InputRefused,
         Category::ConnectionRefused,
         Category::StateFile,
+        Category::SciDiscovery,
     ];
 
     /// The name in the record's `category` field and in the operational state.
@@ -80,6 +83,7 @@ impl Category {
             Category::InputRefused => "input-refused",
             Category::ConnectionRefused => "connection-refused",
             Category::StateFile => "state-file",
+            Category::SciDiscovery => "sci-discovery",
         }
     }
 

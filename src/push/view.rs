@@ -313,6 +313,73 @@ mod tests {
     }
 
     #[test]
+    fn seed004_policy_engine_on_change_renders_cost_reputation_security_label_and_discovery() {
+        use crate::engine::core::{Core, Proof, Sender};
+        use crate::engine::discovery::{self, DiscoveryConfig, DomainProof, Pattern, TrustDomain};
+        // A discovered SCI reporting cost, reputation and label; a policy that bounds them.
+        let mut core = Core::new(crate::engine::clock::Clock::new());
+        let domain = TrustDomain {
+            name: "pods".into(),
+            proof: DomainProof::Certificate,
+            pattern: Pattern::new("pod-[0-9]+").ok(),
+            cs_id_claim: None,
+            cs_ids: vec!["AR1".into()],
+        };
+        discovery::set_config(
+            &mut core,
+            DiscoveryConfig { enabled: true, domains: vec![domain], ..Default::default() },
+        );
+        let raw = crate::engine::report::RawReport {
+            csci_id: "pod-1".into(),
+            cs_id: "AR1".into(),
+            sequence: 1,
+            timestamp: chrono::Utc::now(),
+            gas: 400,
+            computing_time: 5,
+            health: "HEALTHY".into(),
+            cost: Some(120),
+            reputation: Some(4),
+            security_label: Some(6),
+        };
+        let sender = Sender {
+            csci_id: Some("pod-1".into()),
+            proof: Some(Proof::Certificate),
+            transport: "http",
+            ..Default::default()
+        };
+        core.ingest_from(&raw, &sender).unwrap();
+        let cfg = crate::engine::policy::PolicyConfig {
+            rules: vec![crate::engine::policy::RuleConfig::new("cap", 1, "Cost > 100", "SET Cost = 100")],
+            ..Default::default()
+        };
+        core.set_policy(crate::engine::policy::Policy::compile(&cfg).unwrap());
+        core.settle();
+        let leaves = crate::engine::changes::service_leaves(&core, "AR1").unwrap();
+        for (name, value) in [
+            ("cost", "120"),
+            ("reputation", "4"),
+            ("security-label", "6"),
+            ("cats-sma-policy:reported-cost", "100"),
+            ("cats-sma-policy:reported-reputation", "4"),
+            ("cats-sma-policy:reported-security-label", "6"),
+        ] {
+            assert!(leaves.iter().any(|(n, v)| *n == name && v == value), "{name}={value} in {leaves:?}");
+        }
+        // What a YANG-Push on-change subscriber receives is what libyang prints for them.
+        let v = view(None);
+        let service = StateChange::Service { cs_id: "AR1".into(), leaves: Some(leaves) };
+        assert_eq!(DatastoreView::direct_edit(&service), v.engine_edit(&service).unwrap());
+        let leaves = crate::engine::changes::sci_leaves(&core, "pod-1").unwrap();
+        assert!(leaves.iter().any(|(n, v)| *n == "discovered-by" && v == "pods"), "{leaves:?}");
+        assert!(leaves.iter().any(|(n, _)| *n == "discovered-at"), "{leaves:?}");
+        // (Times are left out: libyang prints their canonical form with +00:00.)
+        let leaves =
+            leaves.into_iter().filter(|(n, _)| !matches!(*n, "timestamp" | "discovered-at" | "last-state-change"));
+        let sci = StateChange::Sci { csci_id: "pod-1".into(), leaves: Some(leaves.collect()) };
+        assert_eq!(DatastoreView::direct_edit(&sci), v.engine_edit(&sci).unwrap());
+    }
+
+    #[test]
     fn whole_object_selections_are_recognised() {
         let x = |s: &str| Some(Filter::XPath(s.into()));
         assert_eq!(view(None).whole, (true, true));

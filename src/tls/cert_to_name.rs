@@ -48,7 +48,7 @@ impl Fingerprint {
     /// bootstrap-file form).
     pub fn parse(text: &str) -> Result<Fingerprint, String> {
         let hex: String = text.chars().filter(|c| *c != ':').collect();
-        if hex.is_empty() || hex.len() % 2 != 0 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        if hex.is_empty() || !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(format!(
                 "{:?} is not a fingerprint (hex octets, colons optional)",
                 crate::text::truncate(text, 80)

@@ -166,6 +166,9 @@ struct Claims {
     nbf: Option<f64>,
     iat: Option<f64>,
     body_sha256: Option<String>,
+    /// The other claims: a discovery trust domain's CS-ID claim is read from here.
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The base64url (unpadded) SHA-256 of `body`: the [`BODY_CLAIM`] value.
@@ -173,8 +176,32 @@ pub fn body_sha256(body: &[u8]) -> String {
     Base64UrlUnpadded::encode_string(&Sha256::digest(body))
 }
 
-/// Verifies `token` (without `Bearer `) for a message with `body`; returns its `sub`.
-pub(super) fn verify(table: &AuthTable, token: &str, body: &[u8], now: DateTime<Utc>) -> Result<String, AuthFailure> {
+/// Most CS-IDs read from a trust domain's claim (the token is at most [`MAX_TOKEN`] bytes
+/// anyway).
+const MAX_CLAIMED_CS_IDS: usize = 256;
+
+/// The CS-IDs of a trust domain's claim: a string or an array of strings; anything else,
+/// and ids that are not CS-IDs, grant nothing.
+fn claimed_cs_ids(v: Option<&serde_json::Value>) -> Vec<String> {
+    let ok = |s: &&str| check_id(IdKind::CsId, s).is_ok();
+    match v {
+        Some(serde_json::Value::String(s)) => [s.as_str()].into_iter().filter(ok).map(str::to_owned).collect(),
+        Some(serde_json::Value::Array(a)) => {
+            a.iter().filter_map(|x| x.as_str()).filter(ok).take(MAX_CLAIMED_CS_IDS).map(str::to_owned).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Verifies `token` (without `Bearer `) for a message with `body`; returns its `sub` and
+/// what a discovery trust domain's token grants: a subject without a credential of its own
+/// is verified with the first jwt trust domain that admits it.
+pub(super) fn verify_token(
+    table: &AuthTable,
+    token: &str,
+    body: &[u8],
+    now: DateTime<Utc>,
+) -> Result<super::Proven, AuthFailure> {
     if token.len() > MAX_TOKEN {
         return Err(refuse(
             None,
@@ -196,8 +223,18 @@ pub(super) fn verify(table: &AuthTable, token: &str, body: &[u8], now: DateTime<
     };
     let claimed = Some(sub.as_str());
     check_id(IdKind::CsciId, &sub).map_err(|e| refuse(claimed, Refusal::Malformed, &format!("JWT sub: {e}")))?;
-    let Some((name, cred)) = table.credential_of(&sub) else {
-        return Err(refuse(claimed, Refusal::NoCredential, &format!("{sub} has no credential configured")));
+    // Its own credential first (a configured SCI always wins), else a discovery domain.
+    let (name, cred, domain) = match table.credential_of(&sub) {
+        Some((name, cred)) => (name, cred, None),
+        None => {
+            let found = table
+                .domain_for(&sub)
+                .and_then(|d| table.credentials.get(&d.credential).map(|c| (d.credential.as_str(), c, Some(d))));
+            let Some(found) = found else {
+                return Err(refuse(claimed, Refusal::NoCredential, &format!("{sub} has no credential configured")));
+            };
+            found
+        }
     };
     if cred.kind != CredentialKind::Jwt {
         return Err(refuse(
@@ -322,7 +359,11 @@ pub(super) fn verify(table: &AuthTable, token: &str, body: &[u8], now: DateTime<
             &format!("{BODY_CLAIM} is not the SHA-256 of this message's body (a token is bound to one body)"),
         ));
     }
-    Ok(sub)
+    let grant = domain.map(|d| crate::engine::discovery::Grant {
+        domain: d.name.clone(),
+        claimed_cs_ids: d.cs_id_claim.as_ref().map(|c| claimed_cs_ids(claims.other.get(c))),
+    });
+    Ok(super::Proven { csci_id: sub, grant })
 }
 
 /// Why a header did not parse: an `alg` we never accept is said by name.
@@ -471,6 +512,49 @@ mod tests {
         t.credentials.insert("j".into(), Credential::jwt(SECRET, rules));
         t.scis.insert("sci-1".into(), "j".into());
         t
+    }
+
+    #[test]
+    fn seed004_sci_state_machine_discovery_token_of_a_trust_domain() {
+        use crate::engine::auth::JwtDomain;
+        use crate::engine::discovery::{Grant, Pattern};
+        let now = Utc::now();
+        let mut t = table(&[JwtAlg::HS256], None);
+        let hs = JwtSigner::hs256(SECRET);
+        let pod = |sub: &str, cs: serde_json::Value| {
+            let mut c = claims(sub, "site-a", "csma-1", BODY, now.timestamp(), 60);
+            c["cs_ids"] = cs;
+            format!("Bearer {}", hs.sign(&c))
+        };
+        let tok = pod("pod-7", serde_json::json!(["AR1", "LLM1", "bad\u{7}", ""]));
+        // No trust domain: a subject without a credential of its own is refused.
+        let e = t.verify_proof(Some(&tok), None, BODY, now).unwrap_err();
+        assert!(e.detail.contains("no-credential"), "{}", e.detail);
+        t.domains.push(JwtDomain {
+            name: "k8s".into(),
+            credential: "j".into(),
+            pattern: Some(Pattern::new("pod-[0-9]+").unwrap()),
+            cs_id_claim: Some("cs_ids".into()),
+        });
+        let p = t.verify_proof(Some(&tok), None, BODY, now).unwrap().unwrap();
+        let grant = Grant { domain: "k8s".into(), claimed_cs_ids: Some(vec!["AR1".into(), "LLM1".into()]) };
+        assert_eq!((p.csci_id.as_str(), p.grant), ("pod-7", Some(grant)));
+        // A single string claim, and a missing one (grants nothing).
+        let p = t.verify_proof(Some(&pod("pod-8", serde_json::json!("AR2"))), None, BODY, now).unwrap().unwrap();
+        assert_eq!(p.grant.unwrap().claimed_cs_ids, Some(vec!["AR2".to_owned()]));
+        let p = t.verify_proof(Some(&pod("pod-8", serde_json::json!(7))), None, BODY, now).unwrap().unwrap();
+        assert_eq!(p.grant.unwrap().claimed_cs_ids, Some(vec![]));
+        // The pattern: another subject is not the domain's.
+        let e = t.verify_proof(Some(&pod("db-1", serde_json::json!(["AR1"]))), None, BODY, now).unwrap_err();
+        assert!(e.detail.contains("no-credential"), "{}", e.detail);
+        // A configured SCI with its own credential is verified with it, never as discovered.
+        let own = format!("Bearer {}", hs.sign(&claims("sci-1", "site-a", "csma-1", BODY, now.timestamp(), 60)));
+        assert_eq!(t.verify_proof(Some(&own), None, BODY, now).unwrap().unwrap().grant, None);
+        // Every other rule holds for domain tokens: a wrong issuer is refused.
+        let mut c = claims("pod-7", "elsewhere", "csma-1", BODY, now.timestamp(), 60);
+        c["cs_ids"] = serde_json::json!(["AR1"]);
+        let e = t.verify_proof(Some(&format!("Bearer {}", hs.sign(&c))), None, BODY, now).unwrap_err();
+        assert!(e.detail.contains("wrong-issuer"), "{}", e.detail);
     }
 
     fn token(s: &JwtSigner, edit: impl FnOnce(&mut serde_json::Value), now: i64) -> String {

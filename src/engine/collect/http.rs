@@ -166,6 +166,7 @@ async fn handle_report(
         csci_id: certified,
         transport: "http",
         address: Some(peer.ip()),
+        ..Sender::default()
     };
     let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
         Ok(r) => r,

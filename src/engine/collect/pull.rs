@@ -1,6 +1,7 @@
 //! HTTP pull (seed 004, pull and hybrid modes): the agent GETs each configured target
 //! (`collection/pull/target`: CSCI-ID, URL, interval) on its interval, and at once when the
-//! SCI goes STALE (the engine asks). The answer is a report or batch, JSON or CBOR by
+//! SCI goes STALE or one of its pushed reports is anomalous (the engine asks; at most one
+//! pull per SCI is outstanding, whatever asks). The answer is a report or batch, JSON or CBOR by
 //! Content-Type, attributed to the target's CSCI-ID. Also the `probe-sci` probe.
 //!
 //! Targets are HTTPS: the server certificate is verified against the configured trust
@@ -31,6 +32,16 @@ use crate::engine::report::{self, Encoding};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 use crate::tls::client::{ClientFiles, Loader};
+
+/// Why the engine asks for a pull now (seed 004 hybrid mode: "the C-SMA pulls on-demand
+/// during recovery or anomaly detection").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullReason {
+    /// The SCI went STALE (recovery).
+    Stale,
+    /// A pushed report of the SCI was anomalous (warning, quarantine or rejection).
+    Anomaly,
+}
 
 /// One pull target.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +307,9 @@ pub async fn probe(target: &Target, max_body: usize) -> Result<Fetched, FetchErr
 pub struct TargetStatus {
     pub scheme: Option<Scheme>,
     pub pulls: u64,
+    /// Pulls started because the SCI went STALE / because its report was anomalous.
+    pub stale_pulls: u64,
+    pub anomaly_pulls: u64,
     pub failures: u64,
     pub last_success: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
@@ -367,6 +381,7 @@ async fn pull_one(
                     transport: "pull",
                     address: f.address,
                     proof: f.verified.then_some(Proof::Certificate),
+                    ..Sender::default()
                 };
                 let results = match engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await {
                     Ok(r) => r,
@@ -445,29 +460,31 @@ fn prepare(targets: &PullSettings, status: &PullStatus) -> HashMap<String, Prepa
 }
 
 /// Starts a pull of `id` unless one is already running (so a slow target never has more
-/// than one connection open, whatever the interval or the engine asks).
-fn start(engine: &Engine, id: &str, p: &mut Prepared, status: &PullStatus) {
+/// than one connection open, whatever the interval or the engine asks). Returns whether a
+/// pull started.
+fn start(engine: &Engine, id: &str, p: &mut Prepared, status: &PullStatus) -> bool {
     if status.with(id, |s| std::mem::replace(&mut s.in_flight, true)) {
-        return;
+        return false;
     }
     let tls = match p.tls.as_mut().map(|l| l.get()) {
         Some(Err(e)) => {
             warn!(csci_id = id, "pull target's TLS settings are not usable: {e}");
             status.failed(id, format!("not polled: {e}"));
             status.with(id, |s| s.in_flight = false);
-            return;
+            return false;
         }
         Some(Ok(c)) => Some(c),
         None => None,
     };
     tokio::spawn(pull_one(engine.clone(), id.to_owned(), p.url.clone(), tls, status.clone()));
+    true
 }
 
 /// Pulls every target on its interval, and a target at once when `now` names it.
 pub async fn serve(
     engine: Engine,
     mut settings: watch::Receiver<PullSettings>,
-    mut now: mpsc::UnboundedReceiver<String>,
+    mut now: mpsc::UnboundedReceiver<(String, PullReason)>,
     status: PullStatus,
 ) {
     let mut due: HashMap<String, Instant> = HashMap::new();
@@ -494,10 +511,15 @@ pub async fn serve(
                     }
                     break;
                 }
-                Some(id) = now.recv() => {
+                Some((id, reason)) = now.recv() => {
                     if let Some(p) = prepared.get_mut(&id) {
-                        start(&engine, &id, p, &status);
-                        due.insert(id, Instant::now() + p.interval);
+                        if start(&engine, &id, p, &status) {
+                            status.with(&id, |s| match reason {
+                                PullReason::Stale => s.stale_pulls += 1,
+                                PullReason::Anomaly => s.anomaly_pulls += 1,
+                            });
+                            due.insert(id, Instant::now() + p.interval);
+                        }
                     }
                 }
                 _ = sleep => {
@@ -505,7 +527,7 @@ pub async fn serve(
                     for (id, when) in due.iter_mut() {
                         if *when <= at {
                             if let Some(p) = prepared.get_mut(id) {
-                                start(&engine, id, p, &status);
+                                let _ = start(&engine, id, p, &status);
                                 *when = at + p.interval;
                             }
                         }

@@ -60,6 +60,8 @@ impl StateProvider for CollectorState {
                 out.push(("transport", if scheme == Scheme::Https { "https" } else { "http" }.to_owned()));
             }
             out.push(("pulls", s.pulls.to_string()));
+            out.push(("stale-pulls", s.stale_pulls.to_string()));
+            out.push(("anomaly-pulls", s.anomaly_pulls.to_string()));
             connection(&mut out, s.last_success, s.failures, &s.last_error, s.last_error_time);
             leaves(tree, &format!("{COLLECTION}/pull/target[csci-id={}]/state", quote(&id)), out)?;
         }

@@ -122,7 +122,7 @@ pub fn policy_config(t: &DataTree<'static>) -> Result<PolicyConfig, String> {
 
 /// The update-control settings (YANG policy/update-control) for the update controller.
 pub fn update_config(t: &DataTree<'static>) -> crate::engine::update::UpdateConfig {
-    use crate::engine::update::{TokenBucketConfig, UpdateConfig};
+    use crate::engine::update::{AdaptiveHeartbeat, LoadShedding, TokenBucketConfig, UpdateConfig};
     let d = UpdateConfig::default();
     let uc = format!("{POLICY}/update-control");
     let v = |p: &str| leaf_u64(t, &format!("{uc}/{p}"));
@@ -135,7 +135,20 @@ pub fn update_config(t: &DataTree<'static>) -> crate::engine::update::UpdateConf
         (Some(rate_milli), Some(burst)) => Some(TokenBucketConfig { rate_milli, burst: burst as u32 }),
         _ => d.token_bucket,
     };
+    let adaptive_heartbeat = t.find_path(&format!("{uc}/adaptive-heartbeat")).is_ok().then(|| {
+        let a = AdaptiveHeartbeat::DEFAULT;
+        AdaptiveHeartbeat {
+            min: v("adaptive-heartbeat/min-interval").map(Duration::from_secs).unwrap_or(a.min),
+            max: v("adaptive-heartbeat/max-interval").map(Duration::from_secs).unwrap_or(a.max),
+        }
+    });
+    let load_shedding = v("load-shedding/report-rate-threshold").map(|threshold| LoadShedding {
+        threshold: u32::try_from(threshold).unwrap_or(u32::MAX),
+        clear_percent: v("load-shedding/clear-percent").map_or(80, |c| u8::try_from(c).unwrap_or(100)),
+    });
     UpdateConfig {
+        adaptive_heartbeat,
+        load_shedding,
         gas_delta_percent: v("gas-delta-percent").map(|x| x as u16).unwrap_or(d.gas_delta_percent),
         gas_delta_absolute: v("gas-delta-absolute").map(|x| x as u32).unwrap_or(d.gas_delta_absolute),
         computing_time_delta_percent: v("computing-time-delta-percent")
@@ -270,9 +283,14 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         }
     }
     let policy = compile_policy(t);
+    let (pulled, probes) = (pull_targets(t), crate::engine::probe::settings(t));
     crate::engine::rate_limit::apply(engine, crate::engine::rate_limit::settings(t));
     let auth = crate::engine::auth::table(t);
     *engine.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
+    let discovery = crate::engine::discovery::settings(t).unwrap_or_else(|e| {
+        tracing::error!("scis/discovery in running is not usable, discovery stays off: {e}");
+        Default::default()
+    });
     if let Err(e) = engine.updates.reconfigure(update_config(t)) {
         tracing::error!("update-control in running is not usable, keeping the defaults: {e}");
     }
@@ -285,10 +303,18 @@ pub fn load_all(engine: &Engine, t: &DataTree<'static>) {
         core.set_smoothing(smoothing);
         core.set_cache_config(cache);
         core.set_function(function);
+        core.set_pull_targets(pulled);
+        core.failure.configure(probes);
         for (k, s) in scis {
             core.set_sci(&k, s);
         }
+        crate::engine::discovery::set_config(core, discovery);
     });
+}
+
+/// The CSCI-IDs with a pull target (the engine asks only for those to be pulled).
+fn pull_targets(t: &DataTree<'static>) -> std::collections::HashSet<String> {
+    crate::engine::collect::pull::settings(t).into_keys().collect()
 }
 
 impl ConfigConsumer for EngineConfig {
@@ -318,6 +344,9 @@ impl ConfigConsumer for EngineConfig {
                 crate::tls::server::check_files(&t).map_err(|e| format!("collection/http/tls: {e}"))?;
             }
         }
+        if tx.changes_under(&format!("{ROOT}/scis/discovery")).next().is_some() {
+            crate::engine::discovery::settings(tx.config)?;
+        }
         if tx.changes_under(&format!("{ROOT}/cache")).next().is_some() {
             let c = cache(tx.config);
             if c.max_entries == 0 {
@@ -330,6 +359,9 @@ impl ConfigConsumer for EngineConfig {
         }
         if tx.changes_under(&format!("{ROOT}/collection/mqtt")).next().is_some() {
             crate::engine::collect::mqtt::check(tx.config)?;
+        }
+        if tx.changes_under(&format!("{ROOT}/failure-detection")).next().is_some() {
+            crate::engine::probe::check(tx.config)?;
         }
         Ok(())
     }
@@ -370,7 +402,13 @@ impl ConfigConsumer for EngineConfig {
             }
             self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
         }
+        if touched("failure-detection") {
+            let p = crate::engine::probe::settings(tx.config);
+            self.engine.submit(move |core| core.failure.configure(p));
+        }
         if touched("collection/pull") {
+            let targets = pull_targets(tx.config);
+            self.engine.submit(move |core| core.set_pull_targets(targets));
             let p = crate::engine::collect::pull::settings(tx.config);
             self.pull.send_if_modified(|cur| std::mem::replace(cur, p.clone()) != p);
         }
@@ -385,18 +423,28 @@ impl ConfigConsumer for EngineConfig {
             let f = function(tx.config);
             self.engine.submit(move |core| core.set_function(f));
         }
-        if touched("collection/authentication") || tx.changes_under(SCI).next().is_some() {
+        if touched("collection/authentication") || touched("scis/discovery") || tx.changes_under(SCI).next().is_some() {
             // Before the registry changes reach the engine, so a new credential-ref is
             // never enforced without its key being known to the transports.
             let table = crate::engine::auth::table(tx.config);
             *self.engine.auth.write().unwrap_or_else(|e| e.into_inner()) = table;
+        }
+        if touched("scis/discovery") {
+            // Checked in prepare.
+            if let Ok(d) = crate::engine::discovery::settings(tx.config) {
+                self.engine.submit(move |core| crate::engine::discovery::set_config(core, d));
+            }
         }
         let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
         for (entry, key) in entries {
             match sci(tx.config, &entry) {
                 Some(s) => {
                     warn_unauthenticated(&key, &s);
-                    self.engine.submit(move |core| core.set_sci(&key, s))
+                    self.engine.submit(move |core| {
+                        // A configured SCI replaces a discovered one of its CSCI-ID.
+                        crate::engine::discovery::configured(core, &key);
+                        core.set_sci(&key, s)
+                    })
                 }
                 None => self.engine.submit(move |core| core.remove_sci(&key)),
             }
@@ -407,6 +455,43 @@ impl ConfigConsumer for EngineConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tree(update_control: &str) -> DataTree<'static> {
+        let xml = format!(
+            "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><policy xmlns=\"urn:cats-sma:yang:cats-sma-policy\">\
+             <update-control>{update_control}</update-control></policy></cats-sma>\0"
+        );
+        DataTree::parse_string(
+            crate::yang::context(),
+            xml.as_bytes(),
+            yang2::data::DataFormat::XML,
+            yang2::data::DataParserFlags::STRICT | yang2::data::DataParserFlags::NO_STATE,
+            yang2::data::DataValidationFlags::NO_STATE,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn seed004_update_control_adaptive_heartbeat_and_load_shedding_are_read() {
+        use crate::engine::update::{AdaptiveHeartbeat, LoadShedding};
+        let c = update_config(&tree(""));
+        assert_eq!((c.adaptive_heartbeat, c.load_shedding), (None, None));
+        let c = update_config(&tree(
+            "<adaptive-heartbeat/><load-shedding><report-rate-threshold>500</report-rate-threshold></load-shedding>",
+        ));
+        assert_eq!(c.adaptive_heartbeat, Some(AdaptiveHeartbeat::DEFAULT), "the YANG defaults");
+        assert_eq!(c.load_shedding, Some(LoadShedding { threshold: 500, clear_percent: 80 }));
+        let c = update_config(&tree(
+            "<adaptive-heartbeat><min-interval>2</min-interval><max-interval>90</max-interval></adaptive-heartbeat>\
+             <load-shedding><report-rate-threshold>7</report-rate-threshold><clear-percent>100</clear-percent></load-shedding>",
+        ));
+        assert_eq!(
+            c.adaptive_heartbeat,
+            Some(AdaptiveHeartbeat { min: Duration::from_secs(2), max: Duration::from_secs(90) })
+        );
+        assert_eq!(c.load_shedding, Some(LoadShedding { threshold: 7, clear_percent: 100 }));
+        assert_eq!(c.validate(), Ok(()));
+    }
 
     #[test]
     fn entry_paths_from_change_paths() {

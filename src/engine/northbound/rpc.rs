@@ -1,6 +1,10 @@
 //! The engine's RPCs (cats-sma module): `resync` asks the update controller for a full
 //! snapshot (to one C-PS or all), `clear-quarantine` releases held reports, `probe-sci`
-//! GETs the SCI's pull URL (seed 004: active probes to tell SCI failure from partition).
+//! probes the SCI now — its failure-detection probe, else a GET of its pull URL (seed 004:
+//! active probes to tell SCI failure from partition),
+//! `report-sci-failure` is the external health monitor's webhook (seed 004, SCI Failure
+//! Detection: the SCI is FAILED at once), `local-steering` answers which SCI should serve
+//! a CS-ID (`engine/steering.rs`).
 
 use yang2::data::{Data, DataTree};
 
@@ -44,14 +48,34 @@ impl AppRpc for EngineRpcs {
                 let csci = input(t, "probe-sci", "csci-id").unwrap_or_default();
                 let target = self.pull.borrow().get(&csci).cloned();
                 let id = csci.clone();
-                let state = self
+                let (state, probe) = self
                     .engine
-                    .query_blocking(move |core| core.cache.get(&id).map(|e| e.state.yang()))
+                    .query_blocking(move |core| {
+                        let probe = core.failure.settings.targets.get(&id).cloned();
+                        (
+                            core.cache.get(&id).map(|e| e.state.yang()),
+                            probe.map(|m| (m, core.failure.settings.timeout_for(&id))),
+                        )
+                    })
                     .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?;
                 let ns = "urn:cats-sma:yang:cats-sma";
                 let mut out = String::new();
-                match target {
-                    Some(target) => {
+                match (probe, target) {
+                    // The SCI's configured probe (failure-detection) first, else its pull URL.
+                    (Some((method, timeout)), _) => {
+                        let started = std::time::Instant::now();
+                        let handle = tokio::runtime::Handle::current();
+                        let answer = tokio::task::block_in_place(|| {
+                            handle.block_on(crate::engine::probe::probe(&method, timeout))
+                        });
+                        let rtt = started.elapsed().as_micros().min(u32::MAX as u128);
+                        let reachable = !matches!(answer, crate::engine::probe::Answer::NoAnswer(_));
+                        out.push_str(&format!("<reachable xmlns=\"{ns}\">{reachable}</reachable>"));
+                        if reachable {
+                            out.push_str(&format!("<rtt xmlns=\"{ns}\">{rtt}</rtt>"));
+                        }
+                    }
+                    (None, Some(target)) => {
                         let started = std::time::Instant::now();
                         let handle = tokio::runtime::Handle::current();
                         let limit = self.engine.limits.pull_response_bytes;
@@ -64,13 +88,40 @@ impl AppRpc for EngineRpcs {
                             out.push_str(&format!("<rtt xmlns=\"{ns}\">{rtt}</rtt>"));
                         }
                     }
-                    // No pull URL: nothing to probe with.
-                    None => out.push_str(&format!("<reachable xmlns=\"{ns}\">false</reachable>")),
+                    // Neither a probe nor a pull URL: nothing to probe with.
+                    (None, None) => out.push_str(&format!("<reachable xmlns=\"{ns}\">false</reachable>")),
                 }
                 if let Some(s) = state {
                     out.push_str(&format!("<state xmlns=\"{ns}\">{s}</state>"));
                 }
                 Ok(out)
+            }
+            ("cats-sma", "report-sci-failure") => {
+                let csci = input(t, "report-sci-failure", "csci-id").unwrap_or_default();
+                let detail = input(t, "report-sci-failure", "detail").unwrap_or_default();
+                // RPC input is not validated against the data (a leafref to the registry
+                // is not resolved): an SCI that is not registered is refused here.
+                let (from, to) = self
+                    .engine
+                    .query_blocking(move |core| {
+                        if !core.registry.contains_key(&csci) {
+                            let shown = crate::text::printable(&csci, 64);
+                            return Err((ErrorTag::InvalidValue, format!("{shown} is not a registered SCI")));
+                        }
+                        core.health_monitor_failure(&csci, &detail).map_err(|e| (ErrorTag::OperationFailed, e))
+                    })
+                    .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?
+                    .map_err(|(tag, e)| RpcError::application(tag, e).with_bad_element("csci-id"))?;
+                let ns = "urn:cats-sma:yang:cats-sma";
+                Ok(format!(
+                    "<old-state xmlns=\"{ns}\">{}</old-state><new-state xmlns=\"{ns}\">{}</new-state>",
+                    from.yang(),
+                    to.yang()
+                ))
+            }
+            // seed 004, Network Partition: the co-located forwarder's hook (steering.rs).
+            ("cats-sma", "local-steering") => {
+                crate::engine::steering::rpc(&self.engine, input(t, "local-steering", "cs-id"))
             }
             _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
                 .with_bad_element(name)),

@@ -17,7 +17,7 @@ use crate::datastore::tree::{merge_moving, yang_time as time};
 use crate::datastore::StateProvider;
 use crate::engine::cache::Flags;
 use crate::engine::core::{Core, Quarantined};
-use crate::engine::model::{Health, Metrics, SciState};
+use crate::engine::model::{Health, Metrics, SciState, SiteMetrics};
 use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 use crate::error::RpcError;
@@ -39,6 +39,8 @@ struct EntryRow {
     timestamp: Option<DateTime<Utc>>,
     sequence: Option<u64>,
     authentication: Option<&'static str>,
+    /// How it was discovered (trust domain, proof, when), if it was.
+    discovered: Option<crate::engine::discovery::Discovered>,
     ttl_remaining_ms: u128,
     state: SciState,
     flags: Flags,
@@ -48,14 +50,18 @@ struct EntryRow {
 /// One service as shown.
 struct ServiceRow {
     cs_id: String,
-    /// Reported GAS and computing time after site-scope policy.
-    reported: Option<(u32, u32)>,
+    /// What is advertised: the site metrics after site-scope policy.
+    reported: Option<SiteMetrics>,
     site_gas: u32,
     computing_time: u32,
     function: &'static str,
     health: Health,
     sci_count: u32,
     healthy: usize,
+    /// The lowest cost, reputation and security label of the contributing SCIs.
+    cost: Option<u32>,
+    reputation: Option<u8>,
+    security_label: Option<u8>,
 }
 
 /// A plain copy of what is shown, taken inside the engine task.
@@ -68,6 +74,8 @@ struct Snapshot {
     sequence_restarts: u64,
     rejections: Vec<(&'static str, u64, Option<DateTime<Utc>>)>,
     quarantine: Vec<Quarantined>,
+    /// The update controller's statistics (filled outside the engine task).
+    updates: Option<crate::engine::update::UpdateStats>,
 }
 
 fn snapshot(core: &mut Core) -> Snapshot {
@@ -82,6 +90,7 @@ fn snapshot(core: &mut Core) -> Snapshot {
             timestamp: e.timestamp,
             sequence: e.sequence,
             authentication: core.registry.get(&e.csci_id).map(|s| s.authentication()),
+            discovered: core.discovery.get(&e.csci_id).cloned(),
             ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
             state: e.state,
             flags: e.flags,
@@ -98,13 +107,16 @@ fn snapshot(core: &mut Core) -> Snapshot {
                 core.cache.members(cs).filter(|e| e.reported.is_some_and(|m| m.health == Health::Healthy)).count();
             Some(ServiceRow {
                 cs_id: cs.clone(),
-                reported: core.reported.get(cs).map(|(r, _)| (r.gas, r.computing_time_ms)),
+                reported: core.reported.get(cs).map(|(r, _)| r.clone()),
                 site_gas: site.gas,
                 computing_time: site.computing_time_ms,
                 function,
                 health: site.health,
                 sci_count: site.sci_count,
                 healthy,
+                cost: site.cost,
+                reputation: site.reputation,
+                security_label: site.security_label,
             })
         })
         .collect();
@@ -130,6 +142,7 @@ fn snapshot(core: &mut Core) -> Snapshot {
         sequence_restarts: s.sequence_restarts,
         rejections,
         quarantine: core.quarantine.iter().cloned().collect(),
+        updates: None,
     }
 }
 
@@ -214,6 +227,11 @@ fn to_xml(snap: &Snapshot) -> String {
             if let Some(a) = e.authentication {
                 leaf(&mut out, "authentication", a);
             }
+            if let Some(d) = &e.discovered {
+                leaf(&mut out, "discovered-by", esc(&d.domain));
+                leaf(&mut out, "discovery-proof", d.proof);
+                time_leaf(&mut out, "discovered-at", d.since);
+            }
             leaf(&mut out, "ttl-remaining", e.ttl_remaining_ms);
             leaf(&mut out, "state", e.state.yang());
             if let Some(f) = flags(e.flags) {
@@ -235,12 +253,32 @@ fn to_xml(snap: &Snapshot) -> String {
             leaf(&mut out, "health", s.health.yang());
             leaf(&mut out, "sci-count", s.sci_count);
             leaf(&mut out, "healthy-sci-count", s.healthy);
-            if let Some((gas, ct)) = s.reported {
+            if let Some(c) = s.cost {
+                leaf(&mut out, "cost", c);
+            }
+            if let Some(r) = s.reputation {
+                leaf(&mut out, "reputation", r);
+            }
+            if let Some(l) = s.security_label {
+                leaf(&mut out, "security-label", l);
+            }
+            if let Some(r) = &s.reported {
                 let _ = write!(
                     out,
-                    "<reported-gas xmlns=\"{NS_POLICY}\">{gas}</reported-gas>\
-                     <reported-computing-time xmlns=\"{NS_POLICY}\">{ct}</reported-computing-time>"
+                    "<reported-gas xmlns=\"{NS_POLICY}\">{}</reported-gas>\
+                     <reported-computing-time xmlns=\"{NS_POLICY}\">{}</reported-computing-time>",
+                    r.gas, r.computing_time_ms
                 );
+                let optional = [
+                    ("reported-cost", r.cost),
+                    ("reported-reputation", r.reputation.map(u32::from)),
+                    ("reported-security-label", r.security_label.map(u32::from)),
+                ];
+                for (name, v) in optional {
+                    if let Some(v) = v {
+                        let _ = write!(out, "<{name} xmlns=\"{NS_POLICY}\">{v}</{name}>");
+                    }
+                }
             }
             out.push_str("</service>");
         }
@@ -273,6 +311,9 @@ fn to_xml(snap: &Snapshot) -> String {
         leaf(&mut out, "detail", esc(&format!("{:?}", q.anomaly)));
         out.push_str("</quarantine>");
     }
+    if let Some(u) = &snap.updates {
+        super::update_status::xml(&mut out, u);
+    }
     out.push_str("</cats-sma>\0");
     out
 }
@@ -294,7 +335,8 @@ impl StateProvider for EngineState {
         if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());
         }
-        let Some(snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
+        let Some(mut snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
+        snap.updates = Some(self.engine.updates.stats());
         let state = parse(&to_xml(&snap))?;
         merge_moving(tree, state)
     }

@@ -83,8 +83,6 @@ pub enum RuleErrorKind {
     NotAssignable(&'static str),
     #[error("cannot mix SCI_ and Site_ variables in one rule: {here} here, {other} in the {other_field} at column {other_column}")]
     MixedScope { here: &'static str, other: &'static str, other_field: Field, other_column: u32 },
-    #[error("Reputation has no site-scope value (site metrics carry none); mention an SCI_ variable to evaluate the rule per SCI")]
-    NoSiteReputation,
     #[error("SUPPRESS_UPDATES acts on a service's updates, but {by} (in the {by_field}) makes this an SCI-scope rule")]
     SuppressAtSciScope { by: &'static str, by_field: Field },
 }
@@ -118,6 +116,4 @@ pub enum PolicyError {
     BoundsEmpty { metric: Metric, min: u32, max: u32 },
     #[error("bounds for {metric}: min {min} is above the largest valid value {valid_max}")]
     BoundsOutOfRange { metric: Metric, min: u32, valid_max: u32 },
-    #[error("bounds for reputation: site metrics carry no reputation, the bound would have no effect")]
-    BoundsOnReputation,
 }

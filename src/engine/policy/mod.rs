@@ -31,8 +31,10 @@
 //! - at SCI scope they are the SCI's reported values;
 //! - at site scope they are the aggregate's values, as `aggregate.rs` defines them: Cost is
 //!   the lowest Cost of the contributing SCIs and Security_Label the lowest label (the site
-//!   is as trustworthy as its weakest instance). `SiteMetrics` has no reputation, so
-//!   `Reputation` in a site-scope rule is refused rather than silently never matching.
+//!   is as trustworthy as its weakest instance); Reputation likewise the lowest Reputation
+//!   of the contributing SCIs (seed 004, Policy Engine: cost and reputation policies), so
+//!   `IF Reputation < 5 THEN REDUCE Site_GAS BY 50%` acts on the site's weakest instance,
+//!   and transforms/bounds may clamp it.
 //!
 //! # Absent metrics
 //! Cost, Reputation and Security_Label are optional. A comparison on an absent one is
@@ -378,10 +380,13 @@ impl Policy {
         site.gas = t.bound(Metric::Gas, t.safety(site.gas));
         site.computing_time_ms = t.bound(Metric::ComputingTime, site.computing_time_ms);
         site.cost = site.cost.map(|c| t.bound(Metric::Cost, c));
-        // The bound's min is at most 10 (checked at compile time), so the label stays a u8.
+        // The bound's min is at most 10 (checked at compile time), so both stay a u8.
+        site.reputation = site.reputation.map(|r| t.bound(Metric::Reputation, r.into()).min(10) as u8);
         site.security_label = site.security_label.map(|l| t.bound(Metric::SecurityLabel, l.into()).min(10) as u8);
         match t.ema_alpha_milli {
-            _ if site.health != Health::Healthy => {
+            // seed 004 consistency: an UNHEALTHY site (no SCI that is reporting and not
+            // UNHEALTHY) advertises 0; a DEGRADED one its (reduced) GAS (aggregate.rs).
+            _ if site.health == Health::Unhealthy => {
                 site.gas = 0;
                 ema.reset();
             }
@@ -625,8 +630,12 @@ mod tests {
         // Computing time is not smoothed.
         assert_eq!(p.apply_site(&site(100, 77), &mut ema, &ctx).metrics.computing_time_ms, 77);
 
-        // A site without a HEALTHY SCI reports 0 at once and restarts the average.
-        let down = SiteMetrics { health: Health::Degraded, ..site(400, 5) };
+        // A DEGRADED site (seed 004: LLM1, one DEGRADED SCI) keeps being averaged; an
+        // UNHEALTHY one reports 0 at once and restarts the average.
+        let degraded = SiteMetrics { health: Health::Degraded, ..site(400, 5) };
+        let g = p.apply_site(&degraded, &mut ema, &ctx).metrics.gas;
+        assert!(g > 0 && ema.value() == Some(g), "{g}");
+        let down = SiteMetrics { health: Health::Unhealthy, ..site(400, 5) };
         assert_eq!(p.apply_site(&down, &mut ema, &ctx).metrics.gas, 0);
         assert_eq!(ema.value(), None);
         assert_eq!(p.apply_site(&site(400, 5), &mut ema, &ctx).metrics.gas, 200);

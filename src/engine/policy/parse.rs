@@ -104,12 +104,7 @@ pub(crate) fn parse_rule(
             }
             Scope::Sci
         }
-        None => {
-            if let Some(m) = mentions.iter().find(|m| m.var == Var::Reputation) {
-                return Err(RuleError { field: m.field, column: m.column, kind: RuleErrorKind::NoSiteReputation });
-            }
-            Scope::Site
-        }
+        None => Scope::Site,
     };
     Ok(ParsedRule { condition: cond, action, scope })
 }
@@ -803,9 +798,10 @@ mod tests {
     }
 
     #[test]
-    fn error_reputation_at_site_scope() {
-        assert_eq!(err("Reputation < 3", "SET Cost = 1"), (Field::Condition, 1, RuleErrorKind::NoSiteReputation));
-        assert_eq!(err("Site_GAS > 3", "SET Reputation = 1"), (Field::Action, 5, RuleErrorKind::NoSiteReputation));
+    fn seed004_policy_engine_reputation_at_site_scope() {
+        // Site metrics carry the lowest reputation of the contributing SCIs (aggregate.rs).
+        assert_eq!(ok("Reputation < 3", "SET Cost = 1").scope, Scope::Site);
+        assert_eq!(ok("Site_GAS > 3", "SET Reputation = 1").scope, Scope::Site);
     }
 
     #[test]

@@ -40,9 +40,6 @@ impl Transforms {
         };
         let mut bounds = [None; 5];
         for b in &cfg.bounds {
-            if b.metric == Metric::Reputation {
-                return Err(PolicyError::BoundsOnReputation);
-            }
             let slot = &mut bounds[b.metric.index()];
             if slot.is_some() {
                 return Err(PolicyError::DuplicateBounds(b.metric));
@@ -184,8 +181,15 @@ mod tests {
             Transforms::compile(&cfg),
             Err(PolicyError::BoundsOutOfRange { metric: Metric::SecurityLabel, min: 11, valid_max: 10 })
         );
+        // seed 004 cost and reputation policies: reputation bounds are accepted (site
+        // metrics carry the lowest contributing reputation) and checked like the label's.
         cfg.bounds = vec![BoundsConfig { metric: Metric::Reputation, min: None, max: Some(5) }];
-        assert_eq!(Transforms::compile(&cfg), Err(PolicyError::BoundsOnReputation));
+        assert!(Transforms::compile(&cfg).is_ok());
+        cfg.bounds = vec![BoundsConfig { metric: Metric::Reputation, min: Some(11), max: None }];
+        assert_eq!(
+            Transforms::compile(&cfg),
+            Err(PolicyError::BoundsOutOfRange { metric: Metric::Reputation, min: 11, valid_max: 10 })
+        );
         let b = BoundsConfig { metric: Metric::Gas, min: None, max: Some(5) };
         cfg.bounds = vec![b, b];
         assert_eq!(Transforms::compile(&cfg), Err(PolicyError::DuplicateBounds(Metric::Gas)));

@@ -31,9 +31,11 @@ pub struct Advertisement {
     /// each with the services it served, so only C-PSes allowed one of them learn of it.
     pub sci_withdrawn: Vec<SciWithdrawal>,
     /// Per-SCI rows, for C-PSes that take metrics per CSCI-ID (`PUT /cats/metrics/{csci-id}`)
-    /// as well as or instead of the site aggregate. Empty unless the controller is asked for
-    /// them (`UpdateConfig::sci_detail`). Full: every SCI of the services in `sites`; Delta:
-    /// the SCIs of those services whose row changed since the last advertisement.
+    /// as well as or instead of the site aggregate. Empty unless some C-PS asked for them
+    /// (`UpdateEvent::SciDetail(true)`). Full: every SCI of the services in `sites` (for a
+    /// suppressed service, the rows last advertised); Delta: the SCIs of those services whose
+    /// row changed since it was last advertised. Rows ride with their service: a row change
+    /// alone sends nothing. Optional metrics are left out under high load.
     pub scis: Vec<SciMetrics>,
     /// Wall time of the decision (the timestamp of seed 004's replay protection).
     pub generated_at: DateTime<Utc>,

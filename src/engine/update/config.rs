@@ -31,6 +31,41 @@ pub struct UpdateConfig {
     /// across events (one event with several CS-IDs, e.g. a policy change, is still one
     /// advertisement). Default 50 ms.
     pub batch_delay: Duration,
+    /// `adaptive-heartbeat` (presence container): the heartbeat follows the C-PSes'
+    /// refresh hints within these bounds; `None`: `heartbeat_interval` is fixed.
+    pub adaptive_heartbeat: Option<AdaptiveHeartbeat>,
+    /// `load-shedding` (presence container): optional metrics are left out of
+    /// advertisements while the engine is under high load; `None`: never.
+    pub load_shedding: Option<LoadShedding>,
+}
+
+/// YANG `adaptive-heartbeat` (seed 004, Update Controller: the heartbeat interval MAY be
+/// adjusted dynamically based on network conditions or C-PS load).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveHeartbeat {
+    /// `min-interval`: the shortest heartbeat a C-PS's hint can ask for.
+    pub min: Duration,
+    /// `max-interval`: the longest.
+    pub max: Duration,
+}
+
+impl AdaptiveHeartbeat {
+    /// The YANG defaults: 10 s and 600 s.
+    pub const DEFAULT: AdaptiveHeartbeat =
+        AdaptiveHeartbeat { min: Duration::from_secs(10), max: Duration::from_secs(600) };
+}
+
+/// YANG `load-shedding` (seed 004, Scalability: the PE MAY suppress non-critical metrics
+/// during high-load conditions). The load is the engine's accepted SCI reports per second,
+/// sampled every second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadShedding {
+    /// `report-rate-threshold`: shedding starts when more reports than this were accepted
+    /// per second.
+    pub threshold: u32,
+    /// `clear-percent` (default 80): it ends when the rate is below this percentage of the
+    /// threshold (hysteresis).
+    pub clear_percent: u8,
 }
 
 /// YANG `token-bucket`: `rate` is decimal64 with 3 fraction digits, kept exact as
@@ -54,6 +89,8 @@ impl Default for UpdateConfig {
             min_interval: Duration::from_secs(5),
             token_bucket: None,
             batch_delay: Duration::from_millis(50),
+            adaptive_heartbeat: None,
+            load_shedding: None,
         }
     }
 }
@@ -89,6 +126,16 @@ impl UpdateConfig {
             }
             if tb.burst == 0 {
                 return Err(ConfigError::TokenBurst);
+            }
+        }
+        if let Some(a) = self.adaptive_heartbeat {
+            if a.min < Duration::from_secs(1) || a.max > MAX_INTERVAL || a.min > a.max {
+                return Err(ConfigError::AdaptiveBounds { min: a.min, max: a.max });
+            }
+        }
+        if let Some(l) = self.load_shedding {
+            if l.threshold == 0 || l.clear_percent == 0 || l.clear_percent > 100 {
+                return Err(ConfigError::LoadShedding { threshold: l.threshold, clear_percent: l.clear_percent });
             }
         }
         if self.batch_delay > self.heartbeat_interval {

@@ -10,23 +10,33 @@
 //! - Updates that are ready within `batch_delay` of each other share one advertisement.
 //! - Every advertisement costs a token; without one it waits, still coalescing, and when a
 //!   token returns everything ready goes in one advertisement, most urgent entries first.
-//! - A full snapshot goes out `heartbeat-interval` after the previous one; it carries every
-//!   service and settles everything pending.
-//! - Suppression drops non-critical updates (and, globally, the heartbeat); the first
-//!   heartbeat after the window carries the state. Critical updates go out under
+//! - A full snapshot goes out `heartbeat-interval` (or the adaptive interval) after the
+//!   previous one; it carries every service and settles everything pending.
+//! - An SCI discovered or withdrawn (evicted, deregistered) gets a full snapshot to all
+//!   (SCI Discovery Trigger), after the batch window and not held by `min-interval`.
+//! - A policy change sends every service whose values differ in any field from what was
+//!   advertised, not held by `min-interval` (Policy Change Trigger).
+//! - Suppression drops non-critical updates; the heartbeat keeps going, carrying what the
+//!   C-PSes were last told for the suppressed services. When a suppression ends, what it
+//!   kept back and what is past the thresholds goes out. Critical updates go out under
 //!   `non-critical` and are held under `all`.
+//! - Under high engine load optional metrics (cost, reputation) are left out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use tokio::time::Instant;
 
-use super::advertisement::{Advertisement, AdvertisementKind, Audience};
+use std::time::Duration;
+
+use super::advertisement::{Advertisement, AdvertisementKind, Audience, SciMetrics};
 use super::config::UpdateConfig;
 use super::error::ConfigError;
 use super::events::{SciChange, SciEvent, SuppressLevel, SuppressScope, UpdateEvent};
+use super::load::{Edge, LoadMeter};
+use super::rows::Rows;
 use super::stats::UpdateStats;
 use super::token_bucket::TokenBucket;
-use super::trigger::{significant, Priority, Trigger};
+use super::trigger::{bypasses_min_interval, significant, Priority, Trigger};
 use crate::engine::clock::Clock;
 use crate::engine::model::{CsId, CsciId, SciState, SiteMetrics};
 
@@ -51,6 +61,17 @@ struct ResyncRequest {
     audience: Audience,
     since: Instant,
 }
+
+/// A full snapshot to all asked for by an SCI discovery or withdrawal; it goes when the
+/// batch window of the first one closes.
+#[derive(Clone, Copy, Debug)]
+struct MembershipFull {
+    trigger: Trigger,
+    since: Instant,
+}
+
+/// At most this many C-PS refresh hints are kept (one per configured peer in practice).
+const MAX_HINTS: usize = 4096;
 
 #[derive(Clone, Debug, Default)]
 struct Suppression {
@@ -92,11 +113,21 @@ pub struct UpdateController {
     advertised: BTreeMap<CsId, Advertised>,
     pending: BTreeMap<CsId, Pending>,
     resync: Option<ResyncRequest>,
-    /// The last full snapshot to all; the heartbeat is due `heartbeat_interval` later.
+    /// The last full snapshot to all; the heartbeat is due `heartbeat()` later.
     last_full: Instant,
+    /// A full snapshot to all for an SCI discovery or withdrawal.
+    membership: Option<MembershipFull>,
+    /// An SCI discovery or withdrawal was kept back by a suppression: its full snapshot goes
+    /// when the global suppression ends.
+    membership_suppressed: Option<Trigger>,
     suppression: Suppression,
-    /// The overdue heartbeat was already counted as suppressed.
-    heartbeat_suppressed: bool,
+    /// The C-PSes' refresh hints (adaptive heartbeat).
+    hints: BTreeMap<String, Duration>,
+    /// The heartbeat interval in force (configured, or adapted to the hints).
+    heartbeat: Duration,
+    /// Per-SCI rows, while some C-PS wants them.
+    rows: Option<Rows>,
+    load: LoadMeter,
     bucket: Option<TokenBucket>,
     /// An advertisement is waiting for a token (already counted as rate-limited).
     waiting_for_token: bool,
@@ -111,6 +142,7 @@ impl UpdateController {
         let first_seq = u64::try_from(clock.wall_at(now).timestamp_micros()).unwrap_or(0).max(1);
         Ok(UpdateController {
             bucket: config.token_bucket.map(|tb| TokenBucket::new(tb, now)),
+            heartbeat: config.heartbeat_interval,
             config,
             clock,
             next_seq: first_seq,
@@ -119,8 +151,12 @@ impl UpdateController {
             pending: BTreeMap::new(),
             resync: None,
             last_full: now,
+            membership: None,
+            membership_suppressed: None,
             suppression: Suppression::default(),
-            heartbeat_suppressed: false,
+            hints: BTreeMap::new(),
+            rows: None,
+            load: LoadMeter::default(),
             waiting_for_token: false,
             stats: UpdateStats::default(),
         })
@@ -135,7 +171,50 @@ impl UpdateController {
         UpdateStats {
             pending: u32::try_from(self.pending.len()).unwrap_or(u32::MAX),
             tokens: self.bucket.as_ref().map(TokenBucket::tokens),
+            heartbeat_interval: self.heartbeat,
+            sci_rows: self.rows.as_ref().map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX)),
+            report_rate: self.load.rate,
+            load_shedding_since: self.load.active_since,
+            shed_advertisements: self.load.shed,
             ..self.stats.clone()
+        }
+    }
+
+    /// The heartbeat interval in force.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat
+    }
+
+    /// The engine's running total of accepted SCI reports, the load measure of load
+    /// shedding: sampled once a second while `load-shedding` is configured (the task calls
+    /// this before every step; it is one comparison when no sample is due).
+    pub fn observe_load(&mut self, accepted_total: u64, now: Instant) {
+        let config = self.config.load_shedding;
+        match self.load.observe(config, accepted_total, now, self.clock.wall_at(now)) {
+            Some(Edge::Started) => tracing::warn!(
+                rate = self.load.rate,
+                threshold = config.map_or(0, |c| c.threshold),
+                "high load: optional metrics (cost, reputation) are left out of advertisements"
+            ),
+            Some(Edge::Ended) => tracing::info!(
+                rate = self.load.rate,
+                shed = self.load.shed,
+                "load back to normal: optional metrics are advertised again"
+            ),
+            None => {}
+        }
+    }
+
+    /// The effective heartbeat: with `adaptive-heartbeat`, the shortest hint of the C-PSes
+    /// that gave one, within the bounds; otherwise (or without any hint) the configured one.
+    fn update_heartbeat(&mut self) {
+        let effective = match (self.config.adaptive_heartbeat, self.hints.values().min()) {
+            (Some(a), Some(hint)) => (*hint).clamp(a.min, a.max),
+            _ => self.config.heartbeat_interval,
+        };
+        if effective != self.heartbeat {
+            tracing::info!(from = ?self.heartbeat, to = ?effective, "heartbeat interval adjusted");
+            self.heartbeat = effective;
         }
     }
 
@@ -152,7 +231,10 @@ impl UpdateController {
                 let gone: Vec<CsId> = self.current.keys().filter(|cs| !listed.contains(cs.as_str())).cloned().collect();
                 for site in sites {
                     let cs_id = site.cs_id.clone();
-                    self.update_service(cs_id, Some(site), None, Trigger::PolicyChange, None, now);
+                    // Any difference from what was advertised, not only past a threshold.
+                    let differs = self.advertised.get(&cs_id).is_some_and(|a| a.site != site);
+                    let trigger = differs.then_some(Trigger::PolicyChange);
+                    self.update_service(cs_id, Some(site), trigger, Trigger::PolicyChange, None, now);
                 }
                 for cs_id in gone {
                     self.update_service(cs_id, None, None, Trigger::PolicyChange, None, now);
@@ -168,10 +250,30 @@ impl UpdateController {
                     Some(r) => ResyncRequest { audience: Audience::All, since: r.since },
                 });
             }
-            UpdateEvent::Suppress { scope, level } => self.set_suppression(scope, level),
-            // Interfaces of the issue-13 work (adaptive heartbeat, per-SCI rows), not acted on
-            // yet.
-            UpdateEvent::RefreshHint { .. } | UpdateEvent::SciDetail(_) | UpdateEvent::SciRows(_) => {}
+            UpdateEvent::Suppress { scope, level } => self.set_suppression(scope, level, now),
+            UpdateEvent::RefreshHint { peer, interval } => {
+                match interval {
+                    Some(i) if self.hints.len() < MAX_HINTS || self.hints.contains_key(&peer) => {
+                        self.hints.insert(peer, i);
+                    }
+                    Some(_) => tracing::warn!(peer = %peer, "too many C-PS refresh hints: ignored"),
+                    None => {
+                        self.hints.remove(&peer);
+                    }
+                }
+                self.update_heartbeat();
+            }
+            UpdateEvent::SciDetail(on) => match (on, self.rows.is_some()) {
+                (true, false) => self.rows = Some(Rows::default()),
+                (false, true) => self.rows = None,
+                _ => {}
+            },
+            // Rows that arrive after detail went off are for nobody.
+            UpdateEvent::SciRows(rows) => {
+                if let Some(r) = self.rows.as_mut() {
+                    r.apply(rows);
+                }
+            }
         }
         self.poll(now)
     }
@@ -195,6 +297,7 @@ impl UpdateController {
             }
         }
         self.config = config;
+        self.update_heartbeat();
         let newly_significant: Vec<(CsId, Trigger)> = self
             .current
             .iter()
@@ -214,22 +317,27 @@ impl UpdateController {
     /// When `on_tick` next has something to do: a batch closing, a held update's interval
     /// ending, the heartbeat, a token returning. `None`: nothing until the next event.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let global = self.suppression.global;
-        let heartbeat = self.last_full + self.config.heartbeat_interval;
-        let mut next = (global.is_none() || !self.heartbeat_suppressed).then_some(heartbeat);
+        let mut next = Some(self.last_full + self.heartbeat);
         if let Some(r) = &self.resync {
-            if global != Some(SuppressLevel::All) {
-                next = min_instant(next, r.since);
-            }
+            next = min_instant(next, r.since);
+        }
+        if let Some(m) = &self.membership {
+            next = min_instant(next, m.since + self.config.batch_delay);
         }
         for (cs_id, p) in &self.pending {
             if let Some(at) = self.flush_at(cs_id, p) {
                 next = min_instant(next, at);
             }
         }
-        match (&self.bucket, next) {
+        let next = match (&self.bucket, next) {
             (Some(bucket), Some(at)) => Some(at.max(bucket.available_at())),
             (_, next) => next,
+        };
+        // The load sample needs no token.
+        let sample = self.load.next_sample(self.config.load_shedding);
+        match (next, sample) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -253,7 +361,30 @@ impl UpdateController {
                 p.sci_withdrawn.remove(&csci_id);
             }
         }
+        if change == SciChange::Removed {
+            if let Some(rows) = self.rows.as_mut() {
+                rows.remove(&csci_id);
+            }
+        }
+        let membership = matches!(trigger, Some(Trigger::Discovery | Trigger::Withdrawal));
+        let service = membership.then(|| cs_id.clone());
         self.update_service(cs_id, site, trigger, Trigger::MetricChange, withdraw.then_some(csci_id), now);
+        if let (Some(cs_id), Some(trigger)) = (service, trigger) {
+            self.request_membership_full(&cs_id, trigger, now);
+        }
+    }
+
+    /// SCI Discovery Trigger: a full snapshot to all when the batch window closes, unless a
+    /// suppression keeps the change back (then it goes when the suppression ends).
+    fn request_membership_full(&mut self, cs_id: &str, trigger: Trigger, now: Instant) {
+        if blocks(self.suppression.level(cs_id), trigger.priority()) {
+            self.membership_suppressed = Some(self.membership_suppressed.map_or(trigger, |t| t.max(trigger)));
+            return;
+        }
+        self.membership = Some(match self.membership {
+            None => MembershipFull { trigger, since: now },
+            Some(m) => MembershipFull { trigger: m.trigger.max(trigger), since: m.since },
+        });
     }
 
     /// Records the service's new state and raises an update if it is worth one: `trigger`
@@ -301,8 +432,11 @@ impl UpdateController {
         }
         if let Some(p) = self.pending.get_mut(&cs_id) {
             self.stats.coalesced += 1;
-            if priority > p.trigger.priority() {
-                if priority.is_critical() {
+            // A policy change outranks a metric change of the same priority: it is not held
+            // and is sent on any difference.
+            let upgrade = trigger == Trigger::PolicyChange && p.trigger == Trigger::MetricChange;
+            if priority > p.trigger.priority() || upgrade {
+                if bypasses_min_interval(trigger) && !bypasses_min_interval(p.trigger) || priority.is_critical() {
                     // A fresh batch window, so simultaneous critical events share it.
                     p.since = now;
                 }
@@ -311,7 +445,7 @@ impl UpdateController {
             p.sci_withdrawn.extend(sci_withdrawn);
             return;
         }
-        let held = !priority.is_critical()
+        let held = !bypasses_min_interval(trigger)
             && self.advertised.get(&cs_id).is_some_and(|a| a.at + self.config.min_interval > now);
         if held {
             self.stats.held += 1;
@@ -319,7 +453,12 @@ impl UpdateController {
         self.pending.insert(cs_id, Pending { trigger, since: now, sci_withdrawn: sci_withdrawn.into_iter().collect() });
     }
 
-    fn set_suppression(&mut self, scope: SuppressScope, level: Option<SuppressLevel>) {
+    fn set_suppression(&mut self, scope: SuppressScope, level: Option<SuppressLevel>, now: Instant) {
+        let affected: Vec<CsId> = match &scope {
+            SuppressScope::Global => self.current.keys().chain(self.advertised.keys()).cloned().collect(),
+            SuppressScope::Service(cs_id) => vec![cs_id.clone()],
+        };
+        let before: Vec<Option<SuppressLevel>> = affected.iter().map(|cs| self.suppression.level(cs)).collect();
         match (scope, level) {
             (SuppressScope::Global, level) => self.suppression.global = level,
             (SuppressScope::Service(cs_id), Some(level)) => {
@@ -331,11 +470,39 @@ impl UpdateController {
         }
         // Non-critical updates waiting now are dropped, not queued for after the window.
         let suppression = &self.suppression;
-        let before = self.pending.len();
+        let before_len = self.pending.len();
         self.pending.retain(|cs_id, p| {
             !blocks(suppression.level(cs_id), p.trigger.priority()) || p.trigger.priority().is_critical()
         });
-        self.stats.suppressed += (before - self.pending.len()) as u64;
+        self.stats.suppressed += (before_len - self.pending.len()) as u64;
+        if let Some(m) = self.membership {
+            if blocks(self.suppression.global, m.trigger.priority()) {
+                self.membership = None;
+                self.membership_suppressed = Some(self.membership_suppressed.map_or(m.trigger, |t| t.max(m.trigger)));
+            }
+        }
+        // Released: what the suppression kept back goes out now if it is past the
+        // thresholds (or new, or gone); what is not waits for the heartbeat.
+        for (cs_id, was) in affected.into_iter().zip(before) {
+            let level = self.suppression.level(&cs_id);
+            if level >= was || self.pending.contains_key(&cs_id) {
+                continue;
+            }
+            let trigger = match (self.current.get(&cs_id), self.advertised.get(&cs_id)) {
+                (Some(cur), Some(adv)) => significant(&adv.site, cur, &self.config),
+                (Some(_), None) => Some(Trigger::Discovery),
+                (None, Some(_)) => Some(Trigger::Withdrawal),
+                (None, None) => None,
+            };
+            if let Some(trigger) = trigger.filter(|t| !blocks(level, t.priority())) {
+                self.raise(cs_id, trigger, None, now);
+            }
+        }
+        if self.suppression.global.is_none() {
+            if let Some(trigger) = self.membership_suppressed.take() {
+                self.membership = Some(MembershipFull { trigger, since: now });
+            }
+        }
     }
 
     /// When an update may go: never while suppressed; critical at once; otherwise once the
@@ -345,7 +512,7 @@ impl UpdateController {
         if blocks(self.suppression.level(cs_id), priority) {
             return None;
         }
-        if priority.is_critical() {
+        if bypasses_min_interval(p.trigger) {
             return Some(p.since);
         }
         let hold_until = self.advertised.get(cs_id).map(|a| a.at + self.config.min_interval);
@@ -373,20 +540,18 @@ impl UpdateController {
             bucket.refill(now);
         }
         let mut out = Vec::new();
-        let global = self.suppression.global;
-        let heartbeat_due = now >= self.last_full + self.config.heartbeat_interval;
-        if heartbeat_due && global.is_some() && !self.heartbeat_suppressed {
-            self.heartbeat_suppressed = true;
-            self.stats.suppressed += 1;
-        }
-
-        // A full snapshot to everyone settles everything else.
-        let resync_all =
-            global != Some(SuppressLevel::All) && self.resync.as_ref().is_some_and(|r| r.audience == Audience::All);
+        // A full snapshot to everyone settles everything else. The heartbeat goes whatever
+        // the suppression: a C-PS that ages out entries must not drop the site during
+        // maintenance; it carries what the C-PSes were last told for suppressed services.
+        let heartbeat_due = now >= self.last_full + self.heartbeat;
+        let resync_all = self.resync.as_ref().is_some_and(|r| r.audience == Audience::All);
+        let membership = self.membership.filter(|m| m.since + self.config.batch_delay <= now);
         let full = if resync_all {
             Some(Trigger::Resync)
+        } else if let Some(m) = membership {
+            Some(m.trigger)
         } else {
-            (heartbeat_due && global.is_none()).then_some(Trigger::Heartbeat)
+            heartbeat_due.then_some(Trigger::Heartbeat)
         };
         if let Some(base) = full {
             if self.take_token() {
@@ -404,11 +569,9 @@ impl UpdateController {
             Ok(None) => {}
         }
 
-        if global != Some(SuppressLevel::All) {
-            if let Some(ResyncRequest { audience: Audience::Peer(peer), .. }) = self.resync.clone() {
-                if self.take_token() {
-                    out.push(self.full(Audience::Peer(peer), Trigger::Resync, now));
-                }
+        if let Some(ResyncRequest { audience: Audience::Peer(peer), .. }) = self.resync.clone() {
+            if self.take_token() {
+                out.push(self.full(Audience::Peer(peer), Trigger::Resync, now));
             }
         }
         out
@@ -433,10 +596,17 @@ impl UpdateController {
             let p = &self.pending[&cs_id];
             let priority = p.trigger.priority();
             let content = match (self.current.get(&cs_id), self.advertised.get(&cs_id)) {
-                // Re-checked now: a routine change may be back within its thresholds.
-                (Some(cur), Some(adv)) if priority >= Priority::Membership && *cur != adv.site => Content::Site,
+                // Re-checked now: a routine change may be back within its thresholds; a policy
+                // change counts any difference.
                 (Some(cur), Some(adv))
-                    if priority < Priority::Membership && significant(&adv.site, cur, &self.config).is_some() =>
+                    if (priority >= Priority::Membership || p.trigger == Trigger::PolicyChange) && *cur != adv.site =>
+                {
+                    Content::Site
+                }
+                (Some(cur), Some(adv))
+                    if priority < Priority::Membership
+                        && p.trigger != Trigger::PolicyChange
+                        && significant(&adv.site, cur, &self.config).is_some() =>
                 {
                     Content::Site
                 }
@@ -468,6 +638,9 @@ impl UpdateController {
             match content {
                 Content::Site => {
                     if let Some(site) = self.current.get(&cs_id) {
+                        if let Some(rows) = self.rows.as_mut() {
+                            rows.changed(&cs_id, &mut body.scis);
+                        }
                         body.sites.push(site.clone());
                         self.advertised.insert(cs_id, Advertised { site: site.clone(), at: now });
                     }
@@ -504,6 +677,9 @@ impl UpdateController {
             let site = if frozen { self.advertised.get(&cs_id).map(|a| &a.site) } else { self.current.get(&cs_id) };
             match site {
                 Some(site) => {
+                    if let Some(rows) = self.rows.as_mut() {
+                        rows.full(&cs_id, frozen, to_all, &mut body.scis);
+                    }
                     body.sites.push(site.clone());
                     advertised.insert(cs_id.clone(), Advertised { site: site.clone(), at: now });
                 }
@@ -524,13 +700,13 @@ impl UpdateController {
             }
             self.advertised = advertised;
             self.last_full = now;
-            self.heartbeat_suppressed = false;
+            self.membership = None;
         }
         self.resync = None;
         self.emit(AdvertisementKind::Full, audience, body, now)
     }
 
-    fn emit(&mut self, kind: AdvertisementKind, audience: Audience, body: Body, now: Instant) -> Advertisement {
+    fn emit(&mut self, kind: AdvertisementKind, audience: Audience, mut body: Body, now: Instant) -> Advertisement {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.stats.advertisements += 1;
@@ -539,6 +715,9 @@ impl UpdateController {
             AdvertisementKind::Delta => self.stats.deltas += 1,
         }
         self.stats.last_seq = Some(seq);
+        if self.load.active_since.is_some() && body.shed_optional_metrics() {
+            self.load.shed += 1;
+        }
         Advertisement {
             seq,
             kind,
@@ -551,7 +730,7 @@ impl UpdateController {
                 .into_iter()
                 .map(|(csci_id, cs_ids)| super::advertisement::SciWithdrawal::new(csci_id, cs_ids))
                 .collect(),
-            scis: Vec::new(),
+            scis: body.scis,
             generated_at: self.clock.wall_at(now),
         }
     }
@@ -564,11 +743,27 @@ struct Body {
     withdrawn: Vec<CsId>,
     /// Each withdrawn SCI with the services it was withdrawn from.
     sci_withdrawn: std::collections::BTreeMap<CsciId, BTreeSet<CsId>>,
+    scis: Vec<SciMetrics>,
 }
 
 impl Body {
     fn new(trigger: Trigger) -> Body {
-        Body { trigger, sites: Vec::new(), withdrawn: Vec::new(), sci_withdrawn: Default::default() }
+        Body { trigger, sites: Vec::new(), withdrawn: Vec::new(), sci_withdrawn: Default::default(), scis: Vec::new() }
+    }
+
+    /// Leaves out the optional metrics (cost, reputation; never GAS, computing time,
+    /// health or the security label). Whether there was any.
+    fn shed_optional_metrics(&mut self) -> bool {
+        let mut shed = false;
+        for (cost, reputation) in self
+            .sites
+            .iter_mut()
+            .map(|s| (&mut s.cost, &mut s.reputation))
+            .chain(self.scis.iter_mut().map(|r| (&mut r.metrics.cost, &mut r.metrics.reputation)))
+        {
+            shed |= cost.take().is_some() | reputation.take().is_some();
+        }
+        shed
     }
 
     fn settle(&mut self, cs_id: &CsId, p: &Pending) {

@@ -22,6 +22,10 @@ pub enum ConfigError {
     TokenRate(u32),
     #[error("token-bucket burst must be at least 1")]
     TokenBurst,
+    #[error("adaptive-heartbeat bounds must be 1..86400 s with min-interval <= max-interval, got {min:?}..{max:?}")]
+    AdaptiveBounds { min: Duration, max: Duration },
+    #[error("load-shedding needs a report-rate-threshold of at least 1 and a clear-percent of 1..100, got {threshold} and {clear_percent}")]
+    LoadShedding { threshold: u32, clear_percent: u8 },
     #[error("batch delay ({batch:?}) must not exceed heartbeat-interval ({heartbeat:?})")]
     BatchDelay { batch: Duration, heartbeat: Duration },
 }

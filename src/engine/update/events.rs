@@ -15,8 +15,10 @@ pub enum UpdateEvent {
     /// An SCI changed state or health, or left the cache.
     Sci(SciEvent),
     /// A local policy changed (seed 004, Policy Change Trigger): the complete current set of
-    /// services, one entry per CS-ID. Each is re-evaluated against what was last advertised;
-    /// a CS-ID missing from the set is withdrawn.
+    /// services, one entry per CS-ID, sent by the engine loop after every policy commit. Each
+    /// one that differs in any field from what was last advertised is sent at once (trigger
+    /// `policy-change`, not held by `min-interval`); a CS-ID missing from the set is
+    /// withdrawn.
     PolicyChanged(Vec<SiteMetrics>),
     /// Send a full snapshot now (the `resync` RPC, a C-PS's synchronization request, an
     /// adapter that reconnected or a subscriber that lagged). `peer: None` means every
@@ -35,10 +37,13 @@ pub enum UpdateEvent {
     /// on C-PS load).
     RefreshHint { peer: String, interval: Option<std::time::Duration> },
     /// Whether any C-PS takes per-SCI metrics: with `true` the controller fills
-    /// `Advertisement::scis`; `SciRows` events carry the rows.
+    /// `Advertisement::scis`; `SciRows` events carry the rows. Send it through
+    /// `UpdateHandle::send`, which also tells the engine loop to send rows (all of them
+    /// once after each switch on); `false` drops every row.
     SciDetail(bool),
-    /// The rows of SCIs whose contribution changed in one engine step (sent only while
-    /// `SciDetail(true)` is on).
+    /// The rows of the SCIs whose cache entry changed in one engine step (the engine loop
+    /// sends them only while `SciDetail(true)` is on, before the step's other events). An
+    /// SCI that left the cache has no row: its `SciChange::Removed` drops it.
     SciRows(Vec<super::advertisement::SciMetrics>),
 }
 

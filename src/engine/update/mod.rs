@@ -8,8 +8,8 @@
 //!   `next_deadline`), tested with explicit instants.
 //! - `tasks.rs`: the thin task that drives it from a channel and `sleep_until`.
 //! - `trigger.rs` (priorities, thresholds), `token_bucket.rs`, `config.rs` (YANG
-//!   `update-control`), `events.rs` (inputs), `advertisement.rs` (output), `stats.rs`,
-//!   `error.rs`.
+//!   `update-control`), `events.rs` (inputs), `advertisement.rs` (output), `rows.rs`
+//!   (per-SCI rows), `load.rs` (high-load detection), `stats.rs`, `error.rs`.
 //!
 //! # Delivery: one broadcast channel
 //! Advertisements go out on a `tokio::sync::broadcast` channel of `Arc<Advertisement>`:
@@ -41,19 +41,45 @@
 //! - Critical: health changes (of an SCI or the site), SCI failure, SCI withdrawal
 //!   (eviction, deregistration), a service losing its last SCI, explicit resyncs. The YANG
 //!   `suppress` leaf lists withdrawals with the critical triggers, so they are critical
-//!   here too (the brief ranked SCI withdrawal with discovery). Membership: new services,
-//!   new or recovered SCIs — they bypass the thresholds but not the minimum interval.
-//! - The heartbeat is one full snapshot to all every `heartbeat-interval` since the last
-//!   one (a resync to all counts); it is exempt from `min-interval` (the YANG `must`), but
-//!   not from the token bucket.
+//!   here too. Membership: new services, new or recovered SCIs — they bypass the thresholds.
+//! - SCI Discovery Trigger: an SCI discovered (its first report, or back from FAILED) or
+//!   withdrawn (evicted, deregistered) gets a *full* snapshot to all, once the batch window
+//!   of the first such event closes, not held by `min-interval`. A failure (→ FAILED) stays
+//!   an immediate critical delta with its DELETE.
+//! - Policy Change Trigger: `PolicyChanged` (the engine sends it after every commit under
+//!   `/cats-sma/policy`, update-control included) sends every service whose values differ
+//!   in any field from what was advertised, trigger `policy-change`, not held by
+//!   `min-interval`; suppression and the token bucket still apply. A change of the
+//!   thresholds alone (`reconfigure`) re-evaluates against the new thresholds, also as
+//!   `policy-change` and not held.
+//! - The heartbeat is one full snapshot to all every heartbeat interval since the last
+//!   full snapshot to all (a resync or a discovery's full snapshot counts); it is exempt
+//!   from `min-interval` (the YANG `must`) and from suppression, not from the token bucket.
+//!   With `adaptive-heartbeat` the interval is the shortest `RefreshHint` of the C-PSes that
+//!   gave one, clamped to the bounds; the configured interval without hints.
+//! - Suppression (maintenance windows, SUPPRESS_UPDATES) drops non-critical updates but
+//!   not the soft-state refresh: a full snapshot carries, for a suppressed service, what
+//!   the C-PSes were last told (`non-critical`: unless a critical update of it may go out),
+//!   so its changes stay unrevealed and the C-PSes keep its entries. When a suppression ends,
+//!   what is past the thresholds (or new, or gone) is raised as it would have been outside
+//!   it (a routine change still minds `min-interval`), and an SCI discovery or withdrawal it
+//!   kept back gets its full snapshot; the rest rides on the next heartbeat.
 //! - A full snapshot to one peer (targeted resync) does not move the heartbeat or the
 //!   thresholds' reference: the other peers were not told.
+//! - Per-SCI rows (`SciDetail`, `SciRows`, `rows.rs`) ride with their service's updates: a
+//!   row change alone triggers nothing (the state changes that matter already do).
+//! - Load shedding (`load.rs`): while the engine's accepted-report rate is high, cost and
+//!   reputation are left out of every advertisement (sites and rows); what the C-PSes were
+//!   told is still compared with the full values, so the optional metrics return with each
+//!   service's next update after the load drops, and with the next heartbeat at the latest.
 
 mod advertisement;
 mod config;
 mod controller;
 mod error;
 mod events;
+mod load;
+mod rows;
 mod stats;
 mod tasks;
 mod token_bucket;
@@ -63,11 +89,11 @@ mod trigger;
 mod tests;
 
 pub use advertisement::{Advertisement, AdvertisementKind, Audience, SciMetrics, SciWithdrawal};
-pub use config::{TokenBucketConfig, UpdateConfig};
+pub use config::{AdaptiveHeartbeat, LoadShedding, TokenBucketConfig, UpdateConfig};
 pub use controller::UpdateController;
 pub use error::{ConfigError, UpdateError};
 pub use events::{SciChange, SciEvent, SuppressLevel, SuppressScope, UpdateEvent};
 pub use stats::UpdateStats;
 pub use tasks::{spawn, UpdateHandle};
 pub use token_bucket::TokenBucket;
-pub use trigger::{changed_more_than, significant, Priority, Trigger};
+pub use trigger::{bypasses_min_interval, changed_more_than, significant, Priority, Trigger};

@@ -20,7 +20,7 @@ pub struct UpdateStats {
     pub coalesced: u64,
     /// Non-critical updates held because the CS-ID was advertised less than min-interval ago.
     pub held: u64,
-    /// Updates and heartbeats dropped by a maintenance window or SUPPRESS_UPDATES.
+    /// Updates dropped by a maintenance window or SUPPRESS_UPDATES (the heartbeat never is).
     pub suppressed: u64,
     /// Advertisements that had to wait for a token.
     pub rate_limited: u64,
@@ -30,4 +30,15 @@ pub struct UpdateStats {
     pub pending: u32,
     /// Whole tokens in the bucket now (gauge; `None` without a token bucket).
     pub tokens: Option<u32>,
+    /// The heartbeat interval in force (gauge: configured, or adapted to the C-PSes' hints).
+    pub heartbeat_interval: std::time::Duration,
+    /// SCIs with a per-SCI row (gauge; `None` while no C-PS wants per-SCI metrics).
+    pub sci_rows: Option<u32>,
+    /// Accepted SCI reports per second in the last load sample (gauge; 0 without
+    /// `load-shedding`).
+    pub report_rate: u64,
+    /// Since when optional metrics are shed under high load (`None`: not now).
+    pub load_shedding_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Advertisements from which optional metrics were left out.
+    pub shed_advertisements: u64,
 }

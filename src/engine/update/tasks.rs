@@ -3,6 +3,7 @@
 //! `controller.rs`; this file only waits.
 
 use std::future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc, watch};
@@ -29,6 +30,18 @@ pub struct UpdateHandle {
     commands: mpsc::UnboundedSender<Command>,
     advertisements: broadcast::Sender<Arc<Advertisement>>,
     stats: watch::Receiver<UpdateStats>,
+    shared: Arc<Shared>,
+}
+
+/// What the engine loop and the controller share without a message per report.
+#[derive(Default)]
+struct Shared {
+    /// The engine's running total of accepted SCI reports (load shedding's measure).
+    accepted: AtomicU64,
+    /// Some C-PS wants per-SCI rows, and how often that was switched on (the engine sends
+    /// every row again when it sees a new epoch).
+    detail: AtomicBool,
+    detail_epoch: AtomicU64,
 }
 
 /// Starts the controller. `capacity` is how many advertisements a subscriber may fall behind
@@ -42,15 +55,41 @@ pub fn spawn(
     let (commands, rx) = mpsc::unbounded_channel();
     let (advertisements, _) = broadcast::channel(capacity.max(1));
     let (stats_tx, stats) = watch::channel(controller.stats());
-    let task = tokio::spawn(run(controller, clock, rx, advertisements.clone(), stats_tx));
-    Ok((UpdateHandle { commands, advertisements, stats }, task))
+    let shared = Arc::new(Shared::default());
+    let task = tokio::spawn(run(controller, clock, rx, advertisements.clone(), stats_tx, shared.clone()));
+    Ok((UpdateHandle { commands, advertisements, stats, shared }, task))
 }
 
 impl UpdateHandle {
     /// Hands an event to the controller; never blocks (see the module documentation for why
     /// the queue is unbounded).
     pub fn send(&self, event: UpdateEvent) -> Result<(), UpdateError> {
-        self.commands.send(Command::Event(event)).map_err(|_| UpdateError::Stopped)
+        let detail = match &event {
+            UpdateEvent::SciDetail(on) => Some(*on),
+            _ => None,
+        };
+        self.commands.send(Command::Event(event)).map_err(|_| UpdateError::Stopped)?;
+        // After the event is queued: rows the engine sends on seeing the flag arrive after it.
+        if let Some(on) = detail {
+            if on && !self.shared.detail.swap(true, Ordering::SeqCst) {
+                self.shared.detail_epoch.fetch_add(1, Ordering::SeqCst);
+            } else if !on {
+                self.shared.detail.store(false, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the engine should send `SciRows`, and the epoch of the current "on" (a new
+    /// epoch: the controller holds no rows yet, send them all). `None` when off.
+    pub fn sci_detail(&self) -> Option<u64> {
+        self.shared.detail.load(Ordering::SeqCst).then(|| self.shared.detail_epoch.load(Ordering::SeqCst))
+    }
+
+    /// The engine's running total of accepted SCI reports, published after each batch of
+    /// work (one relaxed store; the controller samples it once a second for load shedding).
+    pub fn record_accepted(&self, total: u64) {
+        self.shared.accepted.store(total, Ordering::Relaxed);
     }
 
     /// Validates and applies a new configuration (call `UpdateConfig::validate` in a commit's
@@ -78,6 +117,7 @@ async fn run(
     mut commands: mpsc::UnboundedReceiver<Command>,
     advertisements: broadcast::Sender<Arc<Advertisement>>,
     stats: watch::Sender<UpdateStats>,
+    shared: Arc<Shared>,
 ) {
     loop {
         let deadline = controller.next_deadline();
@@ -97,6 +137,7 @@ async fn run(
             },
             () = sleep_until(deadline) => controller.on_tick(clock.now()),
         };
+        controller.observe_load(shared.accepted.load(Ordering::Relaxed), clock.now());
         for advertisement in out {
             tracing::debug!(
                 seq = advertisement.seq,
@@ -105,6 +146,7 @@ async fn run(
                 sites = advertisement.sites.len(),
                 withdrawn = advertisement.withdrawn.len(),
                 sci_withdrawn = advertisement.sci_withdrawn.len(),
+                scis = advertisement.scis.len(),
                 "update controller: advertisement"
             );
             // No subscriber: nobody to tell; an adapter that subscribes later resyncs.

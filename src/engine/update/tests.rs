@@ -281,18 +281,44 @@ fn seed_min_interval_held_update_is_rechecked_when_it_goes() {
     assert_eq!(h.uc.stats().pending, 0);
 }
 
-// Seed 004, SCI Discovery Trigger: a new SCI is sent whatever the thresholds say, but it is
-// not critical, so the minimum interval holds it.
+// Seed 004, Update Controller, SCI Discovery Trigger: "When a new SCI is discovered or an
+// existing SCI is withdrawn, the UC sends a full update": a full snapshot to all, whatever
+// the thresholds say and without waiting for the minimum interval (the batch window still
+// applies); a failure stays an immediate critical delta.
 #[test]
-fn seed_discovery_bypasses_thresholds_not_min_interval() {
+fn seed004_update_controller_sci_discovery_trigger_sends_full_update() {
     let mut h = Harness::new(UpdateConfig::default());
     h.event(0, sci("s1", "A", state(Some(SciState::Active), SciState::Healthy), Some(site("A", 200, 100))));
+    h.event(0, UpdateEvent::Site(site("B", 300, 100)));
     h.run_to(1000);
+    // Within A's 5 s minimum interval, and 200 → 205 is below every threshold.
     let two = SiteMetrics { sci_count: 2, ..site("A", 205, 100) };
     let mut out = h.event(1_000, sci("s2", "A", state(None, SciState::Active), Some(two.clone())));
-    out.extend(h.run_to(30_000));
-    let adv = one(out, 5_050);
-    assert_eq!((adv.trigger, adv.sites.clone()), (Trigger::Discovery, vec![two]));
+    out.extend(h.run_to(1_049));
+    none(out);
+    let full = one(h.run_to(30_000), 1_050);
+    assert_eq!(
+        (full.kind, full.audience.clone(), full.trigger),
+        (AdvertisementKind::Full, Audience::All, Trigger::Discovery)
+    );
+    assert_eq!(full.sites, vec![two, site("B", 300, 100)]);
+
+    // Withdrawn (deregistered or evicted): a full update too, listing the SCI.
+    let mut out = h.event(32_000, sci("s2", "A", SciChange::Removed, Some(site("A", 200, 100))));
+    out.extend(h.run_to(33_000));
+    let full = one(out, 32_050);
+    assert_eq!((full.kind, full.trigger), (AdvertisementKind::Full, Trigger::Withdrawal));
+    assert_eq!(full.sci_withdrawn, [SciWithdrawal::new("s2", ["A".to_string()])]);
+    assert_eq!(full.sites[0], site("A", 200, 100));
+
+    // A failure is a critical delta, immediate.
+    let mut out = h.event(33_100, sci("s1", "A", state(Some(SciState::Stale), SciState::Failed), None));
+    out.extend(h.run_to(34_000));
+    let adv = one(out, 33_150);
+    assert_eq!(
+        (adv.kind, adv.trigger, adv.withdrawn.clone()),
+        (AdvertisementKind::Delta, Trigger::SciFailure, vec!["A".to_string()])
+    );
 }
 
 // Seed 004 SCI state machine: HEALTHY → STALE is not a trigger by itself.
@@ -338,10 +364,12 @@ fn seed_token_bucket_limits_a_burst_and_critical_goes_first() {
 }
 
 // Seed 004, Policy Engine: "Maintenance window: suppress all non-critical updates during
-// scheduled maintenance"; YANG suppress non-critical: critical triggers still go out, and
-// "the heartbeat after the window carries the state".
+// scheduled maintenance"; YANG suppress non-critical: critical triggers still go out. The
+// soft-state refresh keeps going (Update Controller, periodic updates: "This ensures the
+// C-PS does not age out the C-SMA's entries"), carrying what the C-PSes were last told;
+// what the window kept back goes out when it ends.
 #[test]
-fn seed_maintenance_window_suppresses_non_critical_not_critical() {
+fn seed004_policy_engine_maintenance_window_keeps_the_heartbeat() {
     let mut h = Harness::new(UpdateConfig::default());
     h.event(0, UpdateEvent::Site(site("A", 200, 100)));
     h.event(0, UpdateEvent::Site(site("B", 200, 100)));
@@ -351,21 +379,60 @@ fn seed_maintenance_window_suppresses_non_critical_not_critical() {
     none(h.event(10_000, window(Some(SuppressLevel::NonCritical))));
     none(h.event(11_000, UpdateEvent::Site(site("A", 1000, 100))));
     none(h.event(12_000, UpdateEvent::Site(site("C", 50, 100))));
+    none(h.event(
+        12_500,
+        sci("s9", "A", state(None, SciState::Active), Some(SiteMetrics { sci_count: 2, ..site("A", 1000, 100) })),
+    ));
     let change = SciChange::Health { from: Health::Healthy, to: Health::Degraded };
     let mut out = h.event(13_000, sci("s1", "B", change, Some(with_health(site("B", 150, 100), Health::Degraded))));
-    out.extend(h.run_to(99_000));
+    out.extend(h.run_to(59_999));
     let adv = one(out, 13_050);
     assert_eq!((adv.trigger, ids(&adv)), (Trigger::HealthChange, vec!["B"]));
-    // A, C and the 60 s heartbeat.
+    // A, C and the SCI discovery.
     assert_eq!(h.uc.stats().suppressed, 3);
 
-    // The heartbeat after the window: at once, since it is overdue.
-    let beat = one(h.event(100_000, window(None)), 100_000);
+    // The heartbeat, in the window: A as last advertised, B as it went out, no C.
+    let beat = one(h.run_to(60_000), 60_000);
     assert_eq!((beat.kind, beat.trigger), (AdvertisementKind::Full, Trigger::Heartbeat));
-    assert_eq!(ids(&beat), ["A", "B", "C"]);
-    assert_eq!(beat.sites[0].gas, 1000);
-    none(h.run_to(159_999));
-    assert_eq!(one(h.run_to(160_000), 160_000).kind, AdvertisementKind::Full);
+    assert_eq!(beat.sites, vec![site("A", 200, 100), with_health(site("B", 150, 100), Health::Degraded)]);
+
+    // The end of the window: what it kept back, as a full update (an SCI was discovered).
+    let full = one(h.event(100_000, window(None)).into_iter().chain(h.run_to(100_100)).collect(), 100_050);
+    assert_eq!((full.kind, full.trigger), (AdvertisementKind::Full, Trigger::Discovery));
+    assert_eq!(ids(&full), ["C", "A", "B"], "the revealed changes first, most urgent first");
+    assert_eq!(full.sites[1].gas, 1000);
+    none(h.run_to(160_049));
+    assert_eq!(one(h.run_to(160_050), 160_050).kind, AdvertisementKind::Full);
+}
+
+// The same under `suppress all`: the heartbeat goes, everything in it frozen.
+#[test]
+fn seed004_policy_engine_maintenance_window_all_keeps_the_heartbeat_frozen() {
+    let mut h = Harness::new(UpdateConfig::default());
+    h.event(0, UpdateEvent::Site(site("A", 200, 100)));
+    h.run_to(1000);
+    h.event(10_000, UpdateEvent::Suppress { scope: SuppressScope::Global, level: Some(SuppressLevel::All) });
+    let change = SciChange::Health { from: Health::Healthy, to: Health::Unhealthy };
+    none(h.event(11_000, sci("s1", "A", change, Some(with_health(site("A", 0, 100), Health::Unhealthy)))));
+    none(h.event(12_000, UpdateEvent::Site(site("N", 5, 5))));
+    let beat = one(h.run_to(60_000), 60_000);
+    assert_eq!((beat.kind, beat.sites.clone()), (AdvertisementKind::Full, vec![site("A", 200, 100)]));
+    let beat = one(h.run_to(120_000), 120_000);
+    assert_eq!(beat.sites, vec![site("A", 200, 100)]);
+    assert_eq!(h.uc.stats().heartbeats, 2);
+    // The held critical update goes when the window closes; N (routine, dropped) too, as
+    // it is new to the C-PSes.
+    let adv = one(
+        h.event(130_000, UpdateEvent::Suppress { scope: SuppressScope::Global, level: None })
+            .into_iter()
+            .chain(h.run_to(131_000))
+            .collect(),
+        130_000,
+    );
+    assert_eq!(
+        (adv.trigger, adv.sites.clone()),
+        (Trigger::HealthChange, vec![with_health(site("A", 0, 100), Health::Unhealthy), site("N", 5, 5)])
+    );
 }
 
 // YANG maintenance-window suppress "all": every update waits; critical ones (held, latest
@@ -381,12 +448,14 @@ fn seed_suppress_all_holds_critical_until_the_window_closes() {
     none(h.event(11_000, sci("s1", "A", state(Some(SciState::Stale), SciState::Failed), None)));
     none(h.event(12_000, UpdateEvent::Site(site("B", 900, 100))));
     none(h.run_to(19_000));
-    let adv = one(h.event(20_000, window(None)), 20_000);
+    let adv = one(h.event(20_000, window(None)).into_iter().chain(h.run_to(21_000)).collect(), 20_000);
     assert_eq!(
         (adv.trigger, adv.withdrawn.clone(), adv.sci_withdrawn.clone()),
         (Trigger::SciFailure, vec!["A".to_string()], vec![SciWithdrawal::new("s1", ["A".to_string()])])
     );
-    assert!(adv.sites.is_empty(), "B's routine change was dropped, not queued");
+    // B's routine change was dropped, not queued; being past the thresholds it goes with
+    // the release.
+    assert_eq!(adv.sites, vec![site("B", 900, 100)]);
 }
 
 // Seed 004 SUPPRESS_UPDATES on one service: the others are unaffected, and the heartbeat
@@ -407,7 +476,10 @@ fn seed_suppress_updates_per_service() {
     let beat = one(h.run_to(60_000), 60_000);
     assert_eq!(beat.sites, vec![site("A", 900, 100), site("B", 200, 100)]);
 
-    h.event(70_000, UpdateEvent::Suppress { scope, level: None });
+    // Released: past the thresholds, so at once.
+    let mut out = h.event(70_000, UpdateEvent::Suppress { scope, level: None });
+    out.extend(h.run_to(71_000));
+    assert_eq!(one(out, 70_050).sites, vec![site("B", 900, 100)]);
     let beat = one(h.run_to(120_000), 120_000);
     assert_eq!(beat.sites[1], site("B", 900, 100));
 }
@@ -451,7 +523,8 @@ fn seed_withdrawal_on_last_sci_failing() {
     h.event(0, sci("s1", "A", state(Some(SciState::Active), SciState::Healthy), Some(site("A", 100, 100))));
     let mut out = h.event(10, sci("s2", "A", state(Some(SciState::Active), SciState::Healthy), Some(two.clone())));
     out.extend(h.run_to(1000));
-    assert_eq!(one(out, 50).sites, vec![two]);
+    let full = one(out, 50);
+    assert_eq!((full.kind, full.trigger, full.sites), (AdvertisementKind::Full, Trigger::Discovery, vec![two]));
 
     let mut out =
         h.event(10_000, sci("s1", "A", state(Some(SciState::Stale), SciState::Failed), Some(site("A", 100, 100))));
@@ -469,14 +542,16 @@ fn seed_withdrawal_on_last_sci_failing() {
         (0, vec!["A".to_string()], vec![SciWithdrawal::new("s2", ["A".to_string()])])
     );
 
-    let beat = one(h.run_to(60_000), 60_000);
+    // The discovery's full snapshot at 50 ms restarted the heartbeat.
+    let beat = one(h.run_to(60_050), 60_050);
     assert!(beat.sites.is_empty() && beat.withdrawn.is_empty());
 
-    // Back: a discovery.
+    // Back: a discovery, so a full update.
     let mut out =
         h.event(70_000, sci("s2", "A", state(Some(SciState::Failed), SciState::Healthy), Some(site("A", 100, 100))));
     out.extend(h.run_to(71_000));
-    assert_eq!(one(out, 70_050).trigger, Trigger::Discovery);
+    let full = one(out, 70_050);
+    assert_eq!((full.kind, full.trigger), (AdvertisementKind::Full, Trigger::Discovery));
 }
 
 // Seed 004 Metric Cache: "Eviction of an entry triggers a withdrawal advertisement"; YANG
@@ -497,19 +572,47 @@ fn seed_eviction_is_a_withdrawal_that_maintenance_does_not_hold() {
     assert_eq!(adv.sites, vec![site("A", 100, 100)]);
 }
 
-// Seed 004 Policy Change Trigger: re-evaluate everything; a service missing from the set is
-// withdrawn; what stays within thresholds is not sent.
+// Seed 004, Update Controller, Policy Change Trigger: "When a local policy is updated, the
+// UC re-evaluates all metrics and sends updates as needed": every service whose values
+// differ in any field from what was advertised (no threshold), without waiting for the
+// minimum interval; a service missing from the set is withdrawn; an unchanged one is not
+// sent.
 #[test]
-fn seed_policy_change_reevaluates_the_full_set() {
+fn seed004_update_controller_policy_change_trigger_sends_every_difference() {
     let mut h = Harness::new(UpdateConfig::default());
-    h.event(0, UpdateEvent::PolicyChanged(vec![site("A", 100, 10), site("B", 100, 10), site("C", 100, 10)]));
+    h.event(
+        0,
+        UpdateEvent::PolicyChanged(vec![site("A", 100, 10), site("B", 100, 10), site("C", 100, 10), site("D", 1, 1)]),
+    );
     h.run_to(1000);
-    let mut out = h.event(10_000, UpdateEvent::PolicyChanged(vec![site("A", 80, 10), site("B", 95, 10)]));
-    out.extend(h.run_to(20_000));
-    let adv = one(out, 10_050);
-    assert_eq!(adv.trigger, Trigger::Withdrawal);
-    assert_eq!(ids(&adv), ["A"]);
+    // At 2 s, inside every CS-ID's 5 s minimum interval. B: 5 % and 5 slots, below every
+    // threshold; D: unchanged.
+    let cost = SiteMetrics { cost: Some(7), ..site("B", 95, 10) };
+    let mut out = h.event(2_000, UpdateEvent::PolicyChanged(vec![site("A", 80, 10), cost.clone(), site("D", 1, 1)]));
+    out.extend(h.run_to(2_049));
+    none(out);
+    let adv = one(h.run_to(2_500), 2_050);
+    assert_eq!((adv.kind, adv.trigger), (AdvertisementKind::Delta, Trigger::Withdrawal));
+    assert_eq!(adv.sites, vec![site("A", 80, 10), cost]);
     assert_eq!(adv.withdrawn, ["C"]);
+
+    // A routine change held by the minimum interval becomes a policy change: it goes now.
+    none(h.event(3_000, UpdateEvent::Site(site("A", 200, 10))));
+    let mut out =
+        h.event(3_500, UpdateEvent::PolicyChanged(vec![site("A", 201, 10), site("B", 95, 10), site("D", 1, 1)]));
+    out.extend(h.run_to(4_000));
+    let adv = one(out, 3_550);
+    assert_eq!((adv.trigger, ids(&adv)), (Trigger::PolicyChange, vec!["A", "B"]));
+
+    // Suppression still applies.
+    h.event(
+        10_000,
+        UpdateEvent::Suppress { scope: SuppressScope::Service("D".into()), level: Some(SuppressLevel::NonCritical) },
+    );
+    let mut out =
+        h.event(11_000, UpdateEvent::PolicyChanged(vec![site("A", 201, 10), site("B", 95, 10), site("D", 2, 1)]));
+    out.extend(h.run_to(12_000));
+    none(out);
 }
 
 // Seed 004 Security Considerations: "The C-SMA includes a freshness indicator (e.g.,
@@ -620,6 +723,170 @@ fn seed_reconfigure_takes_effect() {
     let bad = UpdateConfig { min_interval: Duration::from_secs(120), ..config.clone() };
     assert!(matches!(h.uc.reconfigure(bad, h.at(60_000)), Err(ConfigError::MinAboveHeartbeat { .. })));
     assert_eq!(h.uc.config(), &config);
+}
+
+// Seed 004, Update Controller, periodic updates: "The heartbeat interval SHOULD be
+// configurable and MAY be adjusted dynamically based on network conditions or C-PS load".
+// With adaptive-heartbeat the interval follows the shortest C-PS refresh hint, within the
+// bounds; without a hint, or without adaptive-heartbeat, it is the configured one.
+#[test]
+fn seed004_update_controller_adaptive_heartbeat_follows_cps_hints_within_bounds() {
+    let hint = |peer: &str, s: Option<u64>| UpdateEvent::RefreshHint {
+        peer: peer.into(),
+        interval: s.map(Duration::from_secs),
+    };
+    // Without adaptive-heartbeat a hint changes nothing.
+    let mut h = Harness::new(UpdateConfig::default());
+    none(h.event(0, hint("cps1", Some(20))));
+    assert_eq!(h.uc.heartbeat_interval(), Duration::from_secs(60));
+    assert_eq!(one(h.run_to(60_000), 60_000).trigger, Trigger::Heartbeat);
+
+    let config = UpdateConfig {
+        adaptive_heartbeat: Some(AdaptiveHeartbeat { min: Duration::from_secs(15), max: Duration::from_secs(120) }),
+        ..UpdateConfig::default()
+    };
+    let mut h = Harness::new(config.clone());
+    none(h.event(0, hint("cps1", Some(30))));
+    none(h.event(1, hint("cps2", Some(45))));
+    assert_eq!(h.uc.heartbeat_interval(), Duration::from_secs(30), "the shortest hint");
+    assert_eq!(h.uc.stats().heartbeat_interval, Duration::from_secs(30));
+    none(h.run_to(29_999));
+    assert_eq!(one(h.run_to(30_000), 30_000).trigger, Trigger::Heartbeat);
+    // Clamped to the lower bound; then the upper.
+    none(h.event(31_000, hint("cps1", Some(1))));
+    assert_eq!(one(h.run_to(45_000), 45_000).trigger, Trigger::Heartbeat);
+    none(h.event(46_000, hint("cps1", Some(3600))));
+    none(h.event(46_001, hint("cps2", None)));
+    assert_eq!(h.uc.heartbeat_interval(), Duration::from_secs(120));
+    none(h.run_to(164_999));
+    one(h.run_to(165_000), 165_000);
+    // No hint left: the configured interval.
+    none(h.event(170_000, hint("cps1", None)));
+    assert_eq!(h.uc.heartbeat_interval(), Duration::from_secs(60));
+    one(h.run_to(225_000), 225_000);
+    // Bounds are checked.
+    let bad = UpdateConfig {
+        adaptive_heartbeat: Some(AdaptiveHeartbeat { min: Duration::from_secs(60), max: Duration::from_secs(30) }),
+        ..config
+    };
+    assert!(matches!(bad.validate(), Err(ConfigError::AdaptiveBounds { .. })));
+}
+
+fn row(csci: &str, cs: &str, gas: u32, state: SciState) -> SciMetrics {
+    SciMetrics {
+        csci_id: csci.into(),
+        cs_id: cs.into(),
+        state,
+        metrics: crate::engine::model::Metrics {
+            gas,
+            computing_time_ms: 5,
+            health: Health::Healthy,
+            cost: None,
+            reputation: None,
+            security_label: None,
+        },
+    }
+}
+
+// Per-SCI rows (seed 004, Protocol Adapter: PUT /cats/metrics/{csci-id}): while some C-PS
+// wants them, a full snapshot carries every row of its services, a delta the rows of its
+// services changed since they were last advertised; a row change alone sends nothing (it
+// rides with its service's next update); with detail off nothing is kept.
+#[test]
+fn seed004_update_controller_per_sci_rows_ride_with_their_services() {
+    let mut h = Harness::new(UpdateConfig { min_interval: Duration::ZERO, ..UpdateConfig::default() });
+    h.event(0, UpdateEvent::SciRows(vec![row("s1", "A", 100, SciState::Healthy)]));
+    let adv = one(h.event(0, UpdateEvent::Site(site("A", 100, 5))).into_iter().chain(h.run_to(100)).collect(), 50);
+    assert!(adv.scis.is_empty(), "detail off: no rows, none kept");
+    assert_eq!(h.uc.stats().sci_rows, None);
+
+    h.event(1_000, UpdateEvent::SciDetail(true));
+    h.event(
+        1_000,
+        UpdateEvent::SciRows(vec![
+            row("s1", "A", 100, SciState::Healthy),
+            row("s2", "A", 50, SciState::Healthy),
+            row("t1", "B", 7, SciState::Healthy),
+        ]),
+    );
+    h.event(1_000, UpdateEvent::Site(site("B", 7, 5)));
+    let full = one(h.event(1_000, UpdateEvent::Resync { peer: None }), 1_000);
+    assert_eq!(full.scis.iter().map(|r| r.csci_id.as_str()).collect::<Vec<_>>(), ["s1", "s2", "t1"]);
+    assert_eq!(h.uc.stats().sci_rows, Some(3));
+
+    // s2 changes a little (below the thresholds): nothing goes.
+    none(h.event(2_000, UpdateEvent::SciRows(vec![row("s2", "A", 52, SciState::Healthy)])));
+    none(h.event(2_000, UpdateEvent::Site(site("A", 102, 5))));
+    none(h.run_to(3_000));
+    // s1 too, and the service past a threshold: the delta has the two changed rows of A.
+    h.event(
+        4_000,
+        UpdateEvent::SciRows(vec![row("s1", "A", 300, SciState::Healthy), row("t1", "B", 8, SciState::Healthy)]),
+    );
+    let adv =
+        one(h.event(4_000, UpdateEvent::Site(site("A", 352, 5))).into_iter().chain(h.run_to(5_000)).collect(), 4_050);
+    assert_eq!(ids(&adv), ["A"]);
+    assert_eq!(adv.scis, vec![row("s1", "A", 300, SciState::Healthy), row("s2", "A", 52, SciState::Healthy)]);
+
+    // Removed: its row is gone; a peer's snapshot has the rest (t1's latest row).
+    h.event(6_000, sci("s2", "A", SciChange::Removed, Some(site("A", 300, 5))));
+    h.run_to(7_000);
+    let peer = one(h.event(8_000, UpdateEvent::Resync { peer: Some("p".into()) }), 8_000);
+    assert_eq!(peer.scis, vec![row("s1", "A", 300, SciState::Healthy), row("t1", "B", 8, SciState::Healthy)]);
+
+    // Off: dropped; rows that arrive after are ignored.
+    h.event(9_000, UpdateEvent::SciDetail(false));
+    h.event(9_000, UpdateEvent::SciRows(vec![row("s1", "A", 1, SciState::Healthy)]));
+    assert!(one(h.event(9_000, UpdateEvent::Resync { peer: None }), 9_000).scis.is_empty());
+    assert_eq!(h.uc.stats().sci_rows, None);
+}
+
+// Seed 004, Scalability: "The PE MAY suppress non-critical metrics (e.g., optional extension
+// metrics) during high-load conditions": above the report-rate threshold cost and
+// reputation are left out (GAS, computing time, health and the security label never),
+// counted; below the clear level they are back.
+#[test]
+fn seed004_scalability_high_load_sheds_optional_metrics() {
+    let config = UpdateConfig {
+        min_interval: Duration::ZERO,
+        load_shedding: Some(LoadShedding { threshold: 100, clear_percent: 50 }),
+        ..UpdateConfig::default()
+    };
+    let mut h = Harness::new(config);
+    let rich = |gas| SiteMetrics { cost: Some(7), reputation: Some(9), security_label: Some(3), ..site("A", gas, 5) };
+    let row = SciMetrics {
+        metrics: crate::engine::model::Metrics {
+            cost: Some(7),
+            reputation: Some(9),
+            ..row("s1", "A", 1, SciState::Healthy).metrics
+        },
+        ..row("s1", "A", 1, SciState::Healthy)
+    };
+    h.event(0, UpdateEvent::SciDetail(true));
+    h.event(0, UpdateEvent::SciRows(vec![row.clone()]));
+    h.uc.observe_load(0, h.at(0));
+    let adv = one(h.event(0, UpdateEvent::Site(rich(100))).into_iter().chain(h.run_to(100)).collect(), 50);
+    assert_eq!(adv.sites[0], rich(100));
+    // 150 reports in the next second: high load.
+    h.uc.observe_load(150, h.at(1_000));
+    assert!(h.uc.stats().load_shedding_since.is_some());
+    assert_eq!(h.uc.stats().report_rate, 150);
+    assert_eq!(h.uc.next_deadline(), Some(h.at(2_000)), "sampled every second");
+    let moved = SciMetrics { metrics: crate::engine::model::Metrics { gas: 2, ..row.metrics }, ..row.clone() };
+    h.event(1_500, UpdateEvent::SciRows(vec![moved]));
+    let adv = one(h.event(1_500, UpdateEvent::Site(rich(300))).into_iter().chain(h.run_to(1_600)).collect(), 1_550);
+    let lean = SiteMetrics { cost: None, reputation: None, ..rich(300) };
+    assert_eq!(adv.sites, vec![lean]);
+    assert_eq!((adv.scis[0].metrics.cost, adv.scis[0].metrics.reputation, adv.scis[0].metrics.gas), (None, None, 2));
+    assert_eq!(h.uc.stats().shed_advertisements, 1);
+    // 60 per second: above 50 % of the threshold, still shedding; 40: back.
+    h.uc.observe_load(210, h.at(2_000));
+    assert!(h.uc.stats().load_shedding_since.is_some());
+    h.uc.observe_load(250, h.at(3_000));
+    assert_eq!(h.uc.stats().load_shedding_since, None);
+    let adv = one(h.event(3_500, UpdateEvent::Site(rich(900))).into_iter().chain(h.run_to(3_600)).collect(), 3_550);
+    assert_eq!(adv.sites, vec![rich(900)]);
+    assert_eq!(h.uc.stats().shed_advertisements, 1);
 }
 
 #[test]

@@ -82,6 +82,13 @@ impl Trigger {
     }
 }
 
+/// Whether an update with this trigger goes without waiting for its CS-ID's `min-interval`:
+/// critical ones, SCI discovery (SCI Discovery Trigger: a full update) and a policy change
+/// (an operator's commit takes effect now). Suppression and the token bucket still apply.
+pub fn bypasses_min_interval(trigger: Trigger) -> bool {
+    trigger.priority().is_critical() || matches!(trigger, Trigger::Discovery | Trigger::PolicyChange)
+}
+
 /// Whether `new` differs from the last advertised `old` enough to be sent, and why (seed
 /// 004, Policy Engine, update control): health change (critical); GAS delta > percent OR
 /// absolute delta > absolute; computing time delta > percent; security label change. Cost and
