@@ -73,7 +73,10 @@ async fn seed004_periodic_sync_keepalive_and_refresh_hint_through_the_agent() {
     c.entry_ttl = 8;
     let cps = start_cps(free_addr(), Some(CpsState::new(c).unwrap())).await;
     let mut s = session(&agent).await;
-    let r = s.rpc11(&rpc(1, &config("<heartbeat-interval>1</heartbeat-interval>", &peer("ref", cps.addr, "")))).await;
+    // Adaptive heartbeat (the update controller acting on the refresh hint), from 1 s up.
+    let policy = "<heartbeat-interval>1</heartbeat-interval>\
+                  <adaptive-heartbeat><min-interval>1</min-interval></adaptive-heartbeat>";
+    let r = s.rpc11(&rpc(1, &config(policy, &peer("ref", cps.addr, "")))).await;
     assert!(r.contains("<ok/>"), "{r}");
     let (status, body) = http_post(sci, "/reports", "application/json", report(1, 400).as_bytes()).await;
     assert_eq!(status, 200, "{body}");
@@ -85,6 +88,19 @@ async fn seed004_periodic_sync_keepalive_and_refresh_hint_through_the_agent() {
     assert!(r.contains("<entry-ttl>8</entry-ttl>"), "{r}");
     // 8 s TTL, idle C-PS: floor(8 * (1 + load) / 4) = 2 s.
     assert!(r.contains("<refresh-interval>2</refresh-interval>"), "{r}");
+    // The hint reached the update controller (RefreshHint): its heartbeat follows it.
+    let status = r#"<get><filter type="subtree"><cats-sma xmlns="urn:cats-sma:yang:cats-sma">
+        <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><status/></update-control></policy>
+        </cats-sma></filter></get>"#;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let r = s.rpc11(&rpc(7, status)).await;
+        if r.contains("<effective-heartbeat-interval>2000</effective-heartbeat-interval>") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "heartbeat never followed the hint: {r}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(cps.state.cst.lock().unwrap().sites.contains_key(SITE));
     cps.stop().await;
 }
@@ -145,6 +161,13 @@ async fn seed004_protocol_adapter_xml_and_cbor_peers_with_per_sci_granularity_ca
         assert_eq!((row.cost, row.reputation), (Some(42), Some(9)), "{name}");
         assert_eq!(st.refused("malformed") + st.refused("unsupported-media-type"), 0, "{name}");
     }
+    // Granularity both: the SCI's own row went to PUT /cats/metrics/{csci-id} (the update
+    // controller fills the rows while a peer asks for them: SciDetail).
+    let row = |st: &CpsState| st.cst.lock().unwrap().sites.get(SITE).and_then(|e| e.scis.get(SCI).cloned());
+    wait_for("the SCI row", || row(&xml.state).is_some()).await;
+    let r0 = row(&xml.state).unwrap().row;
+    assert_eq!((r0.cs_id.as_str(), r0.gas, r0.cost, r0.reputation), ("AR1", 400, Some(42), Some(9)));
+    assert!(row(&cbor.state).is_none(), "granularity site (default): no rows");
     let r = wait_state(&mut s, "both connected", |r| r.matches("<state>connected</state>").count() == 2).await;
     assert!(!r.contains("<last-error>"), "{r}");
     xml.stop().await;
