@@ -1,7 +1,8 @@
 //! `{+restconf}/operations` (RFC 8040 sections 3.3.2 and 4.4.2): the list of operations,
-//! and POST to invoke one. The agent's own RPCs (resync, clear-quarantine, probe-sci) go to
-//! the same handler NETCONF uses, after the same NACM exec check; RFC 8650's
-//! establish/modify/delete/kill-subscription go to `subscriptions.rs`.
+//! and POST to invoke one. The agent's own RPCs (resync, clear-quarantine, probe-sci,
+//! report-sci-failure, local-steering) go to the same handler NETCONF uses, after the same
+//! NACM exec check; RFC 8650's establish/modify/delete/kill-subscription go to
+//! `subscriptions.rs`.
 
 use hyper::Method;
 
