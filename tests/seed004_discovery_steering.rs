@@ -438,6 +438,10 @@ async fn seed004_sci_state_machine_discovery_by_jwt_trust_domain_end_to_end() {
     let bad = "<scis><discovery><trust-domain><name>k8s</name><csci-id-pattern>pod-(</csci-id-pattern></trust-domain></discovery></scis>";
     let r = nc.rpc11(&rpc(6, &edit(bad))).await;
     assert!(r.contains("<rpc-error>") && r.contains("csci-id-pattern"), "{r}");
+    // So is one whose unbalanced parentheses would escape the anchors and match anything.
+    let escape = "<scis><discovery><trust-domain><name>k8s</name><csci-id-pattern>pod-1)|(.*</csci-id-pattern></trust-domain></discovery></scis>";
+    let r = nc.rpc11(&rpc(7, &edit(escape))).await;
+    assert!(r.contains("<rpc-error>") && r.contains("csci-id-pattern"), "{r}");
 }
 
 /// A test CA (rcgen) and client certificates it issues by CommonName.

@@ -39,10 +39,12 @@ const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 
 impl Pattern {
     pub fn new(source: &str) -> Result<Pattern, String> {
-        let re = regex::RegexBuilder::new(&format!("^(?:{source})$"))
-            .size_limit(PATTERN_SIZE_LIMIT)
-            .build()
-            .map_err(|e| format!("csci-id-pattern {:?}: {e}", crate::text::truncate(source, 64)))?;
+        let build = |re: &str| regex::RegexBuilder::new(re).size_limit(PATTERN_SIZE_LIMIT).build();
+        let refuse = |e: regex::Error| format!("csci-id-pattern {:?}: {e}", crate::text::truncate(source, 64));
+        // The source alone first: one with unbalanced parentheses (`pod-1)|(.*`) would
+        // otherwise close the anchoring group itself and match anything once wrapped.
+        build(source).map_err(refuse)?;
+        let re = build(&format!("^(?:{source})$")).map_err(refuse)?;
         Ok(Pattern { source: source.to_owned(), re })
     }
 
@@ -651,5 +653,16 @@ mod tests {
         let p = Pattern::new("a|b").unwrap();
         assert!(p.matches("a") && !p.matches("ab"));
         assert!(Pattern::new("(").is_err());
+    }
+
+    #[test]
+    fn seed004_sci_state_machine_discovery_pattern_cannot_escape_its_anchors() {
+        // Unbalanced parentheses would close the anchoring group and match anything.
+        for escape in ["pod-1)|(.*", "pod-1)|(?:.*", ".*)|(x"] {
+            let e = Pattern::new(escape).unwrap_err();
+            assert!(e.contains("csci-id-pattern"), "{escape}: {e}");
+        }
+        assert!(Pattern::new("pod-1|(.*)x").unwrap().matches("pod-1"));
+        assert!(!Pattern::new("pod-1|(.*)x").unwrap().matches("anything"));
     }
 }
