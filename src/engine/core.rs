@@ -806,7 +806,12 @@ impl Core {
             {
                 s.forget(csci_id);
             }
-            if let CacheEvent::Evicted { csci_id, .. } = &e {
+            if let CacheEvent::Evicted { csci_id, sequence, timestamp, .. } = &e {
+                // The history first, while the registry still says how the SCI proves
+                // itself: a discovered SCI leaves the registry with its eviction, and a
+                // record without its authentication method would not be restored when it
+                // is discovered again (a replay within the window would pass).
+                self.keep_history(csci_id, *sequence, *timestamp);
                 super::discovery::evicted(self, csci_id);
             }
             let ev = match e {
@@ -834,9 +839,8 @@ impl Core {
                     }
                     EngineEvent::PullNeeded { csci_id, reason: super::collect::pull::PullReason::Stale }
                 }
-                CacheEvent::Evicted { csci_id, cs_id, state, sequence, timestamp } => {
+                CacheEvent::Evicted { csci_id, cs_id, state, .. } => {
                     tracing::warn!(csci_id, "metric cache full: least recently used entry evicted");
-                    self.keep_history(&csci_id, sequence, timestamp);
                     self.events.push(EngineEvent::SciStateChange {
                         csci_id: csci_id.clone(),
                         from: state,

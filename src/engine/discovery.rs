@@ -308,6 +308,7 @@ pub fn configured(core: &mut Core, csci_id: &str) {
 pub fn evicted(core: &mut Core, csci_id: &str) {
     if let Some(d) = core.discovery.discovered.remove(csci_id) {
         core.registry.remove(csci_id);
+        core.rate.forget(csci_id);
         audit(csci_id, &d, "evicted", "evicted from the full metric cache");
     }
 }
@@ -643,6 +644,36 @@ mod tests {
         tokio::time::advance(Duration::from_secs(31)).await;
         run(&mut core);
         assert!(core.registry.contains_key("pod-1") && core.discovery.get("pod-1").is_some());
+    }
+
+    #[test]
+    fn seed004_failure_detection_an_evicted_discovered_sci_keeps_its_replay_history() {
+        let mut core = Core::new(Clock::new());
+        let jwt = DomainProof::Jwt { credential: "site-jwt".into() };
+        set_config(&mut core, enabled(8, vec![domain("tokens", jwt, None, &["AR1"])]));
+        core.cache.max_entries = 2;
+        let first = raw("pod-1", "AR1", 7);
+        core.ingest_from(&first, &by_token("pod-1", "tokens", None)).unwrap();
+        assert!(core.rate.retry_after("pod-1").is_some(), "a bucket while registered");
+        // Two configured SCIs fill the cache: the discovered one, least recently used, goes.
+        for id in ["a", "b"] {
+            let sci = SciConfig {
+                cs_ids: vec!["AR1".into()],
+                credential_ref: None,
+                unauthenticated: true,
+                expected_interval: Duration::from_secs(5),
+            };
+            core.set_sci(id, sci);
+            core.ingest(&raw(id, "AR1", 1), None).unwrap();
+        }
+        assert!(core.cache.get("pod-1").is_none() && !core.registry.contains_key("pod-1"));
+        assert!(core.discovery.get("pod-1").is_none());
+        assert!(core.rate.retry_after("pod-1").is_none(), "the evicted SCI's rate bucket is forgotten");
+        // Room again; the captured report, replayed with a token of the same domain, is
+        // refused: the history kept at eviction is restored on re-discovery.
+        core.cache.max_entries = 3;
+        let e = core.ingest_from(&first, &by_token("pod-1", "tokens", None)).unwrap_err();
+        assert!(matches!(e.0, Rejection::Duplicate | Rejection::Replay), "{e:?}");
     }
 
     #[test]
