@@ -17,7 +17,7 @@
 //! - nothing answers: partition suspected — the SCI stays STALE until its grace period
 //!   ends, flagged and counted.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,6 +171,8 @@ pub struct Outcome {
     /// or none is configured).
     pub reference: Option<bool>,
     pub at: DateTime<Utc>,
+    /// The STALE episode the probe was asked for (`Request::episode`).
+    pub episode: u64,
 }
 
 /// What the engine concluded from a probe (YANG `verdict`).
@@ -179,7 +181,8 @@ pub enum Verdict {
     SciFailed,
     PartitionSuspected,
     AliveNotReporting,
-    /// The SCI was no longer STALE when the result came (it reported, or failed meanwhile).
+    /// The SCI was no longer STALE when the result came (it reported, or failed meanwhile),
+    /// or is STALE again in a later episode than the one probed.
     Moot,
 }
 
@@ -223,6 +226,9 @@ pub struct Request {
     pub timeout: Duration,
     /// When the SCI's grace period ends: a probe not started by then is moot.
     pub deadline: Instant,
+    /// Which STALE episode of the SCI this probe is for: its result decides that episode
+    /// only (a later one gets a probe of its own).
+    pub episode: u64,
 }
 
 /// The engine's side of failure detection (owned by `Core`).
@@ -234,11 +240,16 @@ pub struct Detection {
     /// Per probed SCI: only SCIs with a configured target, so bounded by the configuration.
     pub records: HashMap<CsciId, Record>,
     pub counters: Counters,
+    /// Per probed SCI, the STALE episode last asked for (bounded by the targets).
+    episodes: HashMap<CsciId, u64>,
+    /// The last episode number handed out (never reused, so no stale result can match).
+    last_episode: u64,
 }
 
 impl Detection {
     pub fn configure(&mut self, s: ProbeSettings) {
         self.records.retain(|id, _| s.targets.contains_key(id));
+        self.episodes.retain(|id, _| s.targets.contains_key(id));
         self.settings = Arc::new(s);
     }
 }
@@ -251,12 +262,16 @@ impl Core {
             return;
         };
         let grace = self.cache.get(csci_id).map(|e| e.grace).unwrap_or_default();
+        self.failure.last_episode += 1;
+        let episode = self.failure.last_episode;
+        self.failure.episodes.insert(csci_id.to_owned(), episode);
         let _ = tx.send(Request {
             csci_id: csci_id.to_owned(),
             method: method.clone(),
             settings: self.failure.settings.clone(),
             timeout: self.failure.settings.timeout_for(csci_id),
             deadline: self.clock.now() + grace,
+            episode,
         });
     }
 
@@ -272,7 +287,10 @@ impl Core {
             return;
         }
         self.failure.counters.probes += 1;
-        let stale = self.cache.get(csci_id).is_some_and(|e| e.state == SciState::Stale);
+        // STALE still, and in the episode that was probed: a result for an earlier episode
+        // (the SCI reported and went STALE again meanwhile) decides nothing.
+        let stale = self.cache.get(csci_id).is_some_and(|e| e.state == SciState::Stale)
+            && self.failure.episodes.get(csci_id) == Some(&outcome.episode);
         let verdict = match (&outcome.sci, outcome.reference) {
             _ if !stale => Verdict::Moot,
             (Answer::Answered, _) => Verdict::AliveNotReporting,
@@ -441,7 +459,7 @@ async fn probe_one(r: Request, refs: Arc<References>) -> Outcome {
         Answer::NoAnswer(_) if !r.settings.references.is_empty() => Some(refs.answered(&r.settings).await),
         _ => None,
     };
-    Outcome { sci, rtt, reference, at: Utc::now() }
+    Outcome { sci, rtt, reference, at: Utc::now(), episode: r.episode }
 }
 
 /// The prober: takes the engine's requests, runs at most `max-concurrent` probes at once
@@ -449,8 +467,11 @@ async fn probe_one(r: Request, refs: Arc<References>) -> Outcome {
 pub async fn serve(engine: Engine, mut requests: mpsc::UnboundedReceiver<Request>) {
     let refs = Arc::new(References::default());
     let mut queue: VecDeque<Request> = VecDeque::new();
-    // Queued or running: a second request for the same SCI joins the first.
-    let mut pending: HashSet<CsciId> = HashSet::new();
+    // Queued or running, with the episode asked for: a second request for the same SCI and
+    // episode joins the first; one for a later episode replaces a queued request, or waits
+    // in `next` for the running probe to end (one probe per SCI at a time).
+    let mut pending: HashMap<CsciId, u64> = HashMap::new();
+    let mut next: HashMap<CsciId, Request> = HashMap::new();
     let mut running: JoinSet<(CsciId, Outcome)> = JoinSet::new();
     let mut ids: HashMap<tokio::task::Id, CsciId> = HashMap::new();
     let mut limit = ProbeSettings::default().max_concurrent;
@@ -459,8 +480,21 @@ pub async fn serve(engine: Engine, mut requests: mpsc::UnboundedReceiver<Request
             r = requests.recv() => match r {
                 Some(r) => {
                     limit = r.settings.max_concurrent.max(1);
-                    if pending.insert(r.csci_id.clone()) {
-                        queue.push_back(r);
+                    match pending.get(&r.csci_id) {
+                        None => {
+                            pending.insert(r.csci_id.clone(), r.episode);
+                            queue.push_back(r);
+                        }
+                        Some(e) if *e == r.episode => {}
+                        Some(_) => match queue.iter_mut().find(|q| q.csci_id == r.csci_id) {
+                            Some(q) => {
+                                pending.insert(r.csci_id.clone(), r.episode);
+                                *q = r;
+                            }
+                            None => {
+                                next.insert(r.csci_id.clone(), r);
+                            }
+                        },
                     }
                 }
                 None => return,
@@ -469,12 +503,20 @@ pub async fn serve(engine: Engine, mut requests: mpsc::UnboundedReceiver<Request
                 Ok((id, (csci_id, outcome))) => {
                     ids.remove(&id);
                     pending.remove(&csci_id);
+                    if let Some(r) = next.remove(&csci_id) {
+                        pending.insert(csci_id.clone(), r.episode);
+                        queue.push_back(r);
+                    }
                     engine.submit(move |core| core.probe_result(&csci_id, outcome));
                 }
                 Err(e) => {
                     if let Some(csci_id) = ids.remove(&e.id()) {
                         tracing::error!(csci_id, "probe task ended abnormally: {e}");
                         pending.remove(&csci_id);
+                        if let Some(r) = next.remove(&csci_id) {
+                            pending.insert(csci_id, r.episode);
+                            queue.push_back(r);
+                        }
                     }
                 }
             },
@@ -656,8 +698,10 @@ mod tests {
         (core, rx)
     }
 
-    fn outcome(sci: Answer, reference: Option<bool>) -> Outcome {
-        Outcome { sci, rtt: None, reference, at: Utc::now() }
+    /// A probe result for the SCI's current STALE episode.
+    fn outcome(core: &Core, id: &str, sci: Answer, reference: Option<bool>) -> Outcome {
+        let episode = core.failure.episodes.get(id).copied().unwrap_or_default();
+        Outcome { sci, rtt: None, reference, at: Utc::now(), episode }
     }
 
     fn state(core: &Core, id: &str) -> SciState {
@@ -723,6 +767,7 @@ mod tests {
                 settings: s.clone(),
                 timeout: s.timeout,
                 deadline: far,
+                episode: 1,
             };
             tx.send(r.clone()).unwrap();
             // A second request for an SCI already waiting joins the first.
@@ -735,6 +780,7 @@ mod tests {
             settings: s.clone(),
             timeout: s.timeout,
             deadline: Instant::now(),
+            episode: 1,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -783,17 +829,17 @@ mod tests {
         assert_eq!(asked, ["a", "b", "c"]);
         core.events.clear();
         // a: no answer while the reference answers → FAILED now, probe-failed, GAS 0.
-        core.probe_result("a", outcome(Answer::NoAnswer("refused".into()), Some(true)));
+        core.probe_result("a", outcome(&core, "a", Answer::NoAnswer("refused".into()), Some(true)));
         assert_eq!(state(&core, "a"), SciState::Failed);
         assert_eq!(reasons(&core), [("a".into(), "failed", "probe-failed")]);
         assert!(core.events.iter().any(|e| matches!(e, EngineEvent::SiteChanged { .. })));
         assert_eq!(core.cache.site("AR1").unwrap().gas, 300);
         // b: nothing answers → partition suspected, stays STALE, flagged and counted.
-        core.probe_result("b", outcome(Answer::NoAnswer("timed out".into()), Some(false)));
+        core.probe_result("b", outcome(&core, "b", Answer::NoAnswer("timed out".into()), Some(false)));
         assert_eq!(state(&core, "b"), SciState::Stale);
         assert!(core.cache.get("b").unwrap().flags.partition_suspected);
         // c: it answers → alive but not reporting, STALE until its grace period ends.
-        core.probe_result("c", outcome(Answer::Answered, None));
+        core.probe_result("c", outcome(&core, "c", Answer::Answered, None));
         assert_eq!(state(&core, "c"), SciState::Stale);
         assert!(core.cache.get("c").unwrap().flags.alive_not_reporting);
         let c = core.failure.counters;
@@ -808,9 +854,101 @@ mod tests {
         core.ingest(&r, None).unwrap();
         assert_eq!(state(&core, "a"), SciState::Healthy);
         // A late result for a reporting SCI is moot.
-        core.probe_result("a", outcome(Answer::NoAnswer("late".into()), Some(true)));
+        core.probe_result("a", outcome(&core, "a", Answer::NoAnswer("late".into()), Some(true)));
         assert_eq!(state(&core, "a"), SciState::Healthy);
         assert_eq!(core.failure.records["a"].verdict, Verdict::Moot);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed004_sci_failure_detection_a_probe_decides_only_its_own_stale_episode() {
+        let (mut core, mut rx) = core_with(&["a", "b"], &["a"], true);
+        go_stale(&mut core).await;
+        let first = rx.try_recv().unwrap();
+        // a reports, then goes STALE again (its TTL runs from the report) while the first
+        // probe is still out.
+        let r = raw(&core, "a", 2, 100);
+        core.ingest(&r, None).unwrap();
+        for _ in 0..10 {
+            go_stale(&mut core).await;
+            if state(&core, "a") == SciState::Stale {
+                break;
+            }
+        }
+        assert_eq!(state(&core, "a"), SciState::Stale);
+        let second = rx.try_recv().unwrap();
+        assert!(second.episode > first.episode, "{} then {}", first.episode, second.episode);
+        // The first probe's failure is moot for the new episode.
+        let old =
+            Outcome { episode: first.episode, ..outcome(&core, "a", Answer::NoAnswer("refused".into()), Some(true)) };
+        core.probe_result("a", old);
+        assert_eq!(state(&core, "a"), SciState::Stale);
+        assert_eq!(core.failure.records["a"].verdict, Verdict::Moot);
+        assert_eq!(core.failure.counters.probe_failures, 0);
+        // The new episode's own probe decides it.
+        let new =
+            Outcome { episode: second.episode, ..outcome(&core, "a", Answer::NoAnswer("refused".into()), Some(true)) };
+        core.probe_result("a", new);
+        assert_eq!(state(&core, "a"), SciState::Failed);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn seed004_sci_failure_detection_a_later_stale_episode_gets_its_own_probe() {
+        // A slow target holds the first probe while the second episode's request comes.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+                });
+            }
+        });
+        let engine = Engine::start(Clock::new(), Arc::new(|_: &str, _: &str, _: String| {}));
+        let method = Method::HttpGet { url: format!("http://{addr}/healthz") };
+        let mut s = ProbeSettings { timeout: Duration::from_secs(10), ..Default::default() };
+        s.targets.insert("a".into(), method.clone());
+        let s = Arc::new(s);
+        let cfg = (*s).clone();
+        engine.query(move |core| core.failure.configure(cfg)).await.unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(serve(engine.clone(), rx));
+        let far = Instant::now() + Duration::from_secs(3600);
+        let request = |episode| Request {
+            csci_id: "a".into(),
+            method: method.clone(),
+            settings: s.clone(),
+            timeout: s.timeout,
+            deadline: far,
+            episode,
+        };
+        tx.send(request(1)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while accepted.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The first probe runs: the same episode again joins it, a later one waits for it.
+        tx.send(request(1)).unwrap();
+        tx.send(request(2)).unwrap();
+        loop {
+            let c = engine.query(|core| core.failure.counters).await.unwrap();
+            if c.probes == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{c:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let r = engine.query(|core| core.failure.records["a"].clone()).await.unwrap();
+        assert_eq!(r.outcome.episode, 2);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "one probe per episode");
     }
 
     #[tokio::test(start_paused = true)]
@@ -818,17 +956,17 @@ mod tests {
         let (mut core, _rx) = core_with(&["a", "b"], &["a"], false);
         go_stale(&mut core).await;
         // Both STALE: nobody reports, so a silent SCI is a suspected partition.
-        core.probe_result("a", outcome(Answer::NoAnswer("timed out".into()), None));
+        core.probe_result("a", outcome(&core, "a", Answer::NoAnswer("timed out".into()), None));
         assert_eq!(core.failure.records["a"].verdict, Verdict::PartitionSuspected);
         // b reports again: the site reaches the agent, a's silence is its failure.
         let r = raw(&core, "b", 2, 100);
         core.ingest(&r, None).unwrap();
-        core.probe_result("a", outcome(Answer::NoAnswer("timed out".into()), None));
+        core.probe_result("a", outcome(&core, "a", Answer::NoAnswer("timed out".into()), None));
         assert_eq!(state(&core, "a"), SciState::Failed);
         // An HTTP error status is a failure whatever the references say.
         let (mut core, _rx) = core_with(&["x"], &["x"], true);
         go_stale(&mut core).await;
-        core.probe_result("x", outcome(Answer::Unhealthy("HTTP 503".into()), None));
+        core.probe_result("x", outcome(&core, "x", Answer::Unhealthy("HTTP 503".into()), None));
         assert_eq!(state(&core, "x"), SciState::Failed);
     }
 
