@@ -89,11 +89,13 @@ pub struct JwtDomain {
     pub cs_id_claim: Option<String>,
 }
 
-/// Who a verified proof proves, and what a trust domain's token grants.
+/// Who a verified proof proves, with which credential, and what a trust domain's token
+/// grants.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proven {
     pub csci_id: String,
-    /// Set when a discovery trust domain's credential verified the token.
+    /// The credential that verified the proof (always set by [`AuthTable::verify_proof`]),
+    /// with the trust domain and its grant when a discovery domain's credential did.
     pub grant: Option<super::discovery::Grant>,
 }
 
@@ -210,7 +212,8 @@ impl AuthTable {
         mac.update(b"\n");
         mac.update(body);
         mac.verify_slice(&sig).map_err(|_| fail(claimed, format!("HMAC signature does not verify with {name}")))?;
-        Ok(Some(Proven { csci_id: csci.to_owned(), grant: None }))
+        let grant = super::discovery::Grant { credential: name.to_owned(), ..Default::default() };
+        Ok(Some(Proven { csci_id: csci.to_owned(), grant: Some(grant) }))
     }
 }
 

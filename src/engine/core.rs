@@ -150,15 +150,17 @@ pub struct Sender {
     /// `http`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
     pub transport: &'static str,
     pub address: Option<std::net::IpAddr>,
-    /// A bearer token verified with a discovery trust domain's credential: what it grants
-    /// an SCI that is not registered (`discovery.rs`).
+    /// With a `Proof::Credential`: the credential that verified it (it must be the SCI's
+    /// credential-ref) and, for a discovery trust domain's token, what it grants an SCI
+    /// that is not registered (`discovery.rs`).
     pub grant: Option<super::discovery::Grant>,
 }
 
 /// How a message's sender was proven (seed 004, SCI Authentication).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proof {
-    /// An HMAC signature or a JWT verified with the SCI's credential.
+    /// An HMAC signature or a JWT verified with a credential, named by `Sender::grant`:
+    /// it proves the SCI only when that is the SCI's credential-ref.
     Credential,
     /// A TLS client certificate, verified against the trust anchors and not revoked,
     /// mapped to the CSCI-ID by cert-to-name.
@@ -458,9 +460,18 @@ impl Core {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
             return Err((self.reject(Rejection::UnknownSci, &raw.csci_id, &d), d));
         };
+        // A credential proof counts only when the SCI's own credential verified it: a token
+        // of another trust domain whose pattern also admits the subject is not this SCI's.
+        let verified_with = sender.grant.as_ref().map(|g| g.credential.as_str());
         let missing = match (&sci.credential_ref, sender.proof) {
             _ if sci.unauthenticated => None,
-            (Some(_), Some(Proof::Credential)) | (None, Some(Proof::Certificate)) => None,
+            (Some(c), Some(Proof::Credential)) if verified_with == Some(c.as_str()) => None,
+            (None, Some(Proof::Certificate)) => None,
+            (Some(c), Some(Proof::Credential)) => Some(format!(
+                "{} must prove its messages with credential {c}; this one was verified with {}",
+                raw.csci_id,
+                verified_with.map_or_else(|| "an unnamed credential".to_owned(), |v| format!("credential {v}"))
+            )),
             (Some(c), _) => Some(format!(
                 "{} must prove its messages with credential {c}; this one carried no such proof",
                 raw.csci_id

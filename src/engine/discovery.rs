@@ -122,12 +122,17 @@ impl Default for DiscoveryConfig {
     }
 }
 
-/// What a verified bearer token of a jwt trust domain grants (set by the transport's
-/// authentication step, see `auth::AuthTable::verify_proof`).
+/// What a verified credential proof (HMAC signature or bearer token) establishes beyond
+/// its CSCI-ID: the credential that verified it, which must be the SCI's own
+/// `credential-ref` (`Core::ingest_from`), and what a jwt trust domain's token grants a
+/// subject without a credential of its own. Set by the transport's authentication step,
+/// see `auth::AuthTable::verify_proof`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Grant {
-    /// The trust domain whose credential verified the token.
-    pub domain: String,
+    /// The name of the credential that verified the proof.
+    pub credential: String,
+    /// The trust domain whose credential verified the token, when one did.
+    pub domain: Option<String>,
     /// The CS-IDs of the domain's claim, when it has one (`None`: no claim configured).
     pub claimed_cs_ids: Option<Vec<CsId>>,
 }
@@ -186,7 +191,11 @@ pub fn admit(core: &mut Core, raw: &RawReport, sender: &Sender) -> Result<(), (R
         (Some(Proof::Credential), Some(g)) if proven => cfg
             .domains
             .iter()
-            .find(|d| d.name == g.domain && matches!(d.proof, DomainProof::Jwt { .. }) && d.admits(&raw.csci_id))
+            .find(|d| {
+                g.domain.as_deref() == Some(d.name.as_str())
+                    && matches!(&d.proof, DomainProof::Jwt { credential } if *credential == g.credential)
+                    && d.admits(&raw.csci_id)
+            })
             .map(|d| {
                 let cs_ids: Vec<CsId> = match &g.claimed_cs_ids {
                     Some(claim) => d.cs_ids.iter().filter(|c| claim.contains(c)).cloned().collect(),
@@ -438,7 +447,8 @@ mod tests {
             proof: Some(Proof::Credential),
             transport: "http",
             grant: Some(Grant {
-                domain: domain.into(),
+                credential: "site-jwt".into(),
+                domain: Some(domain.into()),
                 claimed_cs_ids: claim.map(|c| c.iter().map(|s| (*s).to_owned()).collect()),
             }),
             ..Sender::default()
@@ -674,6 +684,73 @@ mod tests {
         core.cache.max_entries = 3;
         let e = core.ingest_from(&first, &by_token("pod-1", "tokens", None)).unwrap_err();
         assert!(matches!(e.0, Rejection::Duplicate | Rejection::Replay), "{e:?}");
+    }
+
+    #[test]
+    fn seed004_sci_authentication_a_proof_counts_only_with_the_scis_own_credential() {
+        use crate::engine::auth::{sign_jwt, AuthTable, Credential, JwtDomain, JwtRules, JwtSigner};
+        let (key0, key1) = (b"d0-hs256-secret-of-32-bytes-or-more", b"d1-hs256-secret-of-32-bytes-or-more");
+        let rules = JwtRules { issuer: "site-a".into(), audience: "csma-1".into(), ..JwtRules::default() };
+        let mut t = AuthTable::default();
+        t.credentials.insert("cred-0".into(), Credential::jwt(key0, rules.clone()));
+        t.credentials.insert("cred-1".into(), Credential::jwt(key1, rules));
+        let d0 = domain("d0", DomainProof::Jwt { credential: "cred-0".into() }, Some("pod-.*"), &["AR1"]);
+        let d1 = domain("d1", DomainProof::Jwt { credential: "cred-1".into() }, Some("pod-[0-9]+"), &["AR1"]);
+        let in_table = |d: &TrustDomain| JwtDomain {
+            name: d.name.clone(),
+            credential: match &d.proof {
+                DomainProof::Jwt { credential } => credential.clone(),
+                DomainProof::Certificate => unreachable!(),
+            },
+            pattern: d.pattern.clone(),
+            cs_id_claim: None,
+        };
+        // The sender as the transports make it (`Engine::authenticate`).
+        let sender = |t: &AuthTable, key: &[u8], sub: &str| {
+            let token = sign_jwt(&JwtSigner::hs256(key), sub, "site-a", "csma-1", b"{}");
+            let p = t.verify_proof(Some(&token), None, b"{}", Utc::now()).unwrap().unwrap();
+            Sender {
+                csci_id: Some(p.csci_id),
+                proof: Some(Proof::Credential),
+                transport: "http",
+                grant: p.grant,
+                ..Sender::default()
+            }
+        };
+        let mut core = Core::new(Clock::new());
+        t.domains = vec![in_table(&d1)];
+        set_config(&mut core, enabled(8, vec![d1.clone()]));
+        core.ingest_from(&raw("pod-1", "AR1", 1), &sender(&t, key1, "pod-1")).unwrap();
+        assert_eq!(core.registry["pod-1"].credential_ref.as_deref(), Some("cred-1"));
+        // A domain with an overlapping pattern goes ahead of d1 (d1 unchanged: pod-1 stays).
+        t.domains = vec![in_table(&d0), in_table(&d1)];
+        set_config(&mut core, enabled(8, vec![d0, d1]));
+        assert!(core.discovery.get("pod-1").is_some());
+        // A holder of d0 tokens with sub pod-1: verified (by d0), but not pod-1's proof.
+        let forged = sender(&t, key0, "pod-1");
+        assert_eq!(forged.grant.as_ref().map(|g| g.credential.as_str()), Some("cred-0"));
+        let e = core.ingest_from(&raw("pod-1", "AR1", 2), &forged).unwrap_err();
+        assert_eq!(e.0, Rejection::Unauthenticated, "{e:?}");
+        assert!(e.1.contains("cred-1") && e.1.contains("cred-0"), "{}", e.1);
+        // A configured SCI's own credential must be the one that verified, too.
+        let sci = SciConfig {
+            cs_ids: vec!["AR1".into()],
+            credential_ref: Some("cred-1".into()),
+            unauthenticated: false,
+            expected_interval: Duration::from_secs(5),
+        };
+        core.set_sci("sci-1", sci);
+        let with = |credential: &str| Sender {
+            csci_id: Some("sci-1".into()),
+            proof: Some(Proof::Credential),
+            grant: Some(Grant { credential: credential.into(), ..Grant::default() }),
+            ..Sender::default()
+        };
+        let e = core.ingest_from(&raw("sci-1", "AR1", 1), &with("cred-0")).unwrap_err();
+        assert_eq!(e.0, Rejection::Unauthenticated);
+        let unnamed = Sender { grant: None, ..with("cred-1") };
+        assert_eq!(core.ingest_from(&raw("sci-1", "AR1", 1), &unnamed).unwrap_err().0, Rejection::Unauthenticated);
+        core.ingest_from(&raw("sci-1", "AR1", 1), &with("cred-1")).unwrap();
     }
 
     #[test]

@@ -359,11 +359,12 @@ pub(super) fn verify_token(
             &format!("{BODY_CLAIM} is not the SHA-256 of this message's body (a token is bound to one body)"),
         ));
     }
-    let grant = domain.map(|d| crate::engine::discovery::Grant {
-        domain: d.name.clone(),
-        claimed_cs_ids: d.cs_id_claim.as_ref().map(|c| claimed_cs_ids(claims.other.get(c))),
-    });
-    Ok(super::Proven { csci_id: sub, grant })
+    let grant = crate::engine::discovery::Grant {
+        credential: name.to_owned(),
+        domain: domain.map(|d| d.name.clone()),
+        claimed_cs_ids: domain.and_then(|d| d.cs_id_claim.as_ref()).map(|c| claimed_cs_ids(claims.other.get(c))),
+    };
+    Ok(super::Proven { csci_id: sub, grant: Some(grant) })
 }
 
 /// Why a header did not parse: an `alg` we never accept is said by name.
@@ -537,7 +538,11 @@ mod tests {
             cs_id_claim: Some("cs_ids".into()),
         });
         let p = t.verify_proof(Some(&tok), None, BODY, now).unwrap().unwrap();
-        let grant = Grant { domain: "k8s".into(), claimed_cs_ids: Some(vec!["AR1".into(), "LLM1".into()]) };
+        let grant = Grant {
+            credential: "j".into(),
+            domain: Some("k8s".into()),
+            claimed_cs_ids: Some(vec!["AR1".into(), "LLM1".into()]),
+        };
         assert_eq!((p.csci_id.as_str(), p.grant), ("pod-7", Some(grant)));
         // A single string claim, and a missing one (grants nothing).
         let p = t.verify_proof(Some(&pod("pod-8", serde_json::json!("AR2"))), None, BODY, now).unwrap().unwrap();
@@ -549,7 +554,8 @@ mod tests {
         assert!(e.detail.contains("no-credential"), "{}", e.detail);
         // A configured SCI with its own credential is verified with it, never as discovered.
         let own = format!("Bearer {}", hs.sign(&claims("sci-1", "site-a", "csma-1", BODY, now.timestamp(), 60)));
-        assert_eq!(t.verify_proof(Some(&own), None, BODY, now).unwrap().unwrap().grant, None);
+        let own = t.verify_proof(Some(&own), None, BODY, now).unwrap().unwrap().grant;
+        assert_eq!(own, Some(Grant { credential: "j".into(), domain: None, claimed_cs_ids: None }));
         // Every other rule holds for domain tokens: a wrong issuer is refused.
         let mut c = claims("pod-7", "elsewhere", "csma-1", BODY, now.timestamp(), 60);
         c["cs_ids"] = serde_json::json!(["AR1"]);
