@@ -316,7 +316,8 @@ async fn seed004_sci_failure_detection_active_probes_tell_sci_failure_from_parti
     // sci-alive answers its HTTP GET: alive but not reporting, STALE, flagged.
     let r = nc
         .wait("both probe results", "<failure-detection/>", |r| {
-            r.contains("<csci-id>sci-dead</csci-id>") && r.contains("<csci-id>sci-alive</csci-id>")
+            // State records, not the targets' configuration (which names both from the start).
+            r.contains("<sci><csci-id>sci-dead</csci-id>") && r.contains("<sci><csci-id>sci-alive</csci-id>")
         })
         .await;
     assert!(r.contains("<verdict>sci-failed</verdict>") && r.contains("<reference>answered</reference>"), "{r}");
