@@ -570,7 +570,11 @@ impl Session {
             .iter()
             .filter_map(|a| {
                 let rows = if g.sci() { sci_rows(a, &allowed) } else { Vec::new() };
-                MetricReport::for_peer_at(a, &allowed, g).map(|r| (r, rows))
+                MetricReport::for_peer_at(a, &allowed, g).map(|r| {
+                    // Never a PUT of a row the same report withdraws (DELETE).
+                    let rows = rows.into_iter().filter(|row| !r.sci_withdrawn.contains(&row.csci_id)).collect();
+                    (r, rows)
+                })
             })
             .collect();
         if let ([(r, rows)], [ad]) = (reports.as_slice(), batch) {

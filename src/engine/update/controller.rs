@@ -361,7 +361,9 @@ impl UpdateController {
                 p.sci_withdrawn.remove(&csci_id);
             }
         }
-        if change == SciChange::Removed {
+        // A failed SCI's metrics are withdrawn (seed 004, SCI Failure Trigger): its row
+        // leaves with it and comes back with its recovery.
+        if withdraw {
             if let Some(rows) = self.rows.as_mut() {
                 rows.remove(&csci_id);
             }

@@ -841,6 +841,40 @@ fn seed004_update_controller_per_sci_rows_ride_with_their_services() {
     assert_eq!(h.uc.stats().sci_rows, None);
 }
 
+// Seed 004, SCI Failure Trigger: a failed SCI's "metrics are withdrawn", its "GAS
+// contribution set to 0": its row leaves with it (the C-PS gets a DELETE), and no later
+// snapshot puts it back with its old GAS; it returns with its recovery.
+#[test]
+fn seed004_sci_failure_trigger_a_failed_scis_row_is_withdrawn_and_not_put_back() {
+    let mut h = Harness::new(UpdateConfig { min_interval: Duration::ZERO, ..UpdateConfig::default() });
+    h.event(0, UpdateEvent::Site(site("A", 500, 5)));
+    h.run_to(100);
+    h.event(1_000, UpdateEvent::SciDetail(true));
+    h.event(
+        1_000,
+        UpdateEvent::SciRows(vec![row("s1", "A", 400, SciState::Healthy), row("s2", "A", 100, SciState::Healthy)]),
+    );
+    h.run_to(1_500);
+    let failed = one(
+        h.event(2_000, sci("s1", "A", state(Some(SciState::Healthy), SciState::Failed), Some(site("A", 100, 5))))
+            .into_iter()
+            .chain(h.run_to(2_500))
+            .collect(),
+        2_050,
+    );
+    assert_eq!(failed.sci_withdrawn, vec![SciWithdrawal::new("s1", ["A".to_string()])]);
+    assert!(failed.scis.iter().all(|r| r.csci_id != "s1"), "{:?}", failed.scis);
+    assert_eq!(h.uc.stats().sci_rows, Some(1));
+    let out = h.run_to(62_000);
+    let beat = &out.iter().find(|(_, a)| a.trigger == Trigger::Heartbeat).expect("a heartbeat").1;
+    assert_eq!(beat.scis, vec![row("s2", "A", 100, SciState::Healthy)], "the heartbeat does not put s1 back");
+    // Recovered: its row (sent by the engine before the event) is back.
+    h.event(70_000, UpdateEvent::SciRows(vec![row("s1", "A", 300, SciState::Healthy)]));
+    h.event(70_000, sci("s1", "A", state(Some(SciState::Failed), SciState::Healthy), Some(site("A", 400, 5))));
+    let back = one(h.run_to(71_000), 70_050);
+    assert!(back.scis.contains(&row("s1", "A", 300, SciState::Healthy)), "{:?}", back.scis);
+}
+
 // Seed 004, Scalability: "The PE MAY suppress non-critical metrics (e.g., optional extension
 // metrics) during high-load conditions": above the report-rate threshold cost and
 // reputation are left out (GAS, computing time, health and the security label never),
