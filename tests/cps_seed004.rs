@@ -362,6 +362,65 @@ impl Transport for RecorderTransport {
     }
 }
 
+/// Adapters whose resync requests are only recorded (the real controller may let a
+/// heartbeat go first).
+fn recording_adapters(ctl: &Arc<Controller>) -> Arc<cats_sma::cps::Adapters> {
+    let mut hooks = ctl.hooks();
+    let me = ctl.clone();
+    hooks.resync = Arc::new(move |peer: &str| me.resyncs.lock().unwrap().push(peer.to_owned()));
+    cats_sma::cps::Adapters::start(
+        cats_sma::cps::session::Identity { csma_id: CSMA.into(), site_id: SITE.into() },
+        ctl.tx.subscribe(),
+        hooks,
+    )
+}
+
+// Seed 004, Update Controller reconciliation: "The C-PS MAY request a full sync ... The
+// C-SMA responds with all current metrics". Once the C-PS asked for one (or skipped
+// reports as stale), what it holds is unknown: the next full set goes in full, never as a
+// keepalive, even when it is a heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_update_controller_reconciliation_a_requested_full_sync_is_never_a_keepalive() {
+    let ctl = Controller::new();
+    ctl.delta("AR1", 100);
+    let rec = Arc::new(Recorder::default());
+    let adapters = recording_adapters(&ctl);
+    adapters.start_peer(settings("cps1", free_addr(), Role::Primary, 100), Arc::new(RecorderTransport(rec.clone())));
+    let peer = adapters.peer("cps1").unwrap();
+    wait_for("first contact asks for a full", || ctl.resyncs.lock().unwrap().len() == 1).await;
+    ctl.full_for("cps1");
+    wait_for("full delivered", || rec.count("POST", "/cats/metrics") == 1).await;
+    wait_for("keepalive known", || peer.status.lock().unwrap().keepalive_supported).await;
+    // Baseline: an unchanged heartbeat is a keepalive.
+    ctl.heartbeat();
+    wait_for("keepalive", || rec.count("POST", "/cats/keepalive") == 1).await;
+
+    // The keepalive's reply asks for a full sync; a heartbeat comes first.
+    rec.full_sync_requested.store(true, std::sync::atomic::Ordering::SeqCst);
+    ctl.heartbeat();
+    wait_for("keepalive asking for a full", || rec.count("POST", "/cats/keepalive") == 2).await;
+    wait_for("resync asked", || ctl.resyncs.lock().unwrap().len() == 2).await;
+    ctl.heartbeat();
+    wait_for("heartbeat delivered", || {
+        rec.count("POST", "/cats/metrics") == 2 || rec.count("POST", "/cats/keepalive") == 3
+    })
+    .await;
+    assert_eq!(rec.count("POST", "/cats/keepalive"), 2, "the requested full sync went as a keepalive: {:?}", rec.log());
+    assert_eq!(rec.count("POST", "/cats/metrics"), 2);
+
+    // A delta the C-PS skipped as stale: the next heartbeat goes in full too.
+    rec.stale.store(1, std::sync::atomic::Ordering::SeqCst);
+    ctl.delta("AR1", 100);
+    wait_for("delta", || rec.count("POST", "/cats/metrics") == 3).await;
+    ctl.heartbeat();
+    wait_for("heartbeat after stale", || {
+        rec.count("POST", "/cats/metrics") == 4 || rec.count("POST", "/cats/keepalive") == 3
+    })
+    .await;
+    assert_eq!(rec.count("POST", "/cats/keepalive"), 2, "after a stale report: {:?}", rec.log());
+    adapters.shutdown();
+}
+
 // Seed 004, SCI Failure Trigger: a failed SCI's "metrics are withdrawn". A report that
 // withdraws an SCI (DELETE /cats/metrics/{csci-id}) never PUTs its row back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

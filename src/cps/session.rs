@@ -350,7 +350,7 @@ impl Session {
                                     tracing::info!(c_ps = %s.name, "reconnected: full sync before any buffered update");
                                 }
                                 view = None;
-                                self.request_full(&mut awaiting_full);
+                                self.request_full(&mut awaiting_full, &mut view);
                                 full_asked_at = Instant::now();
                             }
                             first_contact = false;
@@ -385,7 +385,7 @@ impl Session {
                             _ = changes.changed() => {}
                             r = stop.changed() => { if r.is_err() { break 'run; } }
                             _ = retry_full => {
-                                self.request_full(&mut awaiting_full);
+                                self.request_full(&mut awaiting_full, &mut view);
                                 full_asked_at = Instant::now();
                             }
                         }
@@ -418,9 +418,14 @@ impl Session {
                                     st.last_acked = Some(ack.acked_sequence);
                                 }
                             }
+                            // The C-PS skipped reports, or wants a full sync: what it holds
+                            // is not what the acknowledgements tell.
+                            if ack.full_sync_requested || ack.stale > 0 {
+                                view = None;
+                            }
                             if ack.full_sync_requested {
                                 tracing::info!(c_ps = %s.name, "C-PS asked for a full sync");
-                                self.request_full(&mut awaiting_full);
+                                self.request_full(&mut awaiting_full, &mut view);
                                 full_asked_at = Instant::now();
                             }
                         }
@@ -457,8 +462,11 @@ impl Session {
         }
     }
 
-    fn request_full(&self, awaiting_full: &mut bool) {
+    /// Asks the update controller for a full snapshot for this peer. The view becomes
+    /// unknown: the snapshot must go as the full set, never as a keepalive.
+    fn request_full(&self, awaiting_full: &mut bool, view: &mut Option<View>) {
         *awaiting_full = true;
+        *view = None;
         lock(&self.peer.status).full_syncs += 1;
         (self.hooks.resync)(&self.peer.settings.name);
     }

@@ -552,8 +552,12 @@ impl UpdateController {
             Some(Trigger::Resync)
         } else if let Some(m) = membership {
             Some(m.trigger)
+        } else if heartbeat_due {
+            // A peer's resync waiting: the full settles it, and must not pass for a
+            // heartbeat (an adapter may answer a heartbeat with a keepalive).
+            Some(if self.resync.is_some() { Trigger::Resync } else { Trigger::Heartbeat })
         } else {
-            heartbeat_due.then_some(Trigger::Heartbeat)
+            None
         };
         if let Some(base) = full {
             if self.take_token() {

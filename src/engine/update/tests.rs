@@ -875,6 +875,25 @@ fn seed004_sci_failure_trigger_a_failed_scis_row_is_withdrawn_and_not_put_back()
     assert!(back.scis.contains(&row("s1", "A", 300, SciState::Healthy)), "{:?}", back.scis);
 }
 
+// Seed 004, Update Controller reconciliation: "The C-PS MAY request a full sync ... The
+// C-SMA responds with all current metrics". A peer's resync that the heartbeat settles is
+// a resync: an adapter must not answer it with a keepalive.
+#[test]
+fn seed004_update_controller_reconciliation_a_resync_settled_by_the_heartbeat_is_not_a_heartbeat() {
+    let mut h = Harness::new(UpdateConfig::default());
+    h.event(0, UpdateEvent::Site(site("A", 100, 10)));
+    h.run_to(1_000);
+    let t = h.at(60_000);
+    let out = h.uc.on_event(UpdateEvent::Resync { peer: Some("cps1".into()) }, t);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!(
+        (out[0].kind, out[0].audience.clone(), out[0].trigger),
+        (AdvertisementKind::Full, Audience::All, Trigger::Resync)
+    );
+    // The next one is a plain heartbeat again.
+    assert_eq!(one(h.run_to(120_000), 120_000).trigger, Trigger::Heartbeat);
+}
+
 // Seed 004, Scalability: "The PE MAY suppress non-critical metrics (e.g., optional extension
 // metrics) during high-load conditions": above the report-rate threshold cost and
 // reputation are left out (GAS, computing time, health and the security label never),
