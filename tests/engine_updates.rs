@@ -342,3 +342,26 @@ async fn seed004_sci_failure_trigger_a_failed_sci_has_no_row_even_when_every_row
     assert_eq!(row_ids(&full), ["sci-2"], "{full:?}");
     assert_eq!(engine.query(|core| core.cache.get("sci-1").map(|e| e.flags.gas_zeroed)).await.unwrap(), Some(true));
 }
+
+#[tokio::test(start_paused = true)]
+async fn seed004_protocol_adapter_per_sci_detail_switched_on_reaches_the_cps_at_once() {
+    // Seed 004, Protocol Adapter (PUT /cats/metrics/{csci-id}): a peer that takes per-SCI
+    // rows is added while the SCIs are quiet. Woken (what the agent's `sci_detail` hook
+    // does), the engine sends every row and the controller a full snapshot with them,
+    // within the batch window: not at the next report or heartbeat.
+    use cats_sma::engine::update::UpdateEvent;
+    let clock = Clock::new();
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    engine.query(register("sci-1", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw_from("sci-1", 1, 100, &clock)], None).await[0].is_ok());
+    let first = next_ad(&mut ads).await;
+    assert!(first.scis.is_empty());
+    tokio::time::advance(Duration::from_secs(5)).await;
+
+    engine.updates.send(UpdateEvent::SciDetail(true)).unwrap();
+    engine.waker()();
+    let full = tokio::time::timeout(Duration::from_secs(1), next_full(&mut ads)).await.expect("a full at once");
+    assert_eq!(row_ids(&full), ["sci-1"]);
+    assert_eq!(full.sites[0].cs_id, "AR1");
+}

@@ -175,6 +175,18 @@ impl Engine {
         Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), ingress, slots }
     }
 
+    /// Wakes the engine loop for one round with no work of its own, so it acts on what its
+    /// feed says now (e.g. per-SCI detail switched on: every row goes to the controller at
+    /// once, not at the next report or timer). Holds the engine only weakly.
+    pub fn waker(&self) -> impl Fn() + Send + Sync + 'static {
+        let jobs = self.jobs.downgrade();
+        move || {
+            if let Some(jobs) = jobs.upgrade() {
+                let _ = jobs.send(Box::new(|_: &mut Core| {}));
+            }
+        }
+    }
+
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
     pub fn submit(&self, f: impl FnOnce(&mut Core) + Send + 'static) {
         let _ = self.jobs.send(Box::new(f));

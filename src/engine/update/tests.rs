@@ -894,6 +894,30 @@ fn seed004_update_controller_reconciliation_a_resync_settled_by_the_heartbeat_is
     assert_eq!(one(h.run_to(120_000), 120_000).trigger, Trigger::Heartbeat);
 }
 
+// Seed 004, Protocol Adapter (PUT /cats/metrics/{csci-id}): when per-SCI detail is switched
+// on (a `granularity sci|both` peer added), its first rows go out at once in a full snapshot
+// to every C-PS, not at the next threshold crossing or heartbeat.
+#[test]
+fn seed004_protocol_adapter_per_sci_detail_switched_on_sends_the_rows_at_once() {
+    let mut h = Harness::new(UpdateConfig::default());
+    h.event(0, UpdateEvent::Site(site("A", 100, 5)));
+    h.run_to(1_000);
+    none(h.event(5_000, UpdateEvent::SciDetail(true)));
+    let mut out = h.event(5_000, UpdateEvent::SciRows(vec![row("s1", "A", 100, SciState::Healthy)]));
+    out.extend(h.run_to(5_100));
+    let full = one(out, 5_050);
+    assert_eq!((full.kind, full.audience.clone()), (AdvertisementKind::Full, Audience::All));
+    assert_eq!(full.scis, vec![row("s1", "A", 100, SciState::Healthy)]);
+    // Later rows of the same epoch ride with their services as before.
+    none(h.event(6_000, UpdateEvent::SciRows(vec![row("s1", "A", 101, SciState::Healthy)])));
+    none(h.run_to(7_000));
+    // Off and on again: a new epoch, a new snapshot.
+    h.event(8_000, UpdateEvent::SciDetail(false));
+    h.event(8_000, UpdateEvent::SciDetail(true));
+    h.event(8_000, UpdateEvent::SciRows(vec![row("s1", "A", 101, SciState::Healthy)]));
+    assert_eq!(one(h.run_to(8_100), 8_050).scis.len(), 1);
+}
+
 // Seed 004, Scalability: "The PE MAY suppress non-critical metrics (e.g., optional extension
 // metrics) during high-load conditions": above the report-rate threshold cost and
 // reputation are left out (GAS, computing time, health and the security label never),
