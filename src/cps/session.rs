@@ -545,7 +545,13 @@ impl Session {
             changed
         };
         if changed {
-            (self.hooks.refresh_hint)(name, refresh);
+            // Only while the registry holds this very peer, and under its lock: `stop_peer`
+            // removes the peer (write lock) before it withdraws the hint, so a session it is
+            // stopping cannot put a hint back after that (the abort is not immediate).
+            let peers = self.registry.peers.read().unwrap_or_else(|e| e.into_inner());
+            if peers.get(name).is_some_and(|p| Arc::ptr_eq(p, &self.peer)) {
+                (self.hooks.refresh_hint)(name, refresh);
+            }
         }
     }
 
@@ -875,6 +881,49 @@ mod tests {
             withdrawn: withdrawn.iter().map(|w| (*w).into()).collect(),
             sci_withdrawn: vec![],
         }
+    }
+
+    // Seed 004, Periodic Synchronization: the heartbeat MAY be adjusted to the C-PS's load
+    // (its refresh hint). A session that `stop_peer` is stopping (the abort is not at once)
+    // may still be taking a reply's hints: once its peer has left the registry, no hint
+    // reaches the controller, so the heartbeat does not stay adapted to a gone peer.
+    #[tokio::test]
+    async fn seed004_periodic_sync_a_removed_peers_session_passes_no_refresh_hint_on() {
+        let p = peer("cps1", Role::Primary, 1, false);
+        let r = registry(vec![p.clone()]);
+        type Hints = Mutex<Vec<(String, Option<Duration>)>>;
+        let seen: Arc<Hints> = Default::default();
+        let hints = seen.clone();
+        let session = Session {
+            peer: p,
+            registry: r.clone(),
+            transport: Arc::new(
+                crate::cps::transport::HttpTransport::new(
+                    crate::cps::transport::Endpoint::parse("http://127.0.0.1:1").unwrap(),
+                    None,
+                    Duration::from_secs(1),
+                )
+                .unwrap(),
+            ),
+            hooks: Hooks {
+                resync: Arc::new(|_: &str| {}),
+                unreachable: Arc::new(|_: &Unreachable| {}),
+                refresh_hint: Arc::new(move |n: &str, d| hints.lock().unwrap().push((n.to_owned(), d))),
+                sci_detail: Arc::new(|_| {}),
+            },
+            nonces: Arc::new(NonceSource::new()),
+            signing: None,
+        };
+        session.hints(true, None, Some(30));
+        assert_eq!(*seen.lock().unwrap(), [("cps1".to_string(), Some(Duration::from_secs(30)))]);
+        // Removed (what `stop_peer` does before it withdraws the hint), then a late reply.
+        r.peers.write().unwrap().remove("cps1");
+        session.hints(true, None, Some(20));
+        // Replaced by a new peer of the same name: still not this session's to tell.
+        r.peers.write().unwrap().insert("cps1".into(), peer("cps1", Role::Primary, 1, false));
+        session.hints(true, None, Some(10));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
     }
 
     #[test]
