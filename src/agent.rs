@@ -208,6 +208,7 @@ fn start_cps(
     let updates = engine.updates.clone();
     let hints = engine.updates.clone();
     let detail = engine.updates.clone();
+    let wake_engine = engine.waker();
     let weak = Arc::downgrade(server);
     let hooks = Hooks {
         resync: Arc::new(move |peer: &str| {
@@ -218,6 +219,11 @@ fn start_cps(
         }),
         sci_detail: Arc::new(move |on| {
             let _ = detail.send(UpdateEvent::SciDetail(on));
+            // Switched on: the engine sends every row now (the controller then gives every
+            // C-PS a full snapshot with them), not at the next report or heartbeat.
+            if on {
+                wake_engine();
+            }
         }),
         unreachable: Arc::new(move |u: &crate::cps::session::Unreachable| {
             let esc = |s: &str| crate::text::xml(s).into_owned();

@@ -304,3 +304,157 @@ async fn seed004_protocol_adapter_xml_and_cbor_payloads_in_both_directions() {
         cps.stop().await;
     }
 }
+
+/// A scripted C-PS that records every request; its next reply to a POST can ask for a full
+/// sync or report skipped (stale) reports.
+#[derive(Default)]
+struct Recorder {
+    log: std::sync::Mutex<Vec<(String, String)>>,
+    full_sync_requested: std::sync::atomic::AtomicBool,
+    stale: std::sync::atomic::AtomicU32,
+}
+
+impl Recorder {
+    fn log(&self) -> Vec<(String, String)> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn count(&self, method: &str, path: &str) -> usize {
+        self.log().iter().filter(|(m, p)| m == method && p == path).count()
+    }
+}
+
+struct RecorderTransport(Arc<Recorder>);
+
+impl Transport for RecorderTransport {
+    fn send(&self, req: Request) -> SendFuture<'_> {
+        let rec = self.0.clone();
+        Box::pin(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            rec.log.lock().unwrap().push((req.method.to_string(), req.path.clone()));
+            let body = match req.method {
+                "GET" => serde_json::to_vec(&SiteState {
+                    site_id: SITE.into(),
+                    csma_id: CSMA.into(),
+                    keepalive: true,
+                    acked_sequence: 1,
+                    ..SiteState::default()
+                })
+                .unwrap(),
+                m => {
+                    let post = m == "POST";
+                    serde_json::to_vec(&Ack {
+                        acked_sequence: 1,
+                        keepalive: true,
+                        full_sync_requested: post && rec.full_sync_requested.swap(false, SeqCst),
+                        stale: if post { rec.stale.swap(0, SeqCst) } else { 0 },
+                        ..Ack::default()
+                    })
+                    .unwrap()
+                }
+            };
+            let nonce: u64 = req.headers.iter().find(|(k, _)| *k == "x-cats-nonce").unwrap().1.parse().unwrap();
+            let mut resp = Response::new(200, body);
+            let sig = cats_sma::cps::auth::sign_reply(SECRET, 200, CSMA, nonce, &resp.body);
+            resp.headers.push((cats_sma::cps::auth::H_REPLY_SIGNATURE.into(), sig));
+            Ok(resp)
+        })
+    }
+}
+
+/// Adapters whose resync requests are only recorded (the real controller may let a
+/// heartbeat go first).
+fn recording_adapters(ctl: &Arc<Controller>) -> Arc<cats_sma::cps::Adapters> {
+    let mut hooks = ctl.hooks();
+    let me = ctl.clone();
+    hooks.resync = Arc::new(move |peer: &str| me.resyncs.lock().unwrap().push(peer.to_owned()));
+    cats_sma::cps::Adapters::start(
+        cats_sma::cps::session::Identity { csma_id: CSMA.into(), site_id: SITE.into() },
+        ctl.tx.subscribe(),
+        hooks,
+    )
+}
+
+// Seed 004, Update Controller reconciliation: "The C-PS MAY request a full sync ... The
+// C-SMA responds with all current metrics". Once the C-PS asked for one (or skipped
+// reports as stale), what it holds is unknown: the next full set goes in full, never as a
+// keepalive, even when it is a heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_update_controller_reconciliation_a_requested_full_sync_is_never_a_keepalive() {
+    let ctl = Controller::new();
+    ctl.delta("AR1", 100);
+    let rec = Arc::new(Recorder::default());
+    let adapters = recording_adapters(&ctl);
+    adapters.start_peer(settings("cps1", free_addr(), Role::Primary, 100), Arc::new(RecorderTransport(rec.clone())));
+    let peer = adapters.peer("cps1").unwrap();
+    wait_for("first contact asks for a full", || ctl.resyncs.lock().unwrap().len() == 1).await;
+    ctl.full_for("cps1");
+    wait_for("full delivered", || rec.count("POST", "/cats/metrics") == 1).await;
+    wait_for("keepalive known", || peer.status.lock().unwrap().keepalive_supported).await;
+    // Baseline: an unchanged heartbeat is a keepalive.
+    ctl.heartbeat();
+    wait_for("keepalive", || rec.count("POST", "/cats/keepalive") == 1).await;
+
+    // The keepalive's reply asks for a full sync; a heartbeat comes first.
+    rec.full_sync_requested.store(true, std::sync::atomic::Ordering::SeqCst);
+    ctl.heartbeat();
+    wait_for("keepalive asking for a full", || rec.count("POST", "/cats/keepalive") == 2).await;
+    wait_for("resync asked", || ctl.resyncs.lock().unwrap().len() == 2).await;
+    ctl.heartbeat();
+    wait_for("heartbeat delivered", || {
+        rec.count("POST", "/cats/metrics") == 2 || rec.count("POST", "/cats/keepalive") == 3
+    })
+    .await;
+    assert_eq!(rec.count("POST", "/cats/keepalive"), 2, "the requested full sync went as a keepalive: {:?}", rec.log());
+    assert_eq!(rec.count("POST", "/cats/metrics"), 2);
+
+    // A delta the C-PS skipped as stale: the next heartbeat goes in full too.
+    rec.stale.store(1, std::sync::atomic::Ordering::SeqCst);
+    ctl.delta("AR1", 100);
+    wait_for("delta", || rec.count("POST", "/cats/metrics") == 3).await;
+    ctl.heartbeat();
+    wait_for("heartbeat after stale", || {
+        rec.count("POST", "/cats/metrics") == 4 || rec.count("POST", "/cats/keepalive") == 3
+    })
+    .await;
+    assert_eq!(rec.count("POST", "/cats/keepalive"), 2, "after a stale report: {:?}", rec.log());
+    adapters.shutdown();
+}
+
+// Seed 004, SCI Failure Trigger: a failed SCI's "metrics are withdrawn". A report that
+// withdraws an SCI (DELETE /cats/metrics/{csci-id}) never PUTs its row back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_sci_failure_trigger_a_withdrawn_scis_row_is_not_put_in_the_same_report() {
+    let ctl = Controller::new();
+    ctl.sci_delta("s1", "AR1", 400);
+    ctl.sci_delta("s2", "AR1", 100);
+    let rec = Arc::new(Recorder::default());
+    let adapters = ctl.start_adapters();
+    let mut s = settings("cps1", free_addr(), Role::Primary, 100);
+    s.granularity = Granularity::Both;
+    adapters.start_peer(s, Arc::new(RecorderTransport(rec.clone())));
+    wait_for("first full", || rec.count("POST", "/cats/metrics") >= 1).await;
+    // An advertisement withdrawing s1 that (as before the fix) still carries its row.
+    use cats_sma::engine::update::{Advertisement, AdvertisementKind, Audience, SciWithdrawal, Trigger};
+    let _ = ctl.tx.send(Arc::new(Advertisement {
+        seq: 1_000_000,
+        kind: AdvertisementKind::Delta,
+        audience: Audience::All,
+        trigger: Trigger::SciFailure,
+        sites: vec![site("AR1", 100)],
+        withdrawn: vec![],
+        sci_withdrawn: vec![SciWithdrawal::new("s1", ["AR1".to_string()])],
+        scis: vec![sci_row("s1", "AR1", 400), sci_row("s2", "AR1", 100)],
+        generated_at: chrono::Utc::now(),
+    }));
+    let peer = adapters.peer("cps1").unwrap();
+    wait_for("withdrawal", || rec.count("DELETE", "/cats/metrics/s1") == 1).await;
+    wait_for("delivered", || peer.queue.lock().unwrap().is_empty()).await;
+    let log = rec.log();
+    let delete = log.iter().position(|(m, p)| m == "DELETE" && p == "/cats/metrics/s1").unwrap();
+    assert!(
+        !log[delete..].iter().any(|(m, p)| m == "PUT" && p == "/cats/metrics/s1"),
+        "s1 PUT back after its DELETE: {log:?}"
+    );
+    adapters.shutdown();
+}

@@ -291,3 +291,77 @@ async fn seed004_update_controller_an_sci_moved_off_its_cs_id_is_withdrawn_from_
     assert_eq!(ad.sci_withdrawn, [SciWithdrawal::new("sci-2", ["AR1".to_string()])]);
     assert_eq!((ad.sites[0].gas, ad.sites[0].sci_count), (100, 1));
 }
+
+async fn next_full(
+    ads: &mut tokio::sync::broadcast::Receiver<Arc<cats_sma::engine::update::Advertisement>>,
+) -> Arc<cats_sma::engine::update::Advertisement> {
+    loop {
+        let ad = next_ad(ads).await;
+        if ad.kind == cats_sma::engine::update::AdvertisementKind::Full {
+            return ad;
+        }
+    }
+}
+
+fn row_ids(ad: &cats_sma::engine::update::Advertisement) -> Vec<&str> {
+    ad.scis.iter().map(|r| r.csci_id.as_str()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed004_sci_failure_trigger_a_failed_sci_has_no_row_even_when_every_row_is_sent() {
+    // Seed 004, SCI Failure Trigger: a failed SCI's "metrics are withdrawn", "GAS
+    // contribution set to 0". The engine keeps its last metrics (flagged gas-zeroed) but
+    // sends no row for it, not even when it sends every row (detail switched on again).
+    use cats_sma::engine::update::UpdateEvent;
+    let clock = Clock::new();
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    engine.updates.send(UpdateEvent::SciDetail(true)).unwrap();
+    engine.query(register("sci-1", Duration::from_secs(5))).await.unwrap();
+    engine.query(register("sci-2", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw_from("sci-1", 1, 400, &clock)], None).await[0].is_ok());
+    assert!(engine.ingest(vec![raw_from("sci-2", 1, 100, &clock)], None).await[0].is_ok());
+    // No more reports from sci-1: STALE, then FAILED and withdrawn.
+    let failed = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let ad = ads.recv().await.unwrap();
+            if ad.sci_withdrawn.iter().any(|w| w.csci_id == "sci-1") {
+                return ad;
+            }
+        }
+    })
+    .await
+    .expect("sci-1 withdrawn");
+    assert!(!row_ids(&failed).contains(&"sci-1"), "{failed:?}");
+
+    engine.updates.send(UpdateEvent::SciDetail(false)).unwrap();
+    engine.updates.send(UpdateEvent::SciDetail(true)).unwrap();
+    engine.query(|_| {}).await.unwrap();
+    engine.updates.send(UpdateEvent::Resync { peer: None }).unwrap();
+    let full = next_full(&mut ads).await;
+    assert_eq!(row_ids(&full), ["sci-2"], "{full:?}");
+    assert_eq!(engine.query(|core| core.cache.get("sci-1").map(|e| e.flags.gas_zeroed)).await.unwrap(), Some(true));
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed004_protocol_adapter_per_sci_detail_switched_on_reaches_the_cps_at_once() {
+    // Seed 004, Protocol Adapter (PUT /cats/metrics/{csci-id}): a peer that takes per-SCI
+    // rows is added while the SCIs are quiet. Woken (what the agent's `sci_detail` hook
+    // does), the engine sends every row and the controller a full snapshot with them,
+    // within the batch window: not at the next report or heartbeat.
+    use cats_sma::engine::update::UpdateEvent;
+    let clock = Clock::new();
+    let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
+    let mut ads = engine.updates.subscribe();
+    engine.query(register("sci-1", Duration::from_secs(600))).await.unwrap();
+    assert!(engine.ingest(vec![raw_from("sci-1", 1, 100, &clock)], None).await[0].is_ok());
+    let first = next_ad(&mut ads).await;
+    assert!(first.scis.is_empty());
+    tokio::time::advance(Duration::from_secs(5)).await;
+
+    engine.updates.send(UpdateEvent::SciDetail(true)).unwrap();
+    engine.waker()();
+    let full = tokio::time::timeout(Duration::from_secs(1), next_full(&mut ads)).await.expect("a full at once");
+    assert_eq!(row_ids(&full), ["sci-1"]);
+    assert_eq!(full.sites[0].cs_id, "AR1");
+}

@@ -150,7 +150,9 @@ impl Adapters {
         self.registry.changed.send_modify(|g| *g += 1);
         if let Some(p) = &peer {
             // The controller forgets the hint of a peer that is gone (a restarted one
-            // announces its own again).
+            // announces its own again). The session may still be running (the abort is not
+            // immediate), but it passes a hint on only while the registry holds its peer,
+            // so none arrives after this.
             if lock(&p.status).refresh_interval.take().is_some() {
                 (self.hooks.refresh_hint)(name, None);
             }

@@ -350,7 +350,7 @@ impl Session {
                                     tracing::info!(c_ps = %s.name, "reconnected: full sync before any buffered update");
                                 }
                                 view = None;
-                                self.request_full(&mut awaiting_full);
+                                self.request_full(&mut awaiting_full, &mut view);
                                 full_asked_at = Instant::now();
                             }
                             first_contact = false;
@@ -385,7 +385,7 @@ impl Session {
                             _ = changes.changed() => {}
                             r = stop.changed() => { if r.is_err() { break 'run; } }
                             _ = retry_full => {
-                                self.request_full(&mut awaiting_full);
+                                self.request_full(&mut awaiting_full, &mut view);
                                 full_asked_at = Instant::now();
                             }
                         }
@@ -418,9 +418,14 @@ impl Session {
                                     st.last_acked = Some(ack.acked_sequence);
                                 }
                             }
+                            // The C-PS skipped reports, or wants a full sync: what it holds
+                            // is not what the acknowledgements tell.
+                            if ack.full_sync_requested || ack.stale > 0 {
+                                view = None;
+                            }
                             if ack.full_sync_requested {
                                 tracing::info!(c_ps = %s.name, "C-PS asked for a full sync");
-                                self.request_full(&mut awaiting_full);
+                                self.request_full(&mut awaiting_full, &mut view);
                                 full_asked_at = Instant::now();
                             }
                         }
@@ -457,8 +462,11 @@ impl Session {
         }
     }
 
-    fn request_full(&self, awaiting_full: &mut bool) {
+    /// Asks the update controller for a full snapshot for this peer. The view becomes
+    /// unknown: the snapshot must go as the full set, never as a keepalive.
+    fn request_full(&self, awaiting_full: &mut bool, view: &mut Option<View>) {
         *awaiting_full = true;
+        *view = None;
         lock(&self.peer.status).full_syncs += 1;
         (self.hooks.resync)(&self.peer.settings.name);
     }
@@ -537,7 +545,13 @@ impl Session {
             changed
         };
         if changed {
-            (self.hooks.refresh_hint)(name, refresh);
+            // Only while the registry holds this very peer, and under its lock: `stop_peer`
+            // removes the peer (write lock) before it withdraws the hint, so a session it is
+            // stopping cannot put a hint back after that (the abort is not immediate).
+            let peers = self.registry.peers.read().unwrap_or_else(|e| e.into_inner());
+            if peers.get(name).is_some_and(|p| Arc::ptr_eq(p, &self.peer)) {
+                (self.hooks.refresh_hint)(name, refresh);
+            }
         }
     }
 
@@ -570,7 +584,11 @@ impl Session {
             .iter()
             .filter_map(|a| {
                 let rows = if g.sci() { sci_rows(a, &allowed) } else { Vec::new() };
-                MetricReport::for_peer_at(a, &allowed, g).map(|r| (r, rows))
+                MetricReport::for_peer_at(a, &allowed, g).map(|r| {
+                    // Never a PUT of a row the same report withdraws (DELETE).
+                    let rows = rows.into_iter().filter(|row| !r.sci_withdrawn.contains(&row.csci_id)).collect();
+                    (r, rows)
+                })
             })
             .collect();
         if let ([(r, rows)], [ad]) = (reports.as_slice(), batch) {
@@ -863,6 +881,49 @@ mod tests {
             withdrawn: withdrawn.iter().map(|w| (*w).into()).collect(),
             sci_withdrawn: vec![],
         }
+    }
+
+    // Seed 004, Periodic Synchronization: the heartbeat MAY be adjusted to the C-PS's load
+    // (its refresh hint). A session that `stop_peer` is stopping (the abort is not at once)
+    // may still be taking a reply's hints: once its peer has left the registry, no hint
+    // reaches the controller, so the heartbeat does not stay adapted to a gone peer.
+    #[tokio::test]
+    async fn seed004_periodic_sync_a_removed_peers_session_passes_no_refresh_hint_on() {
+        let p = peer("cps1", Role::Primary, 1, false);
+        let r = registry(vec![p.clone()]);
+        type Hints = Mutex<Vec<(String, Option<Duration>)>>;
+        let seen: Arc<Hints> = Default::default();
+        let hints = seen.clone();
+        let session = Session {
+            peer: p,
+            registry: r.clone(),
+            transport: Arc::new(
+                crate::cps::transport::HttpTransport::new(
+                    crate::cps::transport::Endpoint::parse("http://127.0.0.1:1").unwrap(),
+                    None,
+                    Duration::from_secs(1),
+                )
+                .unwrap(),
+            ),
+            hooks: Hooks {
+                resync: Arc::new(|_: &str| {}),
+                unreachable: Arc::new(|_: &Unreachable| {}),
+                refresh_hint: Arc::new(move |n: &str, d| hints.lock().unwrap().push((n.to_owned(), d))),
+                sci_detail: Arc::new(|_| {}),
+            },
+            nonces: Arc::new(NonceSource::new()),
+            signing: None,
+        };
+        session.hints(true, None, Some(30));
+        assert_eq!(*seen.lock().unwrap(), [("cps1".to_string(), Some(Duration::from_secs(30)))]);
+        // Removed (what `stop_peer` does before it withdraws the hint), then a late reply.
+        r.peers.write().unwrap().remove("cps1");
+        session.hints(true, None, Some(20));
+        // Replaced by a new peer of the same name: still not this session's to tell.
+        r.peers.write().unwrap().insert("cps1".into(), peer("cps1", Role::Primary, 1, false));
+        session.hints(true, None, Some(10));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
     }
 
     #[test]

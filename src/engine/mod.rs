@@ -175,6 +175,18 @@ impl Engine {
         Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), ingress, slots }
     }
 
+    /// Wakes the engine loop for one round with no work of its own, so it acts on what its
+    /// feed says now (e.g. per-SCI detail switched on: every row goes to the controller at
+    /// once, not at the next report or timer). Holds the engine only weakly.
+    pub fn waker(&self) -> impl Fn() + Send + Sync + 'static {
+        let jobs = self.jobs.downgrade();
+        move || {
+            if let Some(jobs) = jobs.upgrade() {
+                let _ = jobs.send(Box::new(|_: &mut Core| {}));
+            }
+        }
+    }
+
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
     pub fn submit(&self, f: impl FnOnce(&mut Core) + Send + 'static) {
         let _ = self.jobs.send(Box::new(f));
@@ -298,7 +310,8 @@ impl Engine {
 
 /// The per-SCI rows the update controller needs after a step, while some C-PS wants them
 /// (`detail` is the epoch of the current "on"): every row when detail was just switched on,
-/// otherwise the rows of the SCIs the step changed. An SCI that left the cache has no row:
+/// otherwise the rows of the SCIs the step changed, of those that contribute (not FAILED,
+/// not ACTIVE without a report). An SCI that left the cache has no row:
 /// the controller drops it on the `Removed` event. A policy change re-applies SCI-scope
 /// rules to every entry without per-SCI events, so it sends every row too.
 fn sci_rows(
@@ -311,7 +324,13 @@ fn sci_rows(
         *epoch = None;
         return None;
     };
+    // Only SCIs that contribute have a row: a FAILED one's metrics are withdrawn (its GAS
+    // contribution is 0) and an ACTIVE one has not reported; the controller drops the row
+    // of an SCI that failed, and its `SciStateChange` back sends it again.
     let row = |e: &cache::Entry| {
+        if !sci_state::contributes(e.state) {
+            return None;
+        }
         Some(update::SciMetrics {
             csci_id: e.csci_id.clone(),
             cs_id: e.cs_id.clone()?,

@@ -127,6 +127,8 @@ pub struct UpdateController {
     heartbeat: Duration,
     /// Per-SCI rows, while some C-PS wants them.
     rows: Option<Rows>,
+    /// Detail was switched on and its first rows have not come yet.
+    rows_awaited: bool,
     load: LoadMeter,
     bucket: Option<TokenBucket>,
     /// An advertisement is waiting for a token (already counted as rate-limited).
@@ -156,6 +158,7 @@ impl UpdateController {
             suppression: Suppression::default(),
             hints: BTreeMap::new(),
             rows: None,
+            rows_awaited: false,
             load: LoadMeter::default(),
             waiting_for_token: false,
             stats: UpdateStats::default(),
@@ -264,14 +267,31 @@ impl UpdateController {
                 self.update_heartbeat();
             }
             UpdateEvent::SciDetail(on) => match (on, self.rows.is_some()) {
-                (true, false) => self.rows = Some(Rows::default()),
-                (false, true) => self.rows = None,
+                (true, false) => {
+                    self.rows = Some(Rows::default());
+                    self.rows_awaited = true;
+                }
+                (false, true) => {
+                    self.rows = None;
+                    self.rows_awaited = false;
+                }
                 _ => {}
             },
             // Rows that arrive after detail went off are for nobody.
             UpdateEvent::SciRows(rows) => {
                 if let Some(r) = self.rows.as_mut() {
+                    let first = !rows.is_empty() && std::mem::take(&mut self.rows_awaited);
                     r.apply(rows);
+                    // The first rows of a new detail epoch: a C-PS that takes them had a
+                    // snapshot without rows (and may have dropped the site's older ones), so
+                    // every C-PS gets a full snapshot with them when the batch window closes
+                    // (after the site changes of the same engine step), not at the heartbeat.
+                    if first {
+                        self.membership = Some(match self.membership {
+                            None => MembershipFull { trigger: Trigger::Resync, since: now },
+                            Some(m) => MembershipFull { trigger: m.trigger.max(Trigger::Resync), since: m.since },
+                        });
+                    }
                 }
             }
         }
@@ -361,7 +381,9 @@ impl UpdateController {
                 p.sci_withdrawn.remove(&csci_id);
             }
         }
-        if change == SciChange::Removed {
+        // A failed SCI's metrics are withdrawn (seed 004, SCI Failure Trigger): its row
+        // leaves with it and comes back with its recovery.
+        if withdraw {
             if let Some(rows) = self.rows.as_mut() {
                 rows.remove(&csci_id);
             }
@@ -550,8 +572,12 @@ impl UpdateController {
             Some(Trigger::Resync)
         } else if let Some(m) = membership {
             Some(m.trigger)
+        } else if heartbeat_due {
+            // A peer's resync waiting: the full settles it, and must not pass for a
+            // heartbeat (an adapter may answer a heartbeat with a keepalive).
+            Some(if self.resync.is_some() { Trigger::Resync } else { Trigger::Heartbeat })
         } else {
-            heartbeat_due.then_some(Trigger::Heartbeat)
+            None
         };
         if let Some(base) = full {
             if self.take_token() {

@@ -841,6 +841,83 @@ fn seed004_update_controller_per_sci_rows_ride_with_their_services() {
     assert_eq!(h.uc.stats().sci_rows, None);
 }
 
+// Seed 004, SCI Failure Trigger: a failed SCI's "metrics are withdrawn", its "GAS
+// contribution set to 0": its row leaves with it (the C-PS gets a DELETE), and no later
+// snapshot puts it back with its old GAS; it returns with its recovery.
+#[test]
+fn seed004_sci_failure_trigger_a_failed_scis_row_is_withdrawn_and_not_put_back() {
+    let mut h = Harness::new(UpdateConfig { min_interval: Duration::ZERO, ..UpdateConfig::default() });
+    h.event(0, UpdateEvent::Site(site("A", 500, 5)));
+    h.run_to(100);
+    h.event(1_000, UpdateEvent::SciDetail(true));
+    h.event(
+        1_000,
+        UpdateEvent::SciRows(vec![row("s1", "A", 400, SciState::Healthy), row("s2", "A", 100, SciState::Healthy)]),
+    );
+    h.run_to(1_500);
+    let failed = one(
+        h.event(2_000, sci("s1", "A", state(Some(SciState::Healthy), SciState::Failed), Some(site("A", 100, 5))))
+            .into_iter()
+            .chain(h.run_to(2_500))
+            .collect(),
+        2_050,
+    );
+    assert_eq!(failed.sci_withdrawn, vec![SciWithdrawal::new("s1", ["A".to_string()])]);
+    assert!(failed.scis.iter().all(|r| r.csci_id != "s1"), "{:?}", failed.scis);
+    assert_eq!(h.uc.stats().sci_rows, Some(1));
+    let out = h.run_to(62_000);
+    let beat = &out.iter().find(|(_, a)| a.trigger == Trigger::Heartbeat).expect("a heartbeat").1;
+    assert_eq!(beat.scis, vec![row("s2", "A", 100, SciState::Healthy)], "the heartbeat does not put s1 back");
+    // Recovered: its row (sent by the engine before the event) is back.
+    h.event(70_000, UpdateEvent::SciRows(vec![row("s1", "A", 300, SciState::Healthy)]));
+    h.event(70_000, sci("s1", "A", state(Some(SciState::Failed), SciState::Healthy), Some(site("A", 400, 5))));
+    let back = one(h.run_to(71_000), 70_050);
+    assert!(back.scis.contains(&row("s1", "A", 300, SciState::Healthy)), "{:?}", back.scis);
+}
+
+// Seed 004, Update Controller reconciliation: "The C-PS MAY request a full sync ... The
+// C-SMA responds with all current metrics". A peer's resync that the heartbeat settles is
+// a resync: an adapter must not answer it with a keepalive.
+#[test]
+fn seed004_update_controller_reconciliation_a_resync_settled_by_the_heartbeat_is_not_a_heartbeat() {
+    let mut h = Harness::new(UpdateConfig::default());
+    h.event(0, UpdateEvent::Site(site("A", 100, 10)));
+    h.run_to(1_000);
+    let t = h.at(60_000);
+    let out = h.uc.on_event(UpdateEvent::Resync { peer: Some("cps1".into()) }, t);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!(
+        (out[0].kind, out[0].audience.clone(), out[0].trigger),
+        (AdvertisementKind::Full, Audience::All, Trigger::Resync)
+    );
+    // The next one is a plain heartbeat again.
+    assert_eq!(one(h.run_to(120_000), 120_000).trigger, Trigger::Heartbeat);
+}
+
+// Seed 004, Protocol Adapter (PUT /cats/metrics/{csci-id}): when per-SCI detail is switched
+// on (a `granularity sci|both` peer added), its first rows go out at once in a full snapshot
+// to every C-PS, not at the next threshold crossing or heartbeat.
+#[test]
+fn seed004_protocol_adapter_per_sci_detail_switched_on_sends_the_rows_at_once() {
+    let mut h = Harness::new(UpdateConfig::default());
+    h.event(0, UpdateEvent::Site(site("A", 100, 5)));
+    h.run_to(1_000);
+    none(h.event(5_000, UpdateEvent::SciDetail(true)));
+    let mut out = h.event(5_000, UpdateEvent::SciRows(vec![row("s1", "A", 100, SciState::Healthy)]));
+    out.extend(h.run_to(5_100));
+    let full = one(out, 5_050);
+    assert_eq!((full.kind, full.audience.clone()), (AdvertisementKind::Full, Audience::All));
+    assert_eq!(full.scis, vec![row("s1", "A", 100, SciState::Healthy)]);
+    // Later rows of the same epoch ride with their services as before.
+    none(h.event(6_000, UpdateEvent::SciRows(vec![row("s1", "A", 101, SciState::Healthy)])));
+    none(h.run_to(7_000));
+    // Off and on again: a new epoch, a new snapshot.
+    h.event(8_000, UpdateEvent::SciDetail(false));
+    h.event(8_000, UpdateEvent::SciDetail(true));
+    h.event(8_000, UpdateEvent::SciRows(vec![row("s1", "A", 101, SciState::Healthy)]));
+    assert_eq!(one(h.run_to(8_100), 8_050).scis.len(), 1);
+}
+
 // Seed 004, Scalability: "The PE MAY suppress non-critical metrics (e.g., optional extension
 // metrics) during high-load conditions": above the report-rate threshold cost and
 // reputation are left out (GAS, computing time, health and the security label never),
