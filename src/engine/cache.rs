@@ -547,14 +547,42 @@ impl MetricCache {
         let mut events = Vec::new();
         let Some(slot) = self.slot(csci_id) else { return events };
         let Some(e) = self.at_mut(slot) else { return events };
-        let Some((to, reason)) = sci_state::next(e.state, input) else { return events };
+        if sci_state::next(e.state, input).is_none() {
+            return events;
+        }
+        e.due = None;
+        self.transition(slot, input, wall, &mut events);
+        events
+    }
+
+    /// Applies a state-machine input to a slot's entry: the new state and its flags (STALE:
+    /// pull pending, with a `PullNeeded`; FAILED: GAS zeroed), the transition counted and
+    /// announced, and the entry's service re-aggregated. Returns the new state, or `None`
+    /// when the input does not change the state.
+    fn transition(
+        &mut self,
+        slot: Slot,
+        input: Input,
+        wall: DateTime<Utc>,
+        events: &mut Vec<CacheEvent>,
+    ) -> Option<SciState> {
+        let e = self.at_mut(slot)?;
+        let (to, reason) = sci_state::next(e.state, input)?;
         let from = e.state;
         let old = e.contribution();
         e.state = to;
         e.last_state_change = wall;
-        e.due = None;
-        e.flags.pull_pending = false;
-        e.flags.gas_zeroed = true;
+        match to {
+            SciState::Stale => {
+                e.flags.pull_pending = true;
+                events.push(CacheEvent::PullNeeded { csci_id: e.csci_id.clone() });
+            }
+            SciState::Failed => {
+                e.flags.pull_pending = false;
+                e.flags.gas_zeroed = true;
+            }
+            _ => {}
+        }
         let new = e.contribution();
         let (id, cs) = (e.csci_id.clone(), e.cs_id.clone());
         self.count_transition(from, to);
@@ -565,7 +593,7 @@ impl MetricCache {
             }
             events.push(CacheEvent::SiteChanged { cs_id: cs });
         }
-        events
+        Some(to)
     }
 
     /// The next time a TTL or grace timer may be due (a reminder can be early: the engine
@@ -599,34 +627,9 @@ impl MetricCache {
                 Timer::Ttl => Input::TtlExpired,
                 Timer::Grace => Input::GraceExpired,
             };
-            let Some((to, reason)) = sci_state::next(e.state, input) else { continue };
-            let from = e.state;
-            let old = e.contribution();
-            e.state = to;
-            e.last_state_change = wall;
             let grace = e.grace;
-            match to {
-                SciState::Stale => {
-                    e.flags.pull_pending = true;
-                    events.push(CacheEvent::PullNeeded { csci_id: e.csci_id.clone() });
-                }
-                SciState::Failed => {
-                    e.flags.pull_pending = false;
-                    e.flags.gas_zeroed = true;
-                }
-                _ => {}
-            }
-            let new = e.contribution();
-            let (id, cs) = (e.csci_id.clone(), e.cs_id.clone());
-            self.count_transition(from, to);
-            events.push(CacheEvent::StateChanged { csci_id: id, from, to, reason });
-            if let Some(cs) = cs {
-                if old != new {
-                    self.join(&cs, slot, old.as_ref(), new.as_ref());
-                }
-                events.push(CacheEvent::SiteChanged { cs_id: cs });
-            }
-            if to == SciState::Stale {
+            let to = self.transition(slot, input, wall, &mut events);
+            if to == Some(SciState::Stale) {
                 self.schedule(slot, at + grace, Timer::Grace);
             }
         }
