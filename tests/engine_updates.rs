@@ -74,26 +74,33 @@ async fn reports_become_advertisements() {
     assert!(withdrawn.seq > first_seq);
 }
 
+/// A policy with one absolute maintenance window named "upgrade".
+fn window_policy(
+    start: &str,
+    end: &str,
+    suppress: cats_sma::engine::policy::Suppress,
+) -> cats_sma::engine::policy::Policy {
+    use cats_sma::engine::policy::{MaintenanceWindow, Policy, PolicyConfig, Schedule};
+    let window = MaintenanceWindow {
+        name: "upgrade".into(),
+        schedule: Schedule::Absolute { start: start.parse().unwrap(), end: end.parse().unwrap() },
+        suppress,
+    };
+    Policy::compile(&PolicyConfig { maintenance_windows: vec![window], ..Default::default() }).unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn seed_004_policy_engine_maintenance_window_suppresses_on_its_own_timer() {
     // seed 004, Policy Engine / update control: "Maintenance window: suppress all
     // non-critical updates during scheduled maintenance". The engine opens and closes the
     // suppression at the window's edges by itself: updates handed straight to the
     // controller (not through the engine) are suppressed inside the window only.
-    use cats_sma::engine::policy::{MaintenanceWindow, Policy, PolicyConfig, Schedule, Suppress};
+    use cats_sma::engine::policy::Suppress;
     use cats_sma::engine::update::UpdateEvent;
     let clock = Clock::starting_at("2026-03-01T00:00:00Z".parse().unwrap());
     let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
     let mut ads = engine.updates.subscribe();
-    let window = MaintenanceWindow {
-        name: "upgrade".into(),
-        schedule: Schedule::Absolute {
-            start: "2026-03-01T00:01:00Z".parse().unwrap(),
-            end: "2026-03-01T00:02:00Z".parse().unwrap(),
-        },
-        suppress: Suppress::NonCritical,
-    };
-    let policy = Policy::compile(&PolicyConfig { maintenance_windows: vec![window], ..Default::default() }).unwrap();
+    let policy = window_policy("2026-03-01T00:01:00Z", "2026-03-01T00:02:00Z", Suppress::NonCritical);
     engine
         .query(move |core| {
             core.set_policy(policy);
@@ -215,20 +222,12 @@ async fn seed004_update_controller_per_sci_rows_through_the_engine_loop() {
 async fn seed004_policy_engine_maintenance_window_heartbeat_in_paused_time() {
     // Seed 004, Policy Engine: "Maintenance window: suppress all non-critical updates"; the
     // soft-state refresh keeps going, with what the C-PSes were last told (suppress all).
-    use cats_sma::engine::policy::{MaintenanceWindow, Policy, PolicyConfig, Schedule, Suppress};
+    use cats_sma::engine::policy::Suppress;
     use cats_sma::engine::update::Trigger;
     let clock = Clock::starting_at("2026-03-01T00:00:00Z".parse().unwrap());
     let engine = Engine::start(clock, Arc::new(|_: &str, _: &str, _: String| {}));
     let mut ads = engine.updates.subscribe();
-    let window = MaintenanceWindow {
-        name: "upgrade".into(),
-        schedule: Schedule::Absolute {
-            start: "2026-03-01T00:00:30Z".parse().unwrap(),
-            end: "2026-03-01T00:05:00Z".parse().unwrap(),
-        },
-        suppress: Suppress::All,
-    };
-    let policy = Policy::compile(&PolicyConfig { maintenance_windows: vec![window], ..Default::default() }).unwrap();
+    let policy = window_policy("2026-03-01T00:00:30Z", "2026-03-01T00:05:00Z", Suppress::All);
     engine.query(move |core| core.set_policy(policy)).await.unwrap();
     engine.query(register("188.3.67.3:67", Duration::from_secs(600))).await.unwrap();
     assert!(engine.ingest(vec![raw(1, 400, "HEALTHY", &clock)], None).await[0].is_ok());
