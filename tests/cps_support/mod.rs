@@ -92,16 +92,21 @@ impl Controller {
     pub fn delta(&self, cs: &str, gas: u32) -> u64 {
         let s = site(cs, gas);
         self.view.lock().unwrap().insert(cs.into(), s.clone());
+        self.send_delta(s, vec![])
+    }
+
+    /// Sends a metric-change delta of one service (and these SCI rows); returns its sequence.
+    fn send_delta(&self, site: SiteMetrics, scis: Vec<SciMetrics>) -> u64 {
         let seq = self.next();
         let _ = self.tx.send(Arc::new(Advertisement {
             seq,
             kind: AdvertisementKind::Delta,
             audience: Audience::All,
             trigger: Trigger::MetricChange,
-            sites: vec![s],
+            sites: vec![site],
             withdrawn: vec![],
             sci_withdrawn: vec![],
-            scis: vec![],
+            scis,
             generated_at: chrono::Utc::now(),
         }));
         seq
@@ -169,19 +174,7 @@ impl Controller {
         self.scis.lock().unwrap().insert(csci.into(), row.clone());
         let s = site(cs, gas);
         self.view.lock().unwrap().insert(cs.into(), s.clone());
-        let seq = self.next();
-        let _ = self.tx.send(Arc::new(Advertisement {
-            seq,
-            kind: AdvertisementKind::Delta,
-            audience: Audience::All,
-            trigger: Trigger::MetricChange,
-            sites: vec![s],
-            withdrawn: vec![],
-            sci_withdrawn: vec![],
-            scis: vec![row],
-            generated_at: chrono::Utc::now(),
-        }));
-        seq
+        self.send_delta(s, vec![row])
     }
 
     pub fn hooks(self: &Arc<Self>) -> Hooks {
