@@ -591,8 +591,9 @@ mod tests {
         assert!(core.events.iter().any(|e| matches!(e, EngineEvent::Withdrawn { csci_id, .. } if csci_id == "pod-3")));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn seed004_sci_state_machine_discovered_sci_ages_out_after_failed_retention() {
+    /// A core whose SCIs go STALE after 2 s and FAILED 1 s later, with pod-1 discovered by
+    /// its certificate and reporting once.
+    fn ageing_core() -> Core {
         let mut core = Core::new(Clock::new());
         core.set_cache_config(super::super::core::CacheConfig {
             ttl: Some(Duration::from_secs(2)),
@@ -601,13 +602,21 @@ mod tests {
         });
         set_config(&mut core, enabled(8, vec![domain("k8s", DomainProof::Certificate, Some("pod-.*"), &["AR1"])]));
         core.ingest_from(&raw("pod-1", "AR1", 1), &by_cert("pod-1")).unwrap();
-        let run = |core: &mut Core| {
-            core.tick();
-            expire(core);
-            core.settle();
-            observe(core);
-            std::mem::take(&mut core.events)
-        };
+        core
+    }
+
+    /// One engine round as the loop runs it at a deadline; returns the round's events.
+    fn run(core: &mut Core) -> Vec<EngineEvent> {
+        core.tick();
+        expire(core);
+        core.settle();
+        observe(core);
+        std::mem::take(&mut core.events)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed004_sci_state_machine_discovered_sci_ages_out_after_failed_retention() {
+        let mut core = ageing_core();
         run(&mut core);
         // TTL, then grace: FAILED; the SCI is still registered through the retention.
         tokio::time::advance(Duration::from_secs(3)).await;
@@ -625,21 +634,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn seed004_sci_state_machine_a_report_within_the_retention_keeps_the_sci() {
-        let mut core = Core::new(Clock::new());
-        core.set_cache_config(super::super::core::CacheConfig {
-            ttl: Some(Duration::from_secs(2)),
-            grace_period: Duration::from_secs(1),
-            ..Default::default()
-        });
-        set_config(&mut core, enabled(8, vec![domain("k8s", DomainProof::Certificate, Some("pod-.*"), &["AR1"])]));
-        core.ingest_from(&raw("pod-1", "AR1", 1), &by_cert("pod-1")).unwrap();
-        let run = |core: &mut Core| {
-            core.tick();
-            expire(core);
-            core.settle();
-            observe(core);
-            core.events.clear();
-        };
+        let mut core = ageing_core();
         run(&mut core);
         tokio::time::advance(Duration::from_secs(3)).await;
         run(&mut core);
