@@ -648,6 +648,22 @@ impl crate::datastore::StateProvider for FailureState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Polls the engine's failure-detection counters until `done` holds (or `deadline`).
+    async fn counters_until(
+        engine: &crate::engine::Engine,
+        deadline: Instant,
+        done: impl Fn(&Counters) -> bool,
+    ) -> Counters {
+        loop {
+            let c = engine.query(|core| core.failure.counters).await.unwrap();
+            if done(&c) {
+                return c;
+            }
+            assert!(Instant::now() < deadline, "{c:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     use crate::engine::clock::Clock;
     use crate::engine::collect::pull::PullReason;
     use crate::engine::core::{EngineEvent, SciConfig, Sender};
@@ -783,25 +799,11 @@ mod tests {
             episode: 1,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let c = engine.query(|core| core.failure.counters).await.unwrap();
-            if c.probes == 6 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{c:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        counters_until(&engine, deadline, |c| c.probes == 6).await;
         assert_eq!(peak.load(Ordering::SeqCst), 2, "at most max-concurrent probes at once");
         tx.send(late).unwrap();
-        loop {
-            let c = engine.query(|core| core.failure.counters).await.unwrap();
-            if c.probes_skipped == 1 {
-                assert_eq!(c.probes, 6);
-                break;
-            }
-            assert!(Instant::now() < deadline, "{c:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let c = counters_until(&engine, deadline, |c| c.probes_skipped == 1).await;
+        assert_eq!(c.probes, 6);
         // Every result was recorded (moot: none of them is a STALE SCI).
         let r = engine.query(|core| core.failure.records["sci-3"].clone()).await.unwrap();
         assert!(r.outcome.sci == Answer::Answered && r.verdict == Verdict::Moot, "{r:?}");
@@ -937,14 +939,7 @@ mod tests {
         // The first probe runs: the same episode again joins it, a later one waits for it.
         tx.send(request(1)).unwrap();
         tx.send(request(2)).unwrap();
-        loop {
-            let c = engine.query(|core| core.failure.counters).await.unwrap();
-            if c.probes == 2 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{c:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        counters_until(&engine, deadline, |c| c.probes == 2).await;
         let r = engine.query(|core| core.failure.records["a"].clone()).await.unwrap();
         assert_eq!(r.outcome.episode, 2);
         tokio::time::sleep(Duration::from_millis(500)).await;
