@@ -5,6 +5,7 @@
 //! rpc-error encoding) and on no other front end.
 
 pub mod framing;
+pub mod inline;
 pub mod monitoring;
 pub mod rpc;
 pub mod session;
