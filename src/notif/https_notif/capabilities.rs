@@ -195,6 +195,9 @@ fn parse_xml(body: &[u8]) -> Result<Capabilities, CapabilityError> {
             _ => {}
         }
     }
+    if depth != 0 {
+        return Err(CapabilityError::Xml("the document ends inside an element".into()));
+    }
     if !seen_container {
         return Err(CapabilityError::NoContainer);
     }
@@ -244,5 +247,18 @@ mod tests {
         // An empty container: valid, but no encoding to send in.
         let c = parse("application/xml", b"<receiver-capabilities/>").unwrap();
         assert!(c.choose(None).is_err());
+    }
+
+    #[test]
+    fn every_truncation_of_an_answer_is_refused_without_panic() {
+        let json = br#"{"receiver-capabilities": {"receiver-capability": ["urn:ietf:capability:https-notif-receiver:encoding:json"]}}"#;
+        let xml = b"<receiver-capabilities><receiver-capability>urn:a&amp;b&#x41;</receiver-capability></receiver-capabilities>";
+        for n in 0..json.len() {
+            assert!(parse("application/json", &json[..n]).is_err());
+        }
+        for n in 0..xml.len() {
+            assert!(parse("application/xml", &xml[..n]).is_err(), "truncated at {n}");
+        }
+        assert_eq!(parse("application/xml", xml).unwrap().unknown, 1);
     }
 }

@@ -274,4 +274,22 @@ mod tests {
         o[13] = 9;
         assert_eq!(decode(&o), Err(DecodeError::OptionLength(9)));
     }
+
+    #[test]
+    fn every_single_byte_change_and_truncation_of_a_segment_decodes_or_errs_without_panic() {
+        let payload: Vec<u8> = (0..40u8).collect();
+        let seg = encode(MediaType::Json, 5, 6, &payload, Some(32)).unwrap().remove(0);
+        for i in 0..seg.len() {
+            for v in [0u8, 1, 2, 4, 0x7f, 0x80, 0xff] {
+                let mut d = seg.clone();
+                d[i] = v;
+                if let Ok((h, p)) = decode(&d) {
+                    assert_eq!(usize::from(h.header_len) + p.len(), d.len());
+                }
+            }
+        }
+        for n in 0..seg.len() {
+            assert!(decode(&seg[..n]).is_err(), "a truncated segment ({n} octets) is refused");
+        }
+    }
 }
