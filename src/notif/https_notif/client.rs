@@ -55,6 +55,8 @@ pub struct ClientCounters {
     pub rejected: AtomicU64,
     /// State notifications not sent: the receiver did not announce `sub-notif`.
     pub state_skipped: AtomicU64,
+    /// Notifications not sent: the receiver takes only XML and the producer wrote none.
+    pub unencodable: AtomicU64,
     /// Connections (with capability discovery) established.
     pub connects: AtomicU64,
     /// Connection or discovery attempts that failed.
@@ -210,6 +212,8 @@ async fn connect(cfg: &ClientConfig, loader: &mut Loader) -> Result<Connection, 
 enum Posted {
     Accepted,
     Refused(u16),
+    /// Not in the negotiated encoding (no XML form).
+    Unencodable,
     /// The connection failed: send again on the next one.
     Lost(String),
 }
@@ -217,7 +221,7 @@ enum Posted {
 async fn post(conn: &mut Connection, path: &str, item: &Item) -> Posted {
     let Some(body) = item.notification.render(conn.encoding, Envelope::HttpsNotif) else {
         // A producer without an XML form: nothing this receiver could take.
-        return Posted::Refused(0);
+        return Posted::Unencodable;
     };
     let content_type = match conn.encoding {
         Encoding::Xml => "application/xml",
@@ -295,6 +299,9 @@ async fn run(cfg: ClientConfig, mut rx: mpsc::Receiver<Item>, counters: Arc<Clie
             match post(&mut conn, &cfg.path, &item).await {
                 Posted::Accepted => {
                     counters.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                Posted::Unencodable => {
+                    counters.unencodable.fetch_add(1, Ordering::Relaxed);
                 }
                 Posted::Refused(status) => {
                     counters.rejected.fetch_add(1, Ordering::Relaxed);
