@@ -153,7 +153,7 @@ where
                     let kind = Kind::of(&text);
                     let costs = Costs::global();
                     let started = std::time::Instant::now();
-                    let (reply, after) = if costs.inline(kind.as_ref(), text.len()) {
+                    let (reply, after) = if costs.inline(kind.as_ref(), text.len()) && !server.datastores.busy() {
                         rpc::handle(&ctx, &text)
                     } else {
                         tokio::task::block_in_place(|| rpc::handle(&ctx, &text))
