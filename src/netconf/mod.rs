@@ -1,7 +1,9 @@
-//! The NETCONF server (RFC 6241) over SSH (RFC 6242): transport in `ssh.rs`, framing in
+//! The NETCONF server (RFC 6241) over SSH (RFC 6242) and TLS (RFC 7589), listening or
+//! calling home (RFC 8071): transports in `ssh.rs`, `tls.rs`, `call_home.rs`, framing in
 //! `framing.rs`, the session state machine in `session.rs`, one file per operation under
 //! `rpc/`, filters under `filter/`, rpc-error encoding in `error.rs`.
 
+pub mod call_home;
 pub mod confirmed_commit;
 pub mod error;
 pub mod filter;
@@ -11,6 +13,7 @@ pub mod notifications;
 pub mod rpc;
 pub mod session;
 pub mod ssh;
+pub mod tls;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -89,6 +92,8 @@ pub struct SessionInfo {
     pub out_notifications: AtomicU64,
     /// Set to the killing session's id to make the session end (kill-session).
     pub kill: watch::Sender<Option<SessionId>>,
+    /// The RFC 6022 transport identity (`netconf-ssh` unless the transport says otherwise).
+    pub transport: Mutex<&'static str>,
 }
 
 /// Global counters (RFC 6022 statistics).
@@ -178,6 +183,7 @@ impl Server {
             out_rpc_errors: AtomicU64::new(0),
             out_notifications: AtomicU64::new(0),
             kill: watch::channel(None).0,
+            transport: Mutex::new("netconf-ssh"),
         });
         sessions.insert(id, info.clone());
         self.stats.in_sessions.fetch_add(1, Ordering::Relaxed);
