@@ -12,7 +12,8 @@ close-session, and prints one JSON line with what it saw. The listening commands
 
 A call-home command accepts COUNT connections (default 1) one after the other, each a
 session; with `--hold SECONDS` it keeps each session open that long without sending
-anything (for the idle timeout of a periodic connection) and reports how it ended.
+anything (for the idle timeout of a periodic connection) and reports how it ended; with
+`--keep` it reports the first session and keeps it up until killed.
 """
 
 import json
@@ -43,6 +44,12 @@ def sessions(m):
 
 def report(m, hold=0.0):
     seen = {"session-id": m.session_id, "sessions": sessions(m), "ended": "closed"}
+    if KEEP:
+        # Report, then keep the session up until the test ends (kills the client).
+        seen["ended"] = "kept"
+        print(json.dumps(seen), flush=True)
+        while True:
+            time.sleep(1)
     if hold:
         # Say nothing for `hold` seconds: a periodic connection's idle timeout closes it.
         deadline = time.time() + hold
@@ -73,7 +80,14 @@ def client_context(cert, key, ca):
     return ctx
 
 
+KEEP = False
+
+
 def main(argv):
+    global KEEP
+    if "--keep" in argv:
+        argv.remove("--keep")
+        KEEP = True
     hold = 0.0
     if "--hold" in argv:
         i = argv.index("--hold")
@@ -111,6 +125,7 @@ def main(argv):
             # here (port known in advance) it is connect_ssh(sock=...), which is what
             # call_home() does after its accept.
             m = manager.connect_ssh(
+                host=None,
                 sock=sock,
                 username=user,
                 password=password,

@@ -133,6 +133,10 @@ pub fn clients(t: &DataTree<'static>) -> Result<Vec<Client>, String> {
 pub struct Hooks {
     pub idle: Option<Duration>,
     pub on_session: Option<Arc<dyn Fn(SessionId, bool) + Send + Sync>>,
+    /// Notified when a NETCONF session of the connection ends: a called-out SSH connection
+    /// is then closed (its purpose is that one session), a listener's stays for the
+    /// client to open another channel.
+    pub session_ended: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Hooks {
@@ -145,6 +149,17 @@ impl Hooks {
     pub fn ended(&self, id: SessionId) {
         if let Some(f) = &self.on_session {
             f(id, false);
+        }
+        if let Some(n) = &self.session_ended {
+            n.notify_one();
+        }
+    }
+
+    /// Resolves when a session ended, if the caller asked to be told; never otherwise.
+    pub async fn wait_session_ended(&self) {
+        match &self.session_ended {
+            Some(n) => n.notified().await,
+            None => std::future::pending().await,
         }
     }
 }
@@ -317,6 +332,7 @@ async fn attempt(
         let (state, up, name) = (state.clone(), up.clone(), client.name.clone());
         Hooks {
             idle: client.periodic.map(|p| p.idle_timeout),
+            session_ended: Some(Arc::new(tokio::sync::Notify::new())),
             on_session: Some(Arc::new(move |sid, started| {
                 update(&state, |st| {
                     if started {

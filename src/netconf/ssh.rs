@@ -209,7 +209,7 @@ pub async fn serve_stream<S>(
         peer: Some(peer),
         user: None,
         channels: HashMap::new(),
-        hooks,
+        hooks: hooks.clone(),
     };
     let mut shutdown = server.shutdown.subscribe();
     // run_stream returns after the version exchange, which an idle peer never ends.
@@ -231,6 +231,10 @@ pub async fn serve_stream<S>(
         // Key exchange and user authentication not done in time: the connection (and the
         // session future holding it) is dropped.
         _ = permit.auth_deadline() => {}
+        // A called-out connection is for its session: closed when that ends.
+        _ = hooks.wait_session_ended() => {
+            let _ = handle.disconnect(russh::Disconnect::ByApplication, "session ended".into(), "en".into()).await;
+        }
         _ = shutdown.changed() => {
             // Give sessions a moment to flush replies in flight, then disconnect.
             tokio::time::sleep(Duration::from_millis(200)).await;
