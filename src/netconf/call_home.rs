@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use yang2::data::{Data, DataTree};
 
-use super::Server;
 use crate::datastore::SessionId;
+use crate::mgmt::Core;
 use crate::tls::ServerTls;
 
 /// IANA's netconf-ch-ssh and netconf-ch-tls ports (RFC 8071, IANA Considerations).
@@ -185,7 +185,7 @@ struct Running {
 
 /// The Call Home clients and their tasks.
 pub struct CallHome {
-    server: Arc<Server>,
+    server: Arc<Core>,
     ssh: Arc<russh::server::Config>,
     identity: watch::Receiver<Option<Arc<ServerTls>>>,
     clients: Mutex<HashMap<String, Running>>,
@@ -193,7 +193,7 @@ pub struct CallHome {
 
 impl CallHome {
     pub fn new(
-        server: Arc<Server>,
+        server: Arc<Core>,
         ssh: Arc<russh::server::Config>,
         identity: watch::Receiver<Option<Arc<ServerTls>>>,
     ) -> Arc<CallHome> {

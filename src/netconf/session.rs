@@ -11,11 +11,12 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use super::framing::{encode, Decoder, Framing, FramingError};
-use super::notifications::{self, SubscriptionSpec};
 use super::rpc::{self, After, SessionCtx};
-use super::xml::{self, escape_text};
-use super::{server_capabilities, Server, SessionInfo, CAP_BASE_10, CAP_BASE_11, NS_BASE};
+use super::{server_capabilities, CAP_BASE_10, CAP_BASE_11, NS_BASE};
 use crate::datastore::SessionId;
+use crate::mgmt::events::{self as notifications, SubscriptionSpec};
+use crate::mgmt::{Core, SessionInfo};
+use crate::xml::{self, escape_text};
 
 /// How long a client has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -67,7 +68,7 @@ enum End {
 
 /// Runs a session to its end. The caller has registered it with the server (id, info) and
 /// unregisters it afterwards.
-pub async fn run<S>(stream: S, server: Arc<Server>, id: SessionId, info: Arc<SessionInfo>)
+pub async fn run<S>(stream: S, server: Arc<Core>, id: SessionId, info: Arc<SessionInfo>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -78,7 +79,7 @@ where
 /// connection's idle-timeout).
 pub async fn run_with_idle<S>(
     stream: S,
-    server: Arc<Server>,
+    server: Arc<Core>,
     id: SessionId,
     info: Arc<SessionInfo>,
     idle: Option<Duration>,
@@ -106,7 +107,7 @@ pub async fn run_with_idle<S>(
 async fn serve<R, W>(
     mut rd: R,
     wr: W,
-    server: Arc<Server>,
+    server: Arc<Core>,
     id: SessionId,
     info: Arc<SessionInfo>,
     idle: Option<Duration>,
@@ -195,7 +196,7 @@ where
                         crate::error::ErrorType::Rpc,
                         format!("the message exceeds the maximum size of {max} bytes"),
                     );
-                    if tx.send(super::error::reply_errors("", &[e])).await.is_err() {
+                    if tx.send(crate::mgmt::error::reply_errors("", &[e])).await.is_err() {
                         break 'session End::Dropped;
                     }
                 }
@@ -253,7 +254,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Str
 /// Sends one session's subscription: replay, replayComplete, live events, and
 /// notificationComplete at stopTime (RFC 5277 sections 2.1.1 and 3.3).
 async fn forward(
-    server: Arc<Server>,
+    server: Arc<Core>,
     info: Arc<SessionInfo>,
     spec: SubscriptionSpec,
     stream: (Vec<Arc<notifications::Event>>, tokio::sync::broadcast::Receiver<Arc<notifications::Event>>),

@@ -18,9 +18,9 @@ use tracing::{debug, error, info, warn};
 use yang2::data::DataTree;
 
 use super::call_home::{self, CallHome, Hooks};
-use super::Server;
 use crate::datastore::{ConfigConsumer, Transaction};
 use crate::mgmt::auth_limits::{login_audit, Permit, Timeout, Verdict};
+use crate::mgmt::Core;
 use crate::tls::{ClientAuth, Refused, ServerTls, TlsSettings};
 
 /// The data path of the module's container.
@@ -45,7 +45,7 @@ impl Settings {
 
 /// Reads `netconf-server` from a configuration tree.
 pub fn settings(t: &DataTree<'static>) -> Result<Settings, String> {
-    use crate::engine::northbound::{leaf, leaf_u64};
+    use crate::tls::yang::leaf;
     let tls_base = format!("{BASE}/tls");
     let mut tls = crate::tls::yang::settings(t, &tls_base).map_err(|e| format!("netconf-server/tls: {e}"))?;
     // RFC 7589 section 5: the server MUST verify the client's certificate.
@@ -61,7 +61,7 @@ pub fn settings(t: &DataTree<'static>) -> Result<Settings, String> {
         let ip = leaf(t, &format!("{l}/local-address"))
             .and_then(|a| a.parse().ok())
             .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
-        let port = leaf_u64(t, &format!("{l}/local-port")).map(|p| p as u16).unwrap_or(DEFAULT_PORT);
+        let port = leaf(t, &format!("{l}/local-port")).and_then(|p| p.parse().ok()).unwrap_or(DEFAULT_PORT);
         SocketAddr::new(ip, port)
     });
     let call_home = call_home::clients(t)?;
@@ -185,7 +185,7 @@ impl crate::datastore::StateProvider for Status {
 /// Starts NETCONF over TLS and Call Home from the running configuration, and registers
 /// the consumer of later commits and the operational state.
 pub fn start(
-    server: &Arc<Server>,
+    server: &Arc<Core>,
     ssh: Arc<russh::server::Config>,
     state_dir: PathBuf,
 ) -> Result<(Arc<Status>, Arc<CallHome>), String> {
@@ -207,7 +207,7 @@ pub fn start(
 
 /// Follows the settings: the TLS identity, the listener, the Call Home clients.
 async fn manage(
-    server: Arc<Server>,
+    server: Arc<Core>,
     mut settings: watch::Receiver<Settings>,
     identity: watch::Sender<Option<Arc<ServerTls>>>,
     identity_rx: watch::Receiver<Option<Arc<ServerTls>>>,
@@ -289,7 +289,7 @@ async fn manage(
     call_home.reconcile(Vec::new());
 }
 
-async fn accept_loop(server: Arc<Server>, listener: TcpListener, identity: watch::Receiver<Option<Arc<ServerTls>>>) {
+async fn accept_loop(server: Arc<Core>, listener: TcpListener, identity: watch::Receiver<Option<Arc<ServerTls>>>) {
     let gate = server.limits.netconf_tls.clone();
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -313,7 +313,7 @@ async fn accept_loop(server: Arc<Server>, listener: TcpListener, identity: watch
 /// it ends (or a reload makes the certificate unacceptable: the session is then ended as
 /// killed by the agent, session 0). `Err` when no session came up.
 pub async fn serve_connection(
-    server: Arc<Server>,
+    server: Arc<Core>,
     tls: Arc<ServerTls>,
     stream: TcpStream,
     peer: SocketAddr,

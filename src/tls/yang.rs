@@ -11,7 +11,8 @@ use yang2::data::{Data, DataTree};
 use super::cert_to_name::{Entry, Fingerprint, MapType};
 use super::server::{ClientAuth, TlsSettings};
 
-fn leaf(t: &DataTree<'static>, path: &str) -> Option<String> {
+/// A leaf's canonical value.
+pub fn leaf(t: &DataTree<'static>, path: &str) -> Option<String> {
     t.find_path(path).ok().and_then(|n| n.value_canonical())
 }
 
