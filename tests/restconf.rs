@@ -452,7 +452,7 @@ async fn rfc8040_3_1_host_meta_answers_the_xrd_to_accept_xrd_xml() {
     assert_eq!(r.status, 406, "{}", r.body);
     let r = anon.call("GET", "//.well-known/host-meta.json", &["Accept: application/xrd+xml"], None);
     assert_eq!(r.status, 406, "{}", r.body);
-    let r = anon.call("POST", "//.well-known/host-meta", &[], Some("x"));
+    let r = anon.call("DELETE", "//.well-known/host-meta", &[], None);
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
 }
 
