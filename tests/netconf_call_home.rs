@@ -204,3 +204,30 @@ async fn rfc8071_call_home_periodic_idle_timeout_closes_and_the_next_period_call
     assert!(r.contains("<ok/>"), "{r}");
     eventually("the client's state is gone", || state(&agent, "nms").is_null()).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue11_class5_a_client_that_accepts_and_stalls_is_cut_off_at_the_handshake_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(&cfg, "[limits.ssh]\nhandshake_timeout_secs = 1\n").unwrap();
+    let agent = start_agent(&dir.path().join("state"), &["--config", cfg.to_str().unwrap()]);
+    // Accepts the agent's call and never says anything.
+    let staller = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = staller.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((s, _)) = staller.accept().await {
+            kept.push(s);
+        }
+    });
+    commit(&agent, &netconf_server(&client("staller", &[("only", "ssh", port)], ""))).await;
+    eventually("a failed attempt after the handshake deadline", || {
+        let st = state(&agent, "staller");
+        counter(&st["failed-attempts"]) >= 1 && counter(&st["sessions"]) == 0
+    })
+    .await;
+    let r = Curl::new(&agent).get("/data/cats-sma:cats-sma/listener-limits/listener=ssh");
+    let n = counter(&r.json()["cats-sma:listener"][0]["handshake-timeouts"]);
+    assert!(n >= 1, "{}", r.body);
+    held.abort();
+}

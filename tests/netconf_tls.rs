@@ -191,3 +191,32 @@ async fn rfc7589_off_unless_configured_and_mutual_auth_cannot_be_configured_away
     let c = ca.client(dir.path(), "carol", Some("carol"), vec![]);
     assert_eq!(own_session(&connect_tls(&agent, addr, &c))["username"], "carol");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue11_class5_an_idle_tcp_connection_to_the_tls_listener_is_closed_at_the_handshake_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("NETCONF CA");
+    let ca_file = ca.write(dir.path(), "ca.pem");
+    let state = dir.path().join("state");
+    startup(
+        &state,
+        &netconf_server(&format!(
+            "<tls><client-ca-file>{}</client-ca-file></tls>\
+             <listen><tls><enabled>true</enabled><local-port>0</local-port></tls></listen>",
+            ca_file.display()
+        )),
+    );
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(&cfg, "[limits.netconf_tls]\nhandshake_timeout_secs = 1\n").unwrap();
+    let agent = start_agent(&state, &["--config", cfg.to_str().unwrap()]);
+    let addr = tls_listen_addr(&agent).await;
+    // Never a byte from us: the handshake deadline closes the connection.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(30), s.read(&mut buf)).await;
+    assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "still open after 30 s: {n:?}");
+    eventually("the timeout counted", || failures(&tls_state(&agent), "timeout") == 1).await;
+    let r = Curl::new(&agent).get("/data/cats-sma:cats-sma/listener-limits/listener=netconf-tls");
+    assert_eq!(r.json()["cats-sma:listener"][0]["handshake-timeouts"], "1", "{}", r.body);
+}
