@@ -7,6 +7,7 @@
 
 pub mod call_home;
 pub mod framing;
+pub mod inline;
 pub mod monitoring;
 pub mod rpc;
 pub mod session;

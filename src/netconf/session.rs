@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use super::framing::{encode, Decoder, Framing, FramingError};
+use super::inline::{Costs, Kind};
 use super::rpc::{self, After, SessionCtx};
 use super::{server_capabilities, CAP_BASE_10, CAP_BASE_11, NS_BASE};
 use crate::datastore::SessionId;
@@ -168,7 +169,17 @@ where
             match decoder.next_message() {
                 Ok(Some(msg)) => {
                     let text = String::from_utf8_lossy(&msg);
-                    let (reply, after) = tokio::task::block_in_place(|| rpc::handle(&ctx, &text));
+                    // Cheap kinds of RPC run on this task; the others on a blocking thread
+                    // (see inline.rs).
+                    let kind = Kind::of(&text);
+                    let costs = Costs::global();
+                    let started = std::time::Instant::now();
+                    let (reply, after) = if costs.inline(kind.as_ref(), text.len()) {
+                        rpc::handle(&ctx, &text)
+                    } else {
+                        tokio::task::block_in_place(|| rpc::handle(&ctx, &text))
+                    };
+                    costs.record(kind, started.elapsed());
                     // A new subscription joins the stream before its reply goes out, so no
                     // event raised after the <ok/> is missed; its task sends them after it.
                     let joined = ctx.take_subscription().map(|spec| {
