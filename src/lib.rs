@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod agent;
+pub mod backoff;
 pub mod config;
 pub mod cps;
 pub mod datastore;

@@ -13,7 +13,6 @@
 //! advertisements into the per-peer buffers, so a slow or dead C-PS never holds up another.
 
 pub mod auth;
-pub mod backoff;
 pub mod codec;
 pub mod config;
 pub mod queue;

@@ -26,7 +26,6 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::auth::{sign, verify_reply, NonceSource, Psk, Signed, H_REPLY_SIGNATURE};
-use super::backoff::Backoff;
 use super::codec::Encoding;
 use super::queue::Queue;
 use super::signing::{RequestBinding, SigningKey, H_JWS};
@@ -36,6 +35,7 @@ use super::wire::{
     SciRow, SciUpdate, ServiceMetrics, SiteState, H_CSMA_ID, H_KEY_ID, H_NONCE, H_SEQUENCE, H_SIGNATURE, H_SITE_ID,
     H_TIMESTAMP, KEEPALIVE_PATH, METRICS_PATH, ROOT_ACK, ROOT_BATCH, ROOT_ERROR, ROOT_KEEPALIVE, ROOT_SCI, ROOT_SITE,
 };
+use crate::backoff::Backoff;
 use crate::engine::update::{Advertisement, AdvertisementKind, Trigger};
 
 /// How long a session waits for a requested full snapshot before asking again.

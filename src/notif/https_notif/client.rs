@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 
 use super::capabilities::{self, Capabilities, CapabilityError};
-use crate::cps::backoff::Backoff;
+use crate::backoff::Backoff;
 use crate::notif::{Encoding, Envelope, Notification};
 use crate::tls::client::{ClientFiles, Loader};
 

@@ -1,5 +1,5 @@
-//! Exponential backoff for an unreachable C-PS (seed 004, C-PS Failure Handling: retry
-//! after 1 s, 2 s, 4 s, 8 s, ... up to 60 s).
+//! Exponential backoff for a peer the agent connects out to: a C-PS (seed 004, C-PS
+//! Failure Handling: retry after 1 s, 2 s, 4 s, 8 s, ... up to 60 s), an HTTPS-notif receiver.
 
 use std::time::Duration;
 
