@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::aggregate::{Aggregate, ComputingTimeFunction, Contribution};
-use super::model::{CsId, CsciId, Metrics, Report, SiteMetrics};
+use super::model::{CsId, CsciId, Metrics, Report, ReportRef, SiteMetrics};
 use super::sci_state::{self, Input, Reason, SciState};
 use super::validate::History;
 
@@ -38,7 +38,7 @@ pub struct Flags {
 }
 
 /// A slot of the slab; `NIL` ends the LRU list.
-type Slot = u32;
+pub type Slot = u32;
 const NIL: Slot = u32::MAX;
 
 impl Flags {
@@ -143,6 +143,9 @@ enum Timer {
 struct Service {
     members: HashSet<Slot, IdHash>,
     aggregate: Aggregate,
+    /// Where the engine's event list holds this service's last `SiteChanged`, so that a
+    /// batch of reports raises it once (`Core::site_changed`); stale once the list is taken.
+    event_at: u32,
 }
 
 /// The hash of the cache's indexes: a multiply-and-fold hash, several times faster than
@@ -284,12 +287,23 @@ impl MetricCache {
         self.index.get(csci_id).copied()
     }
 
-    fn at(&self, slot: Slot) -> Option<&Entry> {
+    /// The slot of an SCI's entry: the report path looks the CSCI-ID up once and works on
+    /// the slot from then on (valid until the entry is removed).
+    pub fn lookup(&self, csci_id: &str) -> Option<Slot> {
+        self.slot(csci_id)
+    }
+
+    pub fn at(&self, slot: Slot) -> Option<&Entry> {
         self.slots.get(slot as usize).and_then(Option::as_ref)
     }
 
-    fn at_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
+    pub fn at_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
         self.slots.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    /// The mark of a service's last `SiteChanged` in the engine's event list.
+    pub(crate) fn site_mark(&mut self, cs_id: &str) -> Option<&mut u32> {
+        self.services.get_mut(cs_id).map(|s| &mut s.event_at)
     }
 
     pub fn get(&self, csci_id: &str) -> Option<&Entry> {
@@ -470,13 +484,33 @@ impl MetricCache {
     ) -> Vec<CacheEvent> {
         let mut events = Vec::new();
         let Some(slot) = self.slot(&report.csci_id) else { return events };
-        let Some(e) = self.at_mut(slot) else { return events };
+        if self.accept_at(slot, report.view(), effective, flags, now, wall, &mut events) {
+            events.push(CacheEvent::SiteChanged { cs_id: report.cs_id.clone() });
+        }
+        events
+    }
+
+    /// [`accept`](Self::accept) for the entry in `slot`, adding what changed to `events`
+    /// except the `SiteChanged` of the report's own CS-ID: it returns whether that site
+    /// changed (always, once stored), and the caller raises it once per batch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept_at(
+        &mut self,
+        slot: Slot,
+        report: ReportRef<'_>,
+        effective: Metrics,
+        flags: Flags,
+        now: Instant,
+        wall: DateTime<Utc>,
+        events: &mut Vec<CacheEvent>,
+    ) -> bool {
+        let Some(e) = self.at_mut(slot) else { return false };
         let old_contribution = e.contribution();
         let old_state = e.state;
         // The CS-ID is only replaced (allocated) when it changes.
         let old_cs = match &e.cs_id {
             Some(cs) if *cs == report.cs_id => None,
-            _ => Some(e.cs_id.replace(report.cs_id.clone())),
+            _ => Some(e.cs_id.replace(report.cs_id.to_owned())),
         };
         e.reported = Some(report.metrics);
         e.effective = Some(effective);
@@ -487,28 +521,29 @@ impl MetricCache {
         if let Some((to, reason)) = sci_state::next(old_state, Input::Report) {
             e.state = to;
             e.last_state_change = wall;
-            events.push(CacheEvent::StateChanged { csci_id: report.csci_id.clone(), from: old_state, to, reason });
+            events.push(CacheEvent::StateChanged { csci_id: report.csci_id.to_owned(), from: old_state, to, reason });
         }
         let new_contribution = e.contribution();
         let (ttl, new_state) = (e.ttl, e.state);
         self.count_transition(old_state, new_state);
         match old_cs {
             None => {
-                if let Some(s) = self.services.get_mut(&report.cs_id) {
-                    s.aggregate.update(old_contribution.as_ref(), new_contribution.as_ref());
+                if old_contribution != new_contribution {
+                    if let Some(s) = self.services.get_mut(report.cs_id) {
+                        s.aggregate.update(old_contribution.as_ref(), new_contribution.as_ref());
+                    }
                 }
             }
             Some(Some(cs)) => {
                 self.leave(&cs, slot, old_contribution.as_ref());
                 events.push(CacheEvent::SiteChanged { cs_id: cs });
-                self.join(&report.cs_id, slot, None, new_contribution.as_ref());
+                self.join(report.cs_id, slot, None, new_contribution.as_ref());
             }
-            Some(None) => self.join(&report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref()),
+            Some(None) => self.join(report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref()),
         }
-        events.push(CacheEvent::SiteChanged { cs_id: report.cs_id.clone() });
         self.touch(slot);
         self.schedule(slot, now + ttl, Timer::Ttl);
-        events
+        true
     }
 
     fn join(&mut self, cs_id: &str, slot: Slot, old: Option<&Contribution>, new: Option<&Contribution>) {

@@ -11,13 +11,13 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::aggregate::ComputingTimeFunction;
-use super::cache::{CacheEvent, Flags, MetricCache};
+use super::cache::{CacheEvent, Flags, MetricCache, Slot};
 use super::clock::Clock;
 use super::model::SiteMetrics;
-use super::model::{CsId, CsciId, Report, SciState};
+use super::model::{CsId, CsciId, Report, ReportRef, SciState};
 use super::policy::{EmaState, Policy};
 use super::report::RawReport;
-use super::validate::{self, Anomaly, Rejection, ValidationConfig, Verdict};
+use super::validate::{self, Anomaly, Judgement, Rejection, ValidationConfig};
 
 /// One registered SCI (the hard state of seed 004: CS-ID to CSCI-ID mappings).
 #[derive(Clone, Debug, PartialEq)]
@@ -167,12 +167,15 @@ pub enum Proof {
     Certificate,
 }
 
+/// The history of an SCI the cache has no entry for.
+static NO_HISTORY: validate::History = validate::History::EMPTY;
+
 /// How many quarantined reports are kept; the oldest go first (counted as rejected).
 pub const QUARANTINE_CAPACITY: usize = 10_000;
 
 pub struct Core {
     pub clock: Clock,
-    pub registry: HashMap<CsciId, SciConfig>,
+    pub registry: HashMap<CsciId, SciConfig, super::cache::IdHash>,
     pub validation: ValidationConfig,
     pub cache_config: CacheConfig,
     pub cache: MetricCache,
@@ -219,7 +222,7 @@ impl Core {
         let cache_config = CacheConfig::default();
         Core {
             clock,
-            registry: HashMap::new(),
+            registry: HashMap::default(),
             validation: ValidationConfig::default(),
             cache: MetricCache::new(cache_config.max_entries),
             cache_config,
@@ -497,22 +500,25 @@ impl Core {
         }
         let (ttl, grace) = (self.cache_config.ttl_for(sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
-        if self.cache.get(&raw.csci_id).is_none() {
-            let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
-            self.absorb(ev);
-            self.restore_history(&raw.csci_id);
-        }
-        // The history is borrowed from the entry (registered just above), not cloned.
-        let verdict = match self.cache.get(&raw.csci_id) {
-            Some(e) => validate::validate(raw, &e.history, &self.validation, now, wall),
-            None => validate::validate(raw, &validate::History::default(), &self.validation, now, wall),
+        // One lookup of the entry; the slot serves the rest of the path.
+        let slot = match self.cache.lookup(&raw.csci_id) {
+            Some(slot) => Some(slot),
+            None => {
+                let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
+                self.absorb(ev);
+                self.restore_history(&raw.csci_id);
+                self.cache.lookup(&raw.csci_id)
+            }
         };
+        // The history is borrowed from the entry (registered just above), not cloned.
+        let history = slot.and_then(|s| self.cache.at(s)).map_or(&NO_HISTORY, |e| &e.history);
+        let judgement = validate::judge(raw, history, &self.validation, now, wall);
         // Seed 004 hybrid mode: an anomalous pushed report asks the SCI itself, at once.
-        if matches!(&verdict, Verdict::Reject { anomaly: Some(_), .. } | Verdict::Quarantine { .. }) {
+        if matches!(&judgement, Judgement::Reject { anomaly: Some(_), .. } | Judgement::Quarantine { .. }) {
             self.pull_on_anomaly(&raw.csci_id, sender);
         }
-        match verdict {
-            Verdict::Reject { reason, detail, anomaly } => {
+        match judgement {
+            Judgement::Reject { reason, detail, anomaly } => {
                 if let Some(a) = anomaly {
                     audit_anomaly(&raw.csci_id, &a, "reject");
                     self.events.push(EngineEvent::MetricAnomaly {
@@ -523,7 +529,7 @@ impl Core {
                 }
                 Err((self.reject(reason, &raw.csci_id, &detail), detail))
             }
-            Verdict::Quarantine { report, anomaly } => {
+            Judgement::Quarantine { metrics, anomaly } => {
                 audit_anomaly(&raw.csci_id, &anomaly, "quarantine");
                 self.events.push(EngineEvent::MetricAnomaly {
                     csci_id: raw.csci_id.clone(),
@@ -543,14 +549,21 @@ impl Core {
                 }
                 let id = self.next_quarantine_id;
                 self.next_quarantine_id += 1;
+                let report = Report {
+                    csci_id: raw.csci_id.clone(),
+                    cs_id: raw.cs_id.clone(),
+                    sequence: raw.sequence,
+                    timestamp: raw.timestamp,
+                    metrics,
+                };
                 self.quarantine.push_back(Quarantined { id, report, anomaly, received_at: wall });
-                if let Some(e) = self.cache.get_mut(&raw.csci_id) {
+                if let Some(e) = slot.and_then(|s| self.cache.at_mut(s)) {
                     e.flags.quarantined = true;
                 }
                 let d = format!("{anomaly:?}: held for review (quarantine id {id})");
                 Err((self.reject(Rejection::Quarantined, &raw.csci_id, &d), d))
             }
-            Verdict::Accept { report, warning } => {
+            Judgement::Accept { metrics, warning } => {
                 if let Some(a) = warning {
                     audit_anomaly(&raw.csci_id, &a, "accept-with-warning");
                     self.events.push(EngineEvent::MetricAnomaly {
@@ -559,7 +572,14 @@ impl Core {
                         action: "accept-with-warning",
                     });
                 }
-                self.store(&report, warning.is_some(), now, wall);
+                let report = ReportRef {
+                    csci_id: &raw.csci_id,
+                    cs_id: &raw.cs_id,
+                    sequence: raw.sequence,
+                    timestamp: raw.timestamp,
+                    metrics,
+                };
+                self.store(slot, report, warning.is_some(), now, wall);
                 if warning.is_some() {
                     self.pull_on_anomaly(&raw.csci_id, sender);
                 }
@@ -568,8 +588,10 @@ impl Core {
         }
     }
 
-    fn store(&mut self, report: &Report, warning: bool, now: Instant, wall: DateTime<Utc>) {
-        if let Some(e) = self.cache.get_mut(&report.csci_id) {
+    /// Stores an accepted report in the entry in `slot` (the report's SCI's).
+    fn store(&mut self, slot: Option<Slot>, report: ReportRef<'_>, warning: bool, now: Instant, wall: DateTime<Utc>) {
+        let mut previous = None;
+        if let Some(e) = slot.and_then(|s| self.cache.at_mut(s)) {
             if e.history.last_sequence.is_some_and(|s| report.sequence <= s) {
                 self.stats.sequence_restarts += 1;
                 tracing::info!(
@@ -579,19 +601,19 @@ impl Core {
                 );
             }
             validate::record(&mut e.history, report, &self.validation, now);
+            previous = e.reported.map(|m| m.health);
         }
-        let previous = self.cache.get(&report.csci_id).and_then(|e| e.reported.map(|m| m.health));
         if let Some(from) = previous.filter(|h| *h != report.metrics.health) {
             self.events.push(EngineEvent::SciHealthChange {
-                csci_id: report.csci_id.clone(),
-                cs_id: report.cs_id.clone(),
+                csci_id: report.csci_id.to_owned(),
+                cs_id: report.cs_id.to_owned(),
                 from,
                 to: report.metrics.health,
             });
         }
         let flags = Flags { anomaly_warning: warning, smoothed: self.smoother.is_some(), ..Flags::default() };
         let metrics = match &mut self.smoother {
-            Some(s) => s.feed(&report.csci_id, report.metrics),
+            Some(s) => s.feed(report.csci_id, report.metrics),
             None => report.metrics,
         };
         let effective = if self.policy.has_sci_rules() {
@@ -599,12 +621,39 @@ impl Core {
         } else {
             metrics
         };
-        let ev = self.cache.accept(report, effective, flags, now, wall);
-        self.absorb(ev);
+        if let Some(slot) = slot {
+            let mut ev = Vec::new();
+            let site = self.cache.accept_at(slot, report, effective, flags, now, wall, &mut ev);
+            self.absorb(ev);
+            if site {
+                self.site_changed(report.cs_id);
+            }
+        }
         if self.tap || self.sci_rows {
-            self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.clone() });
+            self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.to_owned() });
         }
         self.stats.accepted += 1;
+    }
+
+    /// Raises `SiteChanged` for a CS-ID unless the event list holds it already (a batch of
+    /// reports for one service raises it once; every consumer reads the list as a set).
+    fn site_changed(&mut self, cs_id: &str) {
+        if self.site_marked(cs_id) {
+            return;
+        }
+        self.events.push(EngineEvent::SiteChanged { cs_id: cs_id.to_owned() });
+    }
+
+    /// Whether the event list holds `SiteChanged` for the CS-ID; if not, the mark is moved
+    /// to where the caller pushes it next.
+    fn site_marked(&mut self, cs_id: &str) -> bool {
+        let next = self.events.len();
+        let Some(mark) = self.cache.site_mark(cs_id) else { return false };
+        if matches!(self.events.get(*mark as usize), Some(EngineEvent::SiteChanged { cs_id: c }) if c == cs_id) {
+            return true;
+        }
+        *mark = u32::try_from(next).unwrap_or(u32::MAX);
+        false
     }
 
     /// Releases quarantined reports (clear-quarantine RPC): all, or one SCI's. With
@@ -633,7 +682,8 @@ impl Core {
                 let newer =
                     self.cache.get(&q.report.csci_id).is_some_and(|e| e.sequence.is_none_or(|s| q.report.sequence > s));
                 if newer {
-                    self.store(&q.report, true, now, wall);
+                    let slot = self.cache.lookup(&q.report.csci_id);
+                    self.store(slot, q.report.view(), true, now, wall);
                 }
             }
         }
@@ -839,7 +889,12 @@ impl Core {
                     }
                     EngineEvent::SciStateChange { csci_id, from, to, reason: reason.yang() }
                 }
-                CacheEvent::SiteChanged { cs_id } => EngineEvent::SiteChanged { cs_id },
+                CacheEvent::SiteChanged { cs_id } => {
+                    if self.site_marked(&cs_id) {
+                        continue;
+                    }
+                    EngineEvent::SiteChanged { cs_id }
+                }
                 CacheEvent::PullNeeded { csci_id } => {
                     // Only an SCI with a pull target is pulled (and flagged so).
                     if !self.pull_targets.contains(&csci_id) {

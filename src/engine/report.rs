@@ -70,6 +70,11 @@ pub fn check_id(kind: IdKind, s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(format!("{name} is empty"));
     }
+    // Printable ASCII (U+0020..U+007E) has no hostile character and one byte per
+    // character: the common case, checked without decoding.
+    if s.len() <= kind.max_len() && s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Ok(());
+    }
     let mut n = 0;
     for c in s.chars() {
         n += 1;
