@@ -17,7 +17,7 @@ use super::model::SiteMetrics;
 use super::model::{CsId, CsciId, Report, ReportRef, SciState};
 use super::policy::{EmaState, Policy};
 use super::report::RawReport;
-use super::validate::{self, Anomaly, Judgement, Rejection, ValidationConfig};
+use super::validate::{self, Anomaly, Judgement, Past, Rejection, ValidationConfig};
 
 /// One registered SCI (the hard state of seed 004: CS-ID to CSCI-ID mappings).
 #[derive(Clone, Debug, PartialEq)]
@@ -62,7 +62,12 @@ impl Default for CacheConfig {
 
 impl CacheConfig {
     pub fn ttl_for(&self, sci: &SciConfig) -> Duration {
-        self.ttl.unwrap_or(sci.expected_interval * self.ttl_multiplier.max(1))
+        self.ttl_for_interval(sci.expected_interval)
+    }
+
+    /// The TTL of an SCI reporting every `expected_interval`.
+    pub fn ttl_for_interval(&self, expected_interval: Duration) -> Duration {
+        self.ttl.unwrap_or(expected_interval * self.ttl_multiplier.max(1))
     }
 }
 
@@ -175,7 +180,6 @@ pub const QUARANTINE_CAPACITY: usize = 10_000;
 
 pub struct Core {
     pub clock: Clock,
-    pub registry: HashMap<CsciId, SciConfig, super::cache::IdHash>,
     pub validation: ValidationConfig,
     pub cache_config: CacheConfig,
     pub cache: MetricCache,
@@ -222,7 +226,6 @@ impl Core {
         let cache_config = CacheConfig::default();
         Core {
             clock,
-            registry: HashMap::default(),
             validation: ValidationConfig::default(),
             cache: MetricCache::new(cache_config.max_entries),
             cache_config,
@@ -259,7 +262,7 @@ impl Core {
         let ctx = policy.context(wall);
         let ev = self.cache.reapply(|m| policy.apply_sci(m, &ctx).0);
         self.absorb(ev);
-        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        let services: Vec<CsId> = self.cache.services().map(str::to_owned).collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
         self.policy_changed = true;
     }
@@ -455,20 +458,24 @@ impl Core {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
         }
-        if !self.registry.contains_key(&raw.csci_id) {
+        // One lookup of the SCI's slot (registration and cache entry); it serves the rest
+        // of the path.
+        let mut slot = self.cache.lookup(&raw.csci_id);
+        if slot.and_then(|s| self.cache.registration_at(s)).is_none() {
             // Refused as unknown unless discovery registers it (seed 004, SCI state machine).
             super::discovery::admit(self, raw, sender)?;
+            slot = self.cache.lookup(&raw.csci_id);
         }
-        let Some(sci) = self.registry.get(&raw.csci_id) else {
+        let Some((slot, sci)) = slot.and_then(|s| Some((s, self.cache.registration_at(s)?))) else {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
             return Err((self.reject(Rejection::UnknownSci, &raw.csci_id, &d), d));
         };
         // A credential proof counts only when the SCI's own credential verified it: a token
         // of another trust domain whose pattern also admits the subject is not this SCI's.
         let verified_with = sender.grant.as_ref().map(|g| g.credential.as_str());
-        let missing = match (&sci.credential_ref, sender.proof) {
-            _ if sci.unauthenticated => None,
-            (Some(c), Some(Proof::Credential)) if verified_with == Some(c.as_str()) => None,
+        let missing = match (sci.credential_ref(), sender.proof) {
+            _ if sci.unauthenticated() => None,
+            (Some(c), Some(Proof::Credential)) if verified_with == Some(c) => None,
             (None, Some(Proof::Certificate)) => None,
             (Some(c), Some(Proof::Credential)) => Some(format!(
                 "{} must prove its messages with credential {c}; this one was verified with {}",
@@ -488,31 +495,31 @@ impl Core {
         if let Some(d) = missing {
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
         }
-        if !sci.cs_ids.contains(&raw.cs_id) {
+        if !sci.may_report_for(&raw.cs_id) {
             let d = format!("{} may not report for CS-ID {}", raw.csci_id, raw.cs_id);
             return Err((self.refuse_sender(Rejection::UnauthorizedCsId, raw, sender, d.clone()), d));
         }
         // Only now, with the sender authenticated and authorised: a claim alone cannot
         // spend a legitimate SCI's tokens. Logged once per episode by the limiter.
-        if let Err(d) = self.rate.admit(&raw.csci_id, sci.expected_interval, sender.transport) {
+        let expected_interval = sci.expected_interval();
+        if let Err(d) = self.rate.admit(&raw.csci_id, expected_interval, sender.transport) {
             self.count_only(Rejection::RateLimited);
             return Err((Rejection::RateLimited, d));
         }
-        let (ttl, grace) = (self.cache_config.ttl_for(sci), self.cache_config.grace_period);
+        let (ttl, grace) = (self.cache_config.ttl_for_interval(expected_interval), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
-        // One lookup of the entry; the slot serves the rest of the path.
-        let slot = match self.cache.lookup(&raw.csci_id) {
-            Some(slot) => Some(slot),
-            None => {
-                let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
-                self.absorb(ev);
-                self.restore_history(&raw.csci_id);
-                self.cache.lookup(&raw.csci_id)
-            }
+        if self.cache.at(slot).is_none() {
+            // Registered, not (or no longer) in the cache: the slot gets its entry again.
+            let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
+            self.absorb(ev);
+            self.restore_history(&raw.csci_id);
+        }
+        let slot = Some(slot);
+        // The validator reads the entry's own fields: nothing is copied.
+        let judgement = match slot.and_then(|s| self.cache.at(s)) {
+            Some(e) => validate::judge(raw, e, &self.validation, now, wall),
+            None => validate::judge(raw, &NO_HISTORY, &self.validation, now, wall),
         };
-        // The history is borrowed from the entry (registered just above), not cloned.
-        let history = slot.and_then(|s| self.cache.at(s)).map_or(&NO_HISTORY, |e| &e.history);
-        let judgement = validate::judge(raw, history, &self.validation, now, wall);
         // Seed 004 hybrid mode: an anomalous pushed report asks the SCI itself, at once.
         if matches!(&judgement, Judgement::Reject { anomaly: Some(_), .. } | Judgement::Quarantine { .. }) {
             self.pull_on_anomaly(&raw.csci_id, sender);
@@ -592,7 +599,7 @@ impl Core {
     fn store(&mut self, slot: Option<Slot>, report: ReportRef<'_>, warning: bool, now: Instant, wall: DateTime<Utc>) {
         let mut previous = None;
         if let Some(e) = slot.and_then(|s| self.cache.at_mut(s)) {
-            if e.history.last_sequence.is_some_and(|s| report.sequence <= s) {
+            if e.last_sequence().is_some_and(|s| report.sequence <= s) {
                 self.stats.sequence_restarts += 1;
                 tracing::info!(
                     csci_id = %report.csci_id,
@@ -600,7 +607,7 @@ impl Core {
                     report.sequence
                 );
             }
-            validate::record(&mut e.history, report, &self.validation, now);
+            e.record_transition(report.metrics.health, now, self.validation.health_flap_window);
             previous = e.reported.map(|m| m.health);
         }
         if let Some(from) = previous.filter(|h| *h != report.metrics.health) {
@@ -679,8 +686,10 @@ impl Core {
         if accept {
             let (now, wall) = (self.clock.now(), self.clock.wall());
             for q in &released {
-                let newer =
-                    self.cache.get(&q.report.csci_id).is_some_and(|e| e.sequence.is_none_or(|s| q.report.sequence > s));
+                let newer = self
+                    .cache
+                    .get(&q.report.csci_id)
+                    .is_some_and(|e| e.sequence().is_none_or(|s| q.report.sequence > s));
                 if newer {
                     let slot = self.cache.lookup(&q.report.csci_id);
                     self.store(slot, q.report.view(), true, now, wall);
@@ -695,19 +704,19 @@ impl Core {
         let (ttl, grace) = (self.cache_config.ttl_for(&sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         // A CS-ID the SCI may no longer report for stops counting at once.
-        let moved = self.cache.get(csci_id).and_then(|e| e.cs_id.clone()).filter(|cs| !sci.cs_ids.contains(cs));
+        let moved = self.cache.get(csci_id).and_then(|e| e.cs_id()).filter(|cs| !sci.cs_ids.iter().any(|c| c == cs));
+        let moved = moved.map(str::to_owned);
         self.rate.forget(csci_id);
         // A new way of proving itself starts a new history: whatever sequence number or
         // timestamp was accepted under the old one (perhaps from an unauthenticated
         // sender) cannot hold the SCI back under the new one.
-        let auth_changed = self
-            .registry
-            .get(csci_id)
-            .is_some_and(|old| old.credential_ref != sci.credential_ref || old.unauthenticated != sci.unauthenticated);
-        self.registry.insert(csci_id.to_owned(), sci);
+        let old = self.cache.set_registration(csci_id, &sci);
+        let auth_changed = old.is_some_and(|old| {
+            old.credential_ref() != sci.credential_ref.as_deref() || old.unauthenticated() != sci.unauthenticated
+        });
         if auth_changed {
             if let Some(e) = self.cache.get_mut(csci_id) {
-                e.history = validate::History::default();
+                e.forget_history();
             }
         }
         if let Some(cs_id) = moved {
@@ -730,12 +739,12 @@ impl Core {
     /// reason `deregistered`, new state `failed`); the validator keeps its history.
     pub fn remove_sci(&mut self, csci_id: &str) {
         self.retire_history(csci_id);
-        self.registry.remove(csci_id);
+        self.cache.remove_registration(csci_id);
         self.rate.forget(csci_id);
         if let Some(s) = &mut self.smoother {
             s.forget(csci_id);
         }
-        let entry = self.cache.get(csci_id).map(|e| (e.cs_id.clone(), e.state));
+        let entry = self.cache.get(csci_id).map(|e| (e.cs_id().map(str::to_owned), e.state));
         let ev = self.cache.remove(csci_id);
         self.absorb(ev);
         if let Some((cs_id, from)) = entry {
@@ -750,18 +759,33 @@ impl Core {
         }
     }
 
+    /// How a registered SCI proves itself (kept with its history).
+    fn auth_method(&self, csci_id: &str) -> Option<super::retained::AuthMethod> {
+        self.cache.registration(csci_id).map(|s| super::retained::AuthMethod {
+            credential_ref: s.credential_ref().map(str::to_owned),
+            unauthenticated: s.unauthenticated(),
+        })
+    }
+
+    /// An SCI's registration as configured.
+    pub fn sci(&self, csci_id: &str) -> Option<SciConfig> {
+        self.cache.registration(csci_id).map(super::cache::Registration::config)
+    }
+
+    /// Whether an SCI is registered (configured or discovered).
+    pub fn is_registered(&self, csci_id: &str) -> bool {
+        self.cache.registration(csci_id).is_some()
+    }
+
     /// Keeps what the validator knows of an SCI whose entry is about to leave the cache.
     fn retire_history(&mut self, csci_id: &str) {
         let Some(e) = self.cache.get(csci_id) else { return };
-        let (seq, ts) = (e.history.last_sequence, e.history.last_timestamp);
+        let (seq, ts) = (e.last_sequence(), e.last_timestamp());
         self.keep_history(csci_id, seq, ts);
     }
 
     fn keep_history(&mut self, csci_id: &str, seq: Option<u64>, ts: Option<DateTime<Utc>>) {
-        let auth = self.registry.get(csci_id).map(|s| super::retained::AuthMethod {
-            credential_ref: s.credential_ref.clone(),
-            unauthenticated: s.unauthenticated,
-        });
+        let auth = self.auth_method(csci_id);
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
         self.retained.keep(csci_id, seq, ts, auth, window, wall);
     }
@@ -771,16 +795,12 @@ impl Core {
     fn restore_history(&mut self, csci_id: &str) {
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
         let Some(r) = self.retained.take(csci_id, window, wall) else { return };
-        let now = self.registry.get(csci_id).map(|s| super::retained::AuthMethod {
-            credential_ref: s.credential_ref.clone(),
-            unauthenticated: s.unauthenticated,
-        });
+        let now = self.auth_method(csci_id);
         if r.auth != now {
             return;
         }
         if let Some(e) = self.cache.get_mut(csci_id) {
-            e.history.last_sequence = r.sequence;
-            e.history.last_timestamp = r.timestamp;
+            e.restore_history(r.sequence, r.timestamp);
         }
     }
 
@@ -809,8 +829,11 @@ impl Core {
         self.cache.max_entries = c.max_entries.max(1);
         self.cache_config = c;
         let (now, wall) = (self.clock.now(), self.clock.wall());
-        let updates: Vec<(CsciId, Duration)> =
-            self.registry.iter().map(|(id, s)| (id.clone(), self.cache_config.ttl_for(s))).collect();
+        let updates: Vec<(CsciId, Duration)> = self
+            .cache
+            .registrations()
+            .map(|(id, s)| (id.to_owned(), self.cache_config.ttl_for_interval(s.expected_interval())))
+            .collect();
         for (id, ttl) in updates {
             let ev = self.cache.register(&id, ttl, self.cache_config.grace_period, now, wall);
             self.absorb(ev);
@@ -827,7 +850,7 @@ impl Core {
 
     pub fn set_function(&mut self, f: ComputingTimeFunction) {
         self.cache.function = f;
-        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        let services: Vec<CsId> = self.cache.services().map(str::to_owned).collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
     }
 
@@ -846,7 +869,7 @@ impl Core {
     /// Re-evaluates every service (a maintenance window opened or closed, so rules on
     /// `Time IN Maintenance_Window` may change their outcome).
     pub fn reevaluate_all(&mut self) {
-        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        let services: Vec<CsId> = self.cache.services().map(str::to_owned).collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
     }
 

@@ -140,6 +140,35 @@ pub struct History {
     pub transitions: VecDeque<Instant>,
 }
 
+/// What the validator reads of an SCI's past: a [`History`] of its own, or the cache
+/// entry, which keeps it in its own fields (`cache.rs`).
+pub trait Past {
+    fn last_sequence(&self) -> Option<u64>;
+    fn last_timestamp(&self) -> Option<DateTime<Utc>>;
+    /// When the last accepted report arrived, with its metrics.
+    fn last(&self) -> Option<(Instant, Metrics)>;
+    /// Health transitions that arrived at or after `start` (all, without one).
+    fn transitions_since(&self, start: Option<Instant>) -> u32;
+}
+
+impl Past for History {
+    fn last_sequence(&self) -> Option<u64> {
+        self.last_sequence
+    }
+
+    fn last_timestamp(&self) -> Option<DateTime<Utc>> {
+        self.last_timestamp
+    }
+
+    fn last(&self) -> Option<(Instant, Metrics)> {
+        self.last
+    }
+
+    fn transitions_since(&self, start: Option<Instant>) -> u32 {
+        self.transitions.iter().filter(|t| start.is_none_or(|s| **t >= s)).count() as u32
+    }
+}
+
 impl History {
     /// No history (a new SCI).
     pub const EMPTY: History =
@@ -247,7 +276,7 @@ pub enum Judgement {
 /// allocates nothing for a report that passes.
 pub fn judge(
     raw: &RawReport,
-    history: &History,
+    history: &impl Past,
     cfg: &ValidationConfig,
     now: Instant,
     wall: DateTime<Utc>,
@@ -261,8 +290,8 @@ pub fn judge(
     // last accepted one may start its sequence again (the SCI restarted), so no sender can
     // lock an SCI out by getting a huge sequence number accepted once. Replays stay
     // refused: a captured report is never newer than the last one accepted.
-    let restart = history.last_timestamp.is_some_and(|t| timestamp > t);
-    if let Some(last) = history.last_sequence.filter(|_| !restart) {
+    let restart = history.last_timestamp().is_some_and(|t| timestamp > t);
+    if let Some(last) = history.last_sequence().filter(|_| !restart) {
         if sequence == last {
             return Judgement::Reject {
                 reason: Rejection::Duplicate,
@@ -278,7 +307,7 @@ pub fn judge(
             };
         }
     }
-    if history.last_timestamp.is_some_and(|t| timestamp < t) {
+    if history.last_timestamp().is_some_and(|t| timestamp < t) {
         return Judgement::Reject {
             reason: Rejection::OutOfOrder,
             detail: "timestamp older than the last report".into(),
@@ -304,13 +333,13 @@ pub fn judge(
     }
 }
 
-fn detect_anomaly(m: &Metrics, h: &History, cfg: &ValidationConfig, now: Instant) -> Option<Anomaly> {
-    let (at, prev) = h.last?;
+fn detect_anomaly(m: &Metrics, h: &impl Past, cfg: &ValidationConfig, now: Instant) -> Option<Anomaly> {
+    let (at, prev) = h.last()?;
     let since = now.saturating_duration_since(at);
     let health_changed = prev.health != m.health;
     if health_changed {
         let window_start = now.checked_sub(cfg.health_flap_window);
-        let recent = h.transitions.iter().filter(|t| window_start.is_none_or(|s| **t >= s)).count() as u32 + 1;
+        let recent = h.transitions_since(window_start) + 1;
         if recent > cfg.health_flap_transitions {
             return Some(Anomaly::HealthFlapping { transitions: recent });
         }
