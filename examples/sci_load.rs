@@ -335,6 +335,8 @@ fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, Sock
         .args(["run", "--state-dir"])
         .arg(&state)
         .args(["--netconf-listen", &format!("127.0.0.1:{nc}"), "--sci-listen", &sci.to_string()])
+        // A free RESTCONF port: the default one may be taken by another agent.
+        .args(["--restconf-listen", &format!("127.0.0.1:{}", free_port())])
         // Plain HTTP unless asked: most figures in docs/performance.md are for the plaintext
         // collector; --tls / --auth mtls measure the TLS one beside them.
         .args((!uses_tls(args)).then_some("--sci-plain-http"))
