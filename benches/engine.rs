@@ -2,7 +2,7 @@
 //! reports for 100 000 registered SCIs through `Core::ingest` (registry check, validation,
 //! cache, state machine, aggregates), reported beside a bare hash-map update loop over the
 //! same reports in the same run (goal: ≥ 3 M reports/s per core, within 5× of the bare
-//! loop). Results and commands are recorded in docs/performance.md.
+//! loop; issue 14: within 4×). Results and commands are recorded in docs/performance.md.
 //!
 //! `cargo bench --bench engine` (about a minute); one benchmark:
 //! `cargo bench --bench engine -- core_ingest_100k`.

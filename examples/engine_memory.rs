@@ -1,7 +1,8 @@
-//! Memory per SCI of the metric engine (issue 4 goal: ≤ 300 B per SCI at 1 000 000 SCIs):
-//! a counting global allocator measures the bytes the engine's `Core` holds for N
-//! registered SCIs (the registry, hard state), then after one accepted report each (the
-//! metric cache entry, per-service membership and aggregates, LRU and timers).
+//! Memory per SCI of the metric engine (issues 4 and 14 goal: ≤ 300 B per SCI at 1 000 000
+//! SCIs): a counting global allocator measures the bytes the engine's `Core` holds for N
+//! registered SCIs (one slot each in the metric cache: registration and ACTIVE entry), then
+//! after one accepted report each (metrics, per-service membership and aggregates, LRU and
+//! timers).
 //!
 //! ```sh
 //! cargo run --release --example engine_memory            # 1 000 000 SCIs
@@ -124,17 +125,11 @@ fn main() {
     eprintln!("{n} reports ingested in {:.1} s", t0.elapsed().as_secs_f64());
     assert_eq!(core.stats.accepted as usize, n);
 
-    // The registry alone: a clone of it has the same table size and strings.
-    let before_clone = live();
-    let registry = core.registry.clone();
-    let registry_bytes = live() - before_clone;
-    drop(registry);
-
     let per = |a: isize, b: isize| (b - a) as f64 / n as f64;
     let mb = |b: isize| b as f64 / 1e6;
     println!("SCIs: {n} ({services} CS-IDs)");
     println!(
-        "registered (registry + ACTIVE cache entries): live heap {:.1} MB = {:.0} B/SCI; RSS +{:.1} MB",
+        "registered (slots: registration + ACTIVE entry): live heap {:.1} MB = {:.0} B/SCI; RSS +{:.1} MB",
         mb(registered.0 - base.0),
         per(base.0, registered.0),
         (registered.1 - base.1) as f64 / 1e6
@@ -147,12 +142,7 @@ fn main() {
     );
     println!("  of which the reports added {:.0} B/SCI", per(registered.0, reported.0));
     println!(
-        "  of which the registry (hard state, HashMap<String, SciConfig>) holds {:.1} MB = {:.0} B/SCI",
-        mb(registry_bytes),
-        per(0, registry_bytes)
-    );
-    println!(
-        "size_of: Entry {} B, SciConfig {} B, RawReport {} B",
+        "size_of: Entry (one slot per SCI: registration + cache entry) {} B, SciConfig {} B, RawReport {} B",
         std::mem::size_of::<cats_sma::engine::cache::Entry>(),
         std::mem::size_of::<SciConfig>(),
         std::mem::size_of::<RawReport>()

@@ -8,6 +8,8 @@
 //! target/release/examples/sci_load --transport http --scis 100000 --rounds 3 --batch 250 --connections 2
 //! # MQTT through mosquitto (started here on a free port), beside mosquitto_sub
 //! target/release/examples/sci_load --transport mqtt --scis 100000 --rounds 1
+//! # the generator's ceiling: the same load against a bare hyper server that decodes and drops
+//! target/release/examples/sci_load --transport http --scis 100000 --rounds 3 --batch 250 --connections 2 --bare
 //! # keep the agent (and its 100 000 cache entries) for NETCONF measurements afterwards
 //! target/release/examples/sci_load --transport http --hold --netconf-port 18850
 //! ```
@@ -160,6 +162,39 @@ struct Args {
     /// message proven per `--auth` (proofs made before the timed part of each round).
     #[arg(long)]
     per_sci: bool,
+    /// The generator's own ceiling: instead of the agent, a bare hyper HTTP/1.1 server in
+    /// its own thread (2 tokio workers) that decodes each body with the agent's decoder
+    /// (`report::decode`) and drops the reports, answering `{"accepted": n}`.
+    #[arg(long)]
+    bare: bool,
+}
+
+/// The `--bare` server: parses and drops. Returns its address.
+fn start_bare_server() -> SocketAddr {
+    use hyper::service::service_fn;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            tx.send(listener.local_addr().expect("address")).expect("send address");
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let svc = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                        let body = req.into_body().collect().await?.to_bytes();
+                        let n = cats_sma::engine::report::decode(&body, Encoding::Json).map_or(0, |r| r.len());
+                        let answer = format!("{{\"accepted\":{n},\"rejected\":[]}}");
+                        Ok::<_, hyper::Error>(hyper::Response::new(Full::new(Bytes::from(answer))))
+                    });
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+    });
+    rx.recv().expect("bare server address")
 }
 
 /// The HMAC key every SCI shares in `--auth hmac` (and the HS256 key of `--auth jwt`).
@@ -300,6 +335,8 @@ fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, Sock
         .args(["run", "--state-dir"])
         .arg(&state)
         .args(["--netconf-listen", &format!("127.0.0.1:{nc}"), "--sci-listen", &sci.to_string()])
+        // A free RESTCONF port: the default one may be taken by another agent.
+        .args(["--restconf-listen", &format!("127.0.0.1:{}", free_port())])
         // Plain HTTP unless asked: most figures in docs/performance.md are for the plaintext
         // collector; --tls / --auth mtls measure the TLS one beside them.
         .args((!uses_tls(args)).then_some("--sci-plain-http"))
@@ -748,6 +785,12 @@ async fn mqtt_load(args: &Args, mut probe: Conn, port: u16) {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    if args.bare {
+        let addr = start_bare_server();
+        eprintln!("bare HTTP server (decode and drop) on {addr}");
+        http_load(&args, addr).await;
+        return;
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     let broker_port = (args.transport == Transport::Mqtt).then(free_port);
     let _broker = broker_port.map(|p| start_broker(&args.mosquitto, dir.path(), p));

@@ -1,26 +1,37 @@
 //! The Metric Cache (seed 004): the latest validated metrics of each SCI with O(1) lookup
 //! by CSCI-ID, the SCIs of each CS-ID with their incrementally maintained site aggregate,
 //! soft-state aging (TTL → STALE → grace period → FAILED), a maximum size with
-//! least-recently-used eviction, and the per-SCI state machine. The registry (hard state)
-//! lives elsewhere; this is soft state only.
+//! least-recently-used eviction, and the per-SCI state machine.
 //!
-//! Entries live in a slab (a `Vec` of slots) found through one index by CSCI-ID; the LRU
-//! order is a doubly linked list of slot numbers kept in its own dense array (moving an
-//! entry to the back touches 8-byte links, not three whole entries), and each entry has at
-//! most one reminder in the timer heap, so a report allocates nothing here.
+//! One slot per SCI (issue 14): the registration (hard state: CS-IDs, authentication,
+//! expected interval) and the cache entry (soft state) share it, so a report finds both
+//! with one hash lookup, and the CSCI-ID is stored once, in the slot (the index holds slot
+//! numbers only). A registered SCI whose entry was evicted keeps its slot with the
+//! registration alone; an entry without a registration (the cache on its own, in tests)
+//! is as before. CS-IDs are interned (`Arc<str>`, shared by the registrations, the entries
+//! and the service table), times are 64-bit nanosecond ticks, and the validator's memory
+//! (last sequence, timestamp, metrics and arrival) is the entry's own fields, not a copy.
+//!
+//! Entries live in a slab (a `Vec` of slots); the LRU order is a doubly linked list of
+//! slot numbers kept in its own dense array (moving an entry to the back touches 8-byte
+//! links, not three whole entries), and each entry has at most one reminder in the timer
+//! heap, so a report allocates nothing here.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::aggregate::{Aggregate, ComputingTimeFunction, Contribution};
-use super::model::{CsId, CsciId, Metrics, Report, SiteMetrics};
+use super::core::SciConfig;
+use super::model::{CsId, CsciId, Metrics, Report, ReportRef, SiteMetrics};
 use super::sci_state::{self, Input, Reason, SciState};
-use super::validate::History;
+use super::validate::Past;
 
 /// Flags shown per entry (YANG metric-cache/entry/flags).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +49,7 @@ pub struct Flags {
 }
 
 /// A slot of the slab; `NIL` ends the LRU list.
-type Slot = u32;
+pub type Slot = u32;
 const NIL: Slot = u32::MAX;
 
 impl Flags {
@@ -61,34 +72,177 @@ impl Flags {
     }
 }
 
-/// One SCI's cache entry.
+/// Monotonic time as a 64-bit count of nanoseconds from a process-wide origin ten years
+/// before the first use (half the size of an `Instant`; exact, and good for centuries).
+type Tick = u64;
+
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        let now = Instant::now();
+        now.checked_sub(Duration::from_secs(10 * 365 * 86_400)).unwrap_or(now)
+    })
+}
+
+fn tick(t: Instant) -> Tick {
+    u64::try_from(t.saturating_duration_since(origin()).as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn instant(t: Tick) -> Instant {
+    origin() + Duration::from_nanos(t)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// An SCI's registration (the hard state of seed 004), as the slot keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    /// Shared by every SCI with the same list (`MetricCache::lists`).
+    cs_ids: Arc<[Arc<str>]>,
+    credential_ref: Option<Box<str>>,
+    /// The expected interval in nanoseconds (bits 0..63, saturating at 292 years) and
+    /// `authentication none` (bit 63): one word, so the slot stays at 216 bytes.
+    interval_and_none: u64,
+}
+
+const AUTH_NONE: u64 = 1 << 63;
+
+impl Registration {
+    /// The CS-IDs it may report for.
+    pub fn cs_ids(&self) -> impl Iterator<Item = &str> {
+        self.cs_ids.iter().map(|c| &**c)
+    }
+
+    pub fn may_report_for(&self, cs_id: &str) -> bool {
+        self.cs_ids.iter().any(|c| **c == *cs_id)
+    }
+
+    pub fn credential_ref(&self) -> Option<&str> {
+        self.credential_ref.as_deref()
+    }
+
+    pub fn unauthenticated(&self) -> bool {
+        self.interval_and_none & AUTH_NONE != 0
+    }
+
+    pub fn expected_interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_and_none & !AUTH_NONE)
+    }
+
+    /// The YANG `authentication` value (see [`SciConfig::authentication`]).
+    pub fn authentication(&self) -> &'static str {
+        match (&self.credential_ref, self.unauthenticated()) {
+            (_, true) => "none",
+            (Some(_), false) => "credential",
+            (None, false) => "certificate",
+        }
+    }
+
+    /// The registration as configured.
+    pub fn config(&self) -> SciConfig {
+        SciConfig {
+            cs_ids: self.cs_ids().map(str::to_owned).collect(),
+            credential_ref: self.credential_ref.as_deref().map(str::to_owned),
+            unauthenticated: self.unauthenticated(),
+            expected_interval: self.expected_interval(),
+        }
+    }
+}
+
+/// What the validator knows of an SCI beyond the entry's last report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Memory {
+    /// The entry's last report (sequence, timestamp, metrics, arrival) is the history.
+    #[default]
+    Own,
+    /// A new way of proving itself started a new history: nothing is remembered.
+    Cleared,
+    /// A new entry given the history its SCI left behind: the entry's `sequence` and
+    /// `timestamp` fields hold that history, and the entry shows no report yet.
+    Restored,
+}
+
+/// One SCI's slot: its registration and, while it is in the cache, its cache entry.
 #[derive(Clone, Debug)]
 pub struct Entry {
-    pub csci_id: CsciId,
+    pub csci_id: Box<str>,
     /// The CS-ID of the last report.
-    pub cs_id: Option<CsId>,
+    cs: Option<Arc<str>>,
     /// Metrics as reported (validated).
     pub reported: Option<Metrics>,
     /// Metrics after SCI-scope policy: what the site aggregate counts.
     pub effective: Option<Metrics>,
-    pub timestamp: Option<DateTime<Utc>>,
-    pub sequence: Option<u64>,
+    timestamp: Option<DateTime<Utc>>,
+    /// The sequence number, valid when `sequenced` (an `Option<u64>` would take 16 bytes).
+    sequence: u64,
+    sequenced: bool,
     pub state: SciState,
     pub flags: Flags,
-    pub last_update: Instant,
-    pub last_state_change: DateTime<Utc>,
-    pub ttl: Duration,
-    pub grace: Duration,
-    pub history: History,
-    /// The timer that fires next for this entry (TTL while reporting, grace while STALE).
-    due: Option<(Instant, Timer)>,
+    memory: Memory,
+    /// Whether the slot holds a cache entry (else only a registration).
+    cached: bool,
     /// Whether the timer heap holds this entry's reminder (never more than one).
     queued: bool,
+    /// The timer that fires next for this entry (TTL while reporting, grace while STALE).
+    due: Option<Timer>,
+    due_at: Tick,
+    last_update: Tick,
+    pub last_state_change: DateTime<Utc>,
+    ttl: u64,
+    grace: u64,
     /// Tells this entry's reminders from those of an earlier entry in the same slot.
-    serial: u64,
+    serial: u32,
+    /// Arrival times of health transitions within the flap window (none: no allocation).
+    /// Boxed on purpose: 8 bytes in every slot instead of an empty `VecDeque`'s 32, for a
+    /// list that exists only while an SCI flaps.
+    #[allow(clippy::box_collection)]
+    transitions: Option<Box<VecDeque<Tick>>>,
+    registration: Option<Registration>,
 }
 
 impl Entry {
+    fn new(csci_id: &str) -> Entry {
+        Entry {
+            csci_id: csci_id.into(),
+            cs: None,
+            reported: None,
+            effective: None,
+            timestamp: None,
+            sequence: 0,
+            sequenced: false,
+            state: SciState::Active,
+            flags: Flags::default(),
+            memory: Memory::Own,
+            cached: false,
+            queued: false,
+            due: None,
+            due_at: 0,
+            last_update: 0,
+            last_state_change: DateTime::<Utc>::MIN_UTC,
+            ttl: 0,
+            grace: 0,
+            serial: 0,
+            transitions: None,
+            registration: None,
+        }
+    }
+
+    /// Back to an ACTIVE entry with nothing reported (a fresh cache entry).
+    fn reset(&mut self, ttl: Duration, grace: Duration, now: Instant, wall: DateTime<Utc>, serial: u32) {
+        let (id, registration) = (std::mem::take(&mut self.csci_id), self.registration.take());
+        *self = Entry::new("");
+        self.csci_id = id;
+        self.registration = registration;
+        self.cached = true;
+        self.last_update = tick(now);
+        self.last_state_change = wall;
+        self.ttl = nanos(ttl);
+        self.grace = nanos(grace);
+        self.serial = serial;
+    }
+
     fn contribution(&self) -> Option<Contribution> {
         if !sci_state::contributes(self.state) {
             return None;
@@ -96,12 +250,127 @@ impl Entry {
         self.effective.as_ref().and_then(Contribution::of)
     }
 
+    /// The CS-ID of the last report.
+    pub fn cs_id(&self) -> Option<&str> {
+        self.cs.as_deref()
+    }
+
+    /// The timestamp of the last accepted report.
+    pub fn timestamp(&self) -> Option<DateTime<Utc>> {
+        if self.memory == Memory::Restored {
+            None
+        } else {
+            self.timestamp
+        }
+    }
+
+    /// The sequence number of the last accepted report.
+    pub fn sequence(&self) -> Option<u64> {
+        if self.memory == Memory::Restored {
+            None
+        } else {
+            self.seq()
+        }
+    }
+
+    pub fn last_update(&self) -> Instant {
+        instant(self.last_update)
+    }
+
+    pub fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.ttl)
+    }
+
+    pub fn grace(&self) -> Duration {
+        Duration::from_nanos(self.grace)
+    }
+
+    /// The SCI's registration, if it is registered.
+    pub fn registration(&self) -> Option<&Registration> {
+        self.registration.as_ref()
+    }
+
+    fn seq(&self) -> Option<u64> {
+        self.sequenced.then_some(self.sequence)
+    }
+
+    fn set_seq(&mut self, s: Option<u64>) {
+        (self.sequence, self.sequenced) = (s.unwrap_or(0), s.is_some());
+    }
+
     /// Time left before the entry goes STALE (zero once stale or failed).
     pub fn ttl_remaining(&self, now: Instant) -> Duration {
         match self.state {
-            SciState::Healthy => (self.last_update + self.ttl).saturating_duration_since(now),
+            SciState::Healthy => (self.last_update() + self.ttl()).saturating_duration_since(now),
             _ => Duration::ZERO,
         }
+    }
+
+    /// A new way of proving itself starts a new history (`Core::set_sci`).
+    pub fn forget_history(&mut self) {
+        if self.memory == Memory::Restored {
+            self.set_seq(None);
+            self.timestamp = None;
+        }
+        self.memory = Memory::Cleared;
+        self.transitions = None;
+    }
+
+    /// Gives a new entry the history its SCI left behind (`retained.rs`).
+    pub fn restore_history(&mut self, sequence: Option<u64>, timestamp: Option<DateTime<Utc>>) {
+        if !self.sequenced && self.timestamp.is_none() && self.memory != Memory::Cleared {
+            self.set_seq(sequence);
+            self.timestamp = timestamp;
+            self.memory = Memory::Restored;
+        }
+    }
+
+    /// Records the health transition of an accepted report (the validator's flap window):
+    /// called before the report is stored.
+    pub fn record_transition(&mut self, health: super::model::Health, now: Instant, window: Duration) {
+        let changed = self.last().is_some_and(|(_, prev)| prev.health != health);
+        if changed {
+            self.transitions.get_or_insert_default().push_back(tick(now));
+        }
+        if let (Some(t), Some(start)) = (&mut self.transitions, now.checked_sub(window)) {
+            let start = tick(start);
+            while t.front().is_some_and(|x| *x < start) {
+                t.pop_front();
+            }
+            if t.is_empty() {
+                self.transitions = None;
+            }
+        }
+    }
+}
+
+impl Past for Entry {
+    fn last_sequence(&self) -> Option<u64> {
+        if self.memory == Memory::Cleared {
+            None
+        } else {
+            self.seq()
+        }
+    }
+
+    fn last_timestamp(&self) -> Option<DateTime<Utc>> {
+        if self.memory == Memory::Cleared {
+            None
+        } else {
+            self.timestamp
+        }
+    }
+
+    fn last(&self) -> Option<(Instant, Metrics)> {
+        match self.memory {
+            Memory::Own => self.reported.map(|m| (self.last_update(), m)),
+            Memory::Cleared | Memory::Restored => None,
+        }
+    }
+
+    fn transitions_since(&self, start: Option<Instant>) -> u32 {
+        let start = start.map_or(0, tick);
+        self.transitions.as_ref().map_or(0, |t| t.iter().filter(|x| **x >= start).count() as u32)
     }
 }
 
@@ -143,6 +412,9 @@ enum Timer {
 struct Service {
     members: HashSet<Slot, IdHash>,
     aggregate: Aggregate,
+    /// Where the engine's event list holds this service's last `SiteChanged`, so that a
+    /// batch of reports raises it once (`Core::site_changed`); stale once the list is taken.
+    event_at: u32,
 }
 
 /// The hash of the cache's indexes: a multiply-and-fold hash, several times faster than
@@ -155,7 +427,6 @@ pub struct IdHash {
 
 impl Default for IdHash {
     fn default() -> Self {
-        use std::sync::OnceLock;
         static SEED: OnceLock<u64> = OnceLock::new();
         let seed = *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64) | 1);
         IdHash { seed }
@@ -216,11 +487,20 @@ impl Hasher for IdHasher {
 
 /// The cache.
 pub struct MetricCache {
-    /// CSCI-ID → slot.
-    index: HashMap<Box<str>, Slot, IdHash>,
+    /// CSCI-ID → slot; the key is the slot's own `csci_id`.
+    index: HashTable<Slot>,
+    hash: IdHash,
     slots: Vec<Option<Entry>>,
     free: Vec<Slot>,
-    services: HashMap<CsId, Service, IdHash>,
+    /// Slots holding a cache entry (the others hold a registration only).
+    cached: usize,
+    /// Slots holding a registration.
+    registered: usize,
+    /// The CS-IDs in use, each stored once.
+    names: HashSet<Arc<str>, IdHash>,
+    /// The registrations' CS-ID lists, each stored once (many SCIs serve the same services).
+    lists: HashSet<Arc<[Arc<str>]>, IdHash>,
+    services: HashMap<Arc<str>, Service, IdHash>,
     /// LRU links per slot: [towards least recently used, towards most recently used].
     lru: Vec<[Slot; 2]>,
     /// Least and most recently used ends of the LRU list.
@@ -228,8 +508,8 @@ pub struct MetricCache {
     lru_tail: Slot,
     /// One reminder per entry at most: (when, slot, serial). A reminder may be earlier than
     /// the entry's timer (a report pushed the TTL back); it is then re-queued.
-    timers: BinaryHeap<Reverse<(Instant, Slot, u64)>>,
-    serial: u64,
+    timers: BinaryHeap<Reverse<(Tick, Slot, u32)>>,
+    serial: u32,
     pub max_entries: usize,
     pub function: ComputingTimeFunction,
     /// Entries in state HEALTHY (kept on every transition, so failure detection can ask
@@ -242,9 +522,14 @@ pub struct MetricCache {
 impl MetricCache {
     pub fn new(max_entries: usize) -> Self {
         MetricCache {
-            index: HashMap::default(),
+            index: HashTable::new(),
+            hash: IdHash::default(),
             slots: Vec::new(),
             free: Vec::new(),
+            cached: 0,
+            registered: 0,
+            names: HashSet::default(),
+            lists: HashSet::default(),
             services: HashMap::default(),
             lru: Vec::new(),
             lru_head: NIL,
@@ -258,12 +543,13 @@ impl MetricCache {
         }
     }
 
+    /// Entries in the cache.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.cached
     }
 
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.cached == 0
     }
 
     /// How many entries are HEALTHY (reporting within their TTL).
@@ -280,28 +566,185 @@ impl MetricCache {
         }
     }
 
-    fn slot(&self, csci_id: &str) -> Option<Slot> {
-        self.index.get(csci_id).copied()
+    /// The CS-ID's shared copy.
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(a) = self.names.get(name) {
+            return a.clone();
+        }
+        let a: Arc<str> = name.into();
+        self.names.insert(a.clone());
+        a
     }
 
-    fn at(&self, slot: Slot) -> Option<&Entry> {
+    /// Drops a holder of a CS-ID; the last one out takes it from the table.
+    fn release(&mut self, name: Arc<str>) {
+        // The table's own reference and this one.
+        if Arc::strong_count(&name) == 2 {
+            self.names.remove(&*name);
+        }
+    }
+
+    /// The slot of a CSCI-ID, with or without a cache entry.
+    fn find(&self, csci_id: &str) -> Option<Slot> {
+        let h = self.hash.hash_one(csci_id);
+        let slots = &self.slots;
+        self.index
+            .find(h, |&s| slots.get(s as usize).and_then(Option::as_ref).is_some_and(|e| *e.csci_id == *csci_id))
+            .copied()
+    }
+
+    /// A new slot for a CSCI-ID that has none.
+    fn insert(&mut self, csci_id: &str) -> Slot {
+        let entry = Entry::new(csci_id);
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(entry);
+                s
+            }
+            None => {
+                self.slots.push(Some(entry));
+                (self.slots.len() - 1) as Slot
+            }
+        };
+        let (hash, slots) = (self.hash, &self.slots);
+        let rehash = |s: &Slot| slots[*s as usize].as_ref().map_or(0, |e| hash.hash_one(&*e.csci_id));
+        self.index.insert_unique(hash.hash_one(csci_id), slot, rehash);
+        slot
+    }
+
+    /// Frees a slot that holds neither a registration nor a cache entry.
+    fn free_if_empty(&mut self, slot: Slot) {
+        let Some(e) = self.slot_ref(slot) else { return };
+        if e.cached || e.registration.is_some() {
+            return;
+        }
+        let h = self.hash.hash_one(&*e.csci_id);
+        if let Ok(found) = self.index.find_entry(h, |&s| s == slot) {
+            found.remove();
+        }
+        self.slots[slot as usize] = None;
+        self.free.push(slot);
+    }
+
+    fn slot_ref(&self, slot: Slot) -> Option<&Entry> {
         self.slots.get(slot as usize).and_then(Option::as_ref)
     }
 
-    fn at_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
+    fn slot_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
         self.slots.get_mut(slot as usize).and_then(Option::as_mut)
     }
 
+    fn slot(&self, csci_id: &str) -> Option<Slot> {
+        self.find(csci_id).filter(|&s| self.at(s).is_some())
+    }
+
+    /// The slot of an SCI, registered or cached: the report path looks the CSCI-ID up
+    /// once and works on the slot from then on (valid until the SCI is removed).
+    pub fn lookup(&self, csci_id: &str) -> Option<Slot> {
+        self.find(csci_id)
+    }
+
+    /// The cache entry in a slot.
+    pub fn at(&self, slot: Slot) -> Option<&Entry> {
+        self.slot_ref(slot).filter(|e| e.cached)
+    }
+
+    pub fn at_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
+        self.slot_mut(slot).filter(|e| e.cached)
+    }
+
+    /// The registration in a slot.
+    pub fn registration_at(&self, slot: Slot) -> Option<&Registration> {
+        self.slot_ref(slot).and_then(|e| e.registration.as_ref())
+    }
+
+    /// The mark of a service's last `SiteChanged` in the engine's event list.
+    pub(crate) fn site_mark(&mut self, cs_id: &str) -> Option<&mut u32> {
+        self.services.get_mut(cs_id).map(|s| &mut s.event_at)
+    }
+
     pub fn get(&self, csci_id: &str) -> Option<&Entry> {
-        self.slot(csci_id).and_then(|s| self.at(s))
+        self.find(csci_id).and_then(|s| self.at(s))
     }
 
     pub fn get_mut(&mut self, csci_id: &str) -> Option<&mut Entry> {
-        self.slot(csci_id).and_then(|s| self.at_mut(s))
+        self.find(csci_id).and_then(|s| self.at_mut(s))
     }
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.slots.iter().filter_map(Option::as_ref)
+        self.slots.iter().filter_map(Option::as_ref).filter(|e| e.cached)
+    }
+
+    // ---- the registry (hard state) ----
+
+    /// An SCI's registration.
+    pub fn registration(&self, csci_id: &str) -> Option<&Registration> {
+        self.find(csci_id).and_then(|s| self.registration_at(s))
+    }
+
+    /// Every registered SCI.
+    pub fn registrations(&self) -> impl Iterator<Item = (&str, &Registration)> {
+        self.slots.iter().filter_map(Option::as_ref).filter_map(|e| Some((&*e.csci_id, e.registration.as_ref()?)))
+    }
+
+    /// How many SCIs are registered.
+    pub fn registered(&self) -> usize {
+        self.registered
+    }
+
+    /// Registers an SCI or replaces its registration; returns the one replaced (without
+    /// its CS-IDs).
+    pub fn set_registration(&mut self, csci_id: &str, sci: &SciConfig) -> Option<Registration> {
+        let cs_ids = self.intern_list(&sci.cs_ids);
+        let reg = Registration {
+            cs_ids,
+            credential_ref: sci.credential_ref.as_deref().map(Into::into),
+            interval_and_none: nanos(sci.expected_interval).min(!AUTH_NONE)
+                | if sci.unauthenticated { AUTH_NONE } else { 0 },
+        };
+        let slot = self.find(csci_id).unwrap_or_else(|| self.insert(csci_id));
+        let e = self.slot_mut(slot)?;
+        let old = e.registration.replace(reg);
+        if old.is_none() {
+            self.registered += 1;
+        }
+        old.map(|o| self.release_registration(o))
+    }
+
+    /// Deregisters an SCI (its cache entry, if any, stays until removed); returns the
+    /// registration (without its CS-IDs).
+    pub fn remove_registration(&mut self, csci_id: &str) -> Option<Registration> {
+        let slot = self.find(csci_id)?;
+        let old = self.slot_mut(slot)?.registration.take()?;
+        self.registered -= 1;
+        self.free_if_empty(slot);
+        Some(self.release_registration(old))
+    }
+
+    /// The shared copy of a CS-ID list.
+    fn intern_list(&mut self, cs_ids: &[CsId]) -> Arc<[Arc<str>]> {
+        let names: Vec<Arc<str>> = cs_ids.iter().map(|c| self.intern(c)).collect();
+        if let Some(l) = self.lists.get(&names[..]) {
+            return l.clone();
+        }
+        let l: Arc<[Arc<str>]> = names.into();
+        self.lists.insert(l.clone());
+        l
+    }
+
+    /// Releases a registration's CS-ID list (the last holder takes it and its names from
+    /// the tables); returns the registration without it.
+    fn release_registration(&mut self, mut r: Registration) -> Registration {
+        let list = std::mem::replace(&mut r.cs_ids, Arc::from(Vec::new()));
+        if Arc::strong_count(&list) == 2 {
+            self.lists.remove(&list);
+            let names = list.to_vec();
+            drop(list);
+            for c in names {
+                self.release(c);
+            }
+        }
+        r
     }
 
     /// The SCIs currently counted for a CS-ID (no scan of the whole cache).
@@ -309,8 +752,8 @@ impl MetricCache {
         self.services.get(cs_id).into_iter().flat_map(|s| s.members.iter().filter_map(|&slot| self.at(slot)))
     }
 
-    pub fn services(&self) -> impl Iterator<Item = &CsId> {
-        self.services.keys()
+    pub fn services(&self) -> impl Iterator<Item = &str> {
+        self.services.keys().map(|k| &**k)
     }
 
     /// The site metrics of a CS-ID before site-scope policy.
@@ -355,12 +798,14 @@ impl MetricCache {
 
     /// Sets the entry's next timer, queueing a reminder unless one is already queued (an
     /// earlier reminder re-queues itself for the new time when it comes due).
-    fn schedule(&mut self, slot: Slot, at: Instant, timer: Timer) {
-        let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else { return };
-        e.due = Some((at, timer));
+    fn schedule(&mut self, slot: Slot, at: Tick, timer: Timer) {
+        let Some(e) = self.at_mut(slot) else { return };
+        e.due = Some(timer);
+        e.due_at = at;
         if !e.queued {
             e.queued = true;
-            self.timers.push(Reverse((at, slot, e.serial)));
+            let serial = e.serial;
+            self.timers.push(Reverse((at, slot, serial)));
         }
     }
 
@@ -376,43 +821,20 @@ impl MetricCache {
     ) -> Vec<CacheEvent> {
         let mut events = Vec::new();
         if let Some(e) = self.get_mut(csci_id) {
-            e.ttl = ttl;
-            e.grace = grace;
+            e.ttl = nanos(ttl);
+            e.grace = nanos(grace);
             return events;
         }
         if self.len() >= self.max_entries {
             events.extend(self.evict_lru(csci_id));
         }
-        self.serial += 1;
-        let entry = Entry {
-            csci_id: csci_id.to_owned(),
-            cs_id: None,
-            reported: None,
-            effective: None,
-            timestamp: None,
-            sequence: None,
-            state: SciState::Active,
-            flags: Flags::default(),
-            last_update: now,
-            last_state_change: wall,
-            ttl,
-            grace,
-            history: History::default(),
-            due: None,
-            queued: false,
-            serial: self.serial,
-        };
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.slots[s as usize] = Some(entry);
-                s
-            }
-            None => {
-                self.slots.push(Some(entry));
-                (self.slots.len() - 1) as Slot
-            }
-        };
-        self.index.insert(csci_id.into(), slot);
+        self.serial = self.serial.wrapping_add(1);
+        let serial = self.serial;
+        let slot = self.find(csci_id).unwrap_or_else(|| self.insert(csci_id));
+        if let Some(e) = self.slot_mut(slot) {
+            e.reset(ttl, grace, now, wall, serial);
+        }
+        self.cached += 1;
         self.push_back(slot);
         events
     }
@@ -420,9 +842,9 @@ impl MetricCache {
     fn evict_lru(&mut self, keep: &str) -> Vec<CacheEvent> {
         let mut slot = self.lru_head;
         while slot != NIL {
-            if let Some(e) = self.at(slot).filter(|e| e.csci_id != keep) {
-                let (id, cs_id, state) = (e.csci_id.clone(), e.cs_id.clone(), e.state);
-                let (sequence, timestamp) = (e.history.last_sequence, e.history.last_timestamp);
+            if let Some(e) = self.at(slot).filter(|e| *e.csci_id != *keep) {
+                let (id, cs_id, state) = (e.csci_id.to_string(), e.cs_id().map(str::to_owned), e.state);
+                let (sequence, timestamp) = (e.last_sequence(), e.last_timestamp());
                 let mut events = self.remove(&id);
                 self.evictions += 1;
                 events.push(CacheEvent::Evicted { csci_id: id, cs_id, state, sequence, timestamp });
@@ -433,18 +855,24 @@ impl MetricCache {
         Vec::new()
     }
 
-    /// Removes an SCI (deregistered or evicted).
+    /// Removes an SCI's cache entry (deregistered or evicted); a registration stays.
     pub fn remove(&mut self, csci_id: &str) -> Vec<CacheEvent> {
-        let Some(slot) = self.index.remove(csci_id) else { return Vec::new() };
+        let Some(slot) = self.slot(csci_id) else { return Vec::new() };
         self.unlink(slot);
-        let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::take) else { return Vec::new() };
-        self.free.push(slot);
-        self.count_transition(e.state, SciState::Active);
+        let Some(e) = self.at_mut(slot) else { return Vec::new() };
+        let (state, contribution, cs) = (e.state, e.contribution(), e.cs.take());
+        e.cached = false;
+        e.due = None;
+        e.transitions = None;
+        self.cached -= 1;
+        self.count_transition(state, SciState::Active);
         let mut events = Vec::new();
-        if let Some(cs) = &e.cs_id {
-            self.leave(cs, slot, e.contribution().as_ref());
-            events.push(CacheEvent::SiteChanged { cs_id: cs.clone() });
+        if let Some(cs) = cs {
+            self.leave(&cs, slot, contribution.as_ref());
+            events.push(CacheEvent::SiteChanged { cs_id: cs.to_string() });
+            self.release(cs);
         }
+        self.free_if_empty(slot);
         events
     }
 
@@ -453,7 +881,9 @@ impl MetricCache {
             s.aggregate.update(contribution, None);
             s.members.remove(&slot);
             if s.members.is_empty() {
-                self.services.remove(cs_id);
+                if let Some((k, _)) = self.services.remove_entry(cs_id) {
+                    self.release(k);
+                }
             }
         }
     }
@@ -470,50 +900,76 @@ impl MetricCache {
     ) -> Vec<CacheEvent> {
         let mut events = Vec::new();
         let Some(slot) = self.slot(&report.csci_id) else { return events };
-        let Some(e) = self.at_mut(slot) else { return events };
+        if self.accept_at(slot, report.view(), effective, flags, now, wall, &mut events) {
+            events.push(CacheEvent::SiteChanged { cs_id: report.cs_id.clone() });
+        }
+        events
+    }
+
+    /// [`accept`](Self::accept) for the entry in `slot`, adding what changed to `events`
+    /// except the `SiteChanged` of the report's own CS-ID: it returns whether that site
+    /// changed (always, once stored), and the caller raises it once per batch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept_at(
+        &mut self,
+        slot: Slot,
+        report: ReportRef<'_>,
+        effective: Metrics,
+        flags: Flags,
+        now: Instant,
+        wall: DateTime<Utc>,
+        events: &mut Vec<CacheEvent>,
+    ) -> bool {
+        let same_cs = match self.at(slot) {
+            None => return false,
+            Some(e) => e.cs.as_deref() == Some(report.cs_id),
+        };
+        // The CS-ID is only replaced (looked up in the names) when it changes.
+        let new_cs = (!same_cs).then(|| self.intern(report.cs_id));
+        let Some(e) = self.at_mut(slot) else { return false };
         let old_contribution = e.contribution();
         let old_state = e.state;
-        // The CS-ID is only replaced (allocated) when it changes.
-        let old_cs = match &e.cs_id {
-            Some(cs) if *cs == report.cs_id => None,
-            _ => Some(e.cs_id.replace(report.cs_id.clone())),
-        };
+        let old_cs = new_cs.map(|cs| e.cs.replace(cs));
         e.reported = Some(report.metrics);
         e.effective = Some(effective);
         e.timestamp = Some(report.timestamp);
-        e.sequence = Some(report.sequence);
+        e.set_seq(Some(report.sequence));
+        e.memory = Memory::Own;
         e.flags = Flags { pull_pending: false, gas_zeroed: false, ..flags };
-        e.last_update = now;
+        e.last_update = tick(now);
         if let Some((to, reason)) = sci_state::next(old_state, Input::Report) {
             e.state = to;
             e.last_state_change = wall;
-            events.push(CacheEvent::StateChanged { csci_id: report.csci_id.clone(), from: old_state, to, reason });
+            events.push(CacheEvent::StateChanged { csci_id: report.csci_id.to_owned(), from: old_state, to, reason });
         }
         let new_contribution = e.contribution();
         let (ttl, new_state) = (e.ttl, e.state);
         self.count_transition(old_state, new_state);
         match old_cs {
             None => {
-                if let Some(s) = self.services.get_mut(&report.cs_id) {
-                    s.aggregate.update(old_contribution.as_ref(), new_contribution.as_ref());
+                if old_contribution != new_contribution {
+                    if let Some(s) = self.services.get_mut(report.cs_id) {
+                        s.aggregate.update(old_contribution.as_ref(), new_contribution.as_ref());
+                    }
                 }
             }
             Some(Some(cs)) => {
                 self.leave(&cs, slot, old_contribution.as_ref());
-                events.push(CacheEvent::SiteChanged { cs_id: cs });
-                self.join(&report.cs_id, slot, None, new_contribution.as_ref());
+                events.push(CacheEvent::SiteChanged { cs_id: cs.to_string() });
+                self.release(cs);
+                self.join(report.cs_id, slot, None, new_contribution.as_ref());
             }
-            Some(None) => self.join(&report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref()),
+            Some(None) => self.join(report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref()),
         }
-        events.push(CacheEvent::SiteChanged { cs_id: report.cs_id.clone() });
         self.touch(slot);
-        self.schedule(slot, now + ttl, Timer::Ttl);
-        events
+        self.schedule(slot, tick(now).saturating_add(ttl), Timer::Ttl);
+        true
     }
 
     fn join(&mut self, cs_id: &str, slot: Slot, old: Option<&Contribution>, new: Option<&Contribution>) {
         if !self.services.contains_key(cs_id) {
-            self.services.insert(cs_id.to_owned(), Service::default());
+            let key = self.intern(cs_id);
+            self.services.insert(key, Service::default());
         }
         if let Some(s) = self.services.get_mut(cs_id) {
             s.members.insert(slot);
@@ -526,13 +982,13 @@ impl MetricCache {
         let mut changed = HashSet::new();
         for slot in 0..self.slots.len() as Slot {
             let Some(e) = self.at_mut(slot) else { continue };
-            let (Some(reported), Some(cs)) = (e.reported, e.cs_id.clone()) else { continue };
+            let (Some(reported), Some(cs)) = (e.reported, e.cs.clone()) else { continue };
             let old = e.contribution();
             e.effective = Some(f(&reported));
             let new = e.contribution();
             if old != new {
                 self.join(&cs, slot, old.as_ref(), new.as_ref());
-                changed.insert(cs);
+                changed.insert(cs.to_string());
             }
         }
         changed.into_iter().map(|cs_id| CacheEvent::SiteChanged { cs_id }).collect()
@@ -575,7 +1031,7 @@ impl MetricCache {
         match to {
             SciState::Stale => {
                 e.flags.pull_pending = true;
-                events.push(CacheEvent::PullNeeded { csci_id: e.csci_id.clone() });
+                events.push(CacheEvent::PullNeeded { csci_id: e.csci_id.to_string() });
             }
             SciState::Failed => {
                 e.flags.pull_pending = false;
@@ -584,14 +1040,14 @@ impl MetricCache {
             _ => {}
         }
         let new = e.contribution();
-        let (id, cs) = (e.csci_id.clone(), e.cs_id.clone());
+        let (id, cs) = (e.csci_id.to_string(), e.cs.clone());
         self.count_transition(from, to);
         events.push(CacheEvent::StateChanged { csci_id: id, from, to, reason });
         if let Some(cs) = cs {
             if old != new {
                 self.join(&cs, slot, old.as_ref(), new.as_ref());
             }
-            events.push(CacheEvent::SiteChanged { cs_id: cs });
+            events.push(CacheEvent::SiteChanged { cs_id: cs.to_string() });
         }
         Some(to)
     }
@@ -599,23 +1055,25 @@ impl MetricCache {
     /// The next time a TTL or grace timer may be due (a reminder can be early: the engine
     /// then wakes, finds nothing due and sleeps until the re-queued time).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, ..))| *t)
+        self.timers.peek().map(|Reverse((t, ..))| instant(*t))
     }
 
     /// Fires the timers due at `now`: HEALTHY → STALE (pull), STALE → FAILED (withdrawn).
     pub fn expire(&mut self, now: Instant, wall: DateTime<Utc>) -> Vec<CacheEvent> {
         let mut events = Vec::new();
+        let now = tick(now);
         while let Some(&Reverse((reminder, slot, serial))) = self.timers.peek() {
             if reminder > now {
                 break;
             }
             self.timers.pop();
-            let Some(e) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else { continue };
+            let Some(e) = self.at_mut(slot) else { continue };
             if e.serial != serial {
                 continue;
             }
             e.queued = false;
-            let Some((at, timer)) = e.due else { continue };
+            let Some(timer) = e.due else { continue };
+            let at = e.due_at;
             if at > reminder {
                 // A later report moved the timer: remind again then (in order with the rest).
                 e.queued = true;
@@ -630,7 +1088,7 @@ impl MetricCache {
             let grace = e.grace;
             let to = self.transition(slot, input, wall, &mut events);
             if to == Some(SciState::Stale) {
-                self.schedule(slot, at + grace, Timer::Grace);
+                self.schedule(slot, at.saturating_add(grace), Timer::Grace);
             }
         }
         events
@@ -764,7 +1222,8 @@ mod tests {
         let r = report("a", "AR1", 2, 100);
         c.accept(&r, r.metrics, Flags::default(), now, wall);
         let ev = c.register("c", TTL, GRACE, now, wall);
-        assert!(ev.iter().any(|e| matches!(e, CacheEvent::Evicted { csci_id, cs_id: Some(cs), state: SciState::Healthy, sequence: None, .. } if csci_id == "b" && cs == "AR1")));
+        // The validator's memory (kept beyond the entry) is the entry's last report.
+        assert!(ev.iter().any(|e| matches!(e, CacheEvent::Evicted { csci_id, cs_id: Some(cs), state: SciState::Healthy, sequence: Some(1), .. } if csci_id == "b" && cs == "AR1")));
         assert_eq!(c.evictions, 1);
         assert!(c.get("b").is_none() && c.get("a").is_some() && c.get("c").is_some());
         assert_eq!(c.site("AR1").unwrap().gas, 100);
@@ -779,7 +1238,7 @@ mod tests {
             let r = report(id, cs, 1, 10);
             c.accept(&r, r.metrics, Flags::default(), now, wall);
         }
-        let mut ar1: Vec<_> = c.members("AR1").map(|e| e.csci_id.clone()).collect();
+        let mut ar1: Vec<_> = c.members("AR1").map(|e| e.csci_id.to_string()).collect();
         ar1.sort();
         assert_eq!(ar1, ["a", "d"]);
         let r = report("a", "AR2", 2, 10);
@@ -820,7 +1279,7 @@ mod tests {
         assert_eq!(evicted(c.register("g", TTL, GRACE, now, wall)).as_deref(), Some("d"));
         assert_eq!(evicted(c.register("h", TTL, GRACE, now, wall)).as_deref(), Some("e"));
         assert_eq!(evicted(c.register("i", TTL, GRACE, now, wall)).as_deref(), Some("f"));
-        let mut left: Vec<_> = c.entries().map(|e| e.csci_id.clone()).collect();
+        let mut left: Vec<_> = c.entries().map(|e| e.csci_id.to_string()).collect();
         left.sort();
         assert_eq!(left, ["g", "h", "i"]);
         assert_eq!(c.site("AR1"), None, "evicted members left their service");
@@ -841,5 +1300,71 @@ mod tests {
         assert_eq!(c.next_deadline(), Some(now + Duration::from_millis(999) + TTL));
         let ev = c.expire(now + Duration::from_millis(999) + TTL, wall);
         assert!(ev.contains(&CacheEvent::PullNeeded { csci_id: "a".into() }));
+    }
+
+    fn sci(cs: &[&str]) -> SciConfig {
+        SciConfig {
+            cs_ids: cs.iter().map(|c| (*c).to_owned()).collect(),
+            credential_ref: Some("cred".into()),
+            unauthenticated: false,
+            expected_interval: Duration::from_millis(2500),
+        }
+    }
+
+    #[test]
+    fn issue14_engine_registration_and_entry_share_one_slot_and_its_names() {
+        let mut c = MetricCache::new(1);
+        let (now, wall) = (Instant::now(), Utc::now());
+        assert_eq!(c.set_registration("a", &sci(&["AR1", "AR2"])), None);
+        c.set_registration("b", &sci(&["AR1", "AR2"]));
+        // The same CS-ID list is stored once.
+        assert_eq!((c.lists.len(), c.names.len(), c.registered()), (1, 2, 2));
+        assert_eq!(c.registration("a").unwrap().config(), sci(&["AR1", "AR2"]));
+        assert!(c.get("a").is_none(), "registered, not cached");
+        c.register("a", TTL, GRACE, now, wall);
+        let slot = c.lookup("a").unwrap();
+        assert!(c.at(slot).is_some() && c.registration_at(slot).is_some());
+        let r = report("a", "AR1", 1, 10);
+        c.accept(&r, r.metrics, Flags::default(), now, wall);
+        // Evicted to make room: the registration keeps the slot.
+        let ev = c.register("b", TTL, GRACE, now, wall);
+        assert!(ev.iter().any(|e| matches!(e, CacheEvent::Evicted { csci_id, .. } if csci_id == "a")));
+        assert_eq!(c.lookup("a"), Some(slot));
+        assert!(c.get("a").is_none() && c.registration("a").is_some() && c.len() == 1);
+        // Deregistered and not cached: the slot and, with the last holder, the names go.
+        assert!(c.remove_registration("a").is_some_and(|r| r.credential_ref() == Some("cred")));
+        assert_eq!(c.lookup("a"), None);
+        c.remove("b");
+        c.remove_registration("b");
+        assert_eq!((c.lists.len(), c.names.len(), c.registered(), c.len()), (0, 0, 0, 0));
+        assert!(c.services.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn issue14_engine_entry_keeps_the_validator_memory_in_its_own_fields() {
+        let mut c = MetricCache::new(10);
+        let (now, wall) = (Instant::now(), Utc::now());
+        c.register("a", TTL, GRACE, now, wall);
+        let e = c.get_mut("a").unwrap();
+        e.restore_history(Some(7), Some(wall));
+        // Restored history: the validator sees it, the entry shows no report yet.
+        assert_eq!((e.last_sequence(), e.sequence(), e.last()), (Some(7), None, None));
+        let r = report("a", "AR1", 8, 10);
+        c.accept(&r, r.metrics, Flags::default(), now, wall);
+        let e = c.get_mut("a").unwrap();
+        assert_eq!((e.last_sequence(), e.sequence()), (Some(8), Some(8)));
+        assert_eq!(e.last(), Some((now, r.metrics)));
+        assert_eq!(e.last_update(), now, "ticks round-trip exactly");
+        // A new authentication method: the validator forgets, the entry still shows it.
+        e.forget_history();
+        assert_eq!((e.last_sequence(), e.last_timestamp(), e.last(), e.sequence()), (None, None, None, Some(8)));
+        // Health transitions live in the entry only while there are any.
+        let r = report("a", "AR1", 9, 10);
+        c.accept(&r, r.metrics, Flags::default(), now, wall);
+        let e = c.get_mut("a").unwrap();
+        e.record_transition(Health::Degraded, now, Duration::from_secs(10));
+        assert_eq!(e.transitions_since(None), 1);
+        e.record_transition(Health::Healthy, now + Duration::from_secs(11), Duration::from_secs(10));
+        assert!(e.transitions.is_none(), "the old transition left the window");
     }
 }

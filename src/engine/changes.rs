@@ -78,8 +78,8 @@ pub fn collect(core: &Core, events: &[EngineEvent]) -> Vec<StateChange> {
 pub fn sci_leaves(core: &Core, csci_id: &str) -> Option<Leaves> {
     let e = core.cache.get(csci_id)?;
     let mut l: Leaves = Vec::with_capacity(13);
-    if let Some(cs) = &e.cs_id {
-        l.push(("cs-id", cs.clone()));
+    if let Some(cs) = e.cs_id() {
+        l.push(("cs-id", cs.to_owned()));
     }
     if let Some(m) = e.reported {
         l.push(("gas", m.gas.to_string()));
@@ -95,10 +95,10 @@ pub fn sci_leaves(core: &Core, csci_id: &str) -> Option<Leaves> {
             l.push(("security-label", s.to_string()));
         }
     }
-    if let Some(t) = e.timestamp {
+    if let Some(t) = e.timestamp() {
         l.push(("timestamp", time(t)));
     }
-    if let Some(s) = e.sequence {
+    if let Some(s) = e.sequence() {
         l.push(("sequence-number", s.to_string()));
     }
     if let Some(d) = core.discovery.get(csci_id) {

@@ -11,13 +11,13 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::aggregate::ComputingTimeFunction;
-use super::cache::{CacheEvent, Flags, MetricCache};
+use super::cache::{CacheEvent, Flags, MetricCache, Slot};
 use super::clock::Clock;
 use super::model::SiteMetrics;
-use super::model::{CsId, CsciId, Report, SciState};
+use super::model::{CsId, CsciId, Report, ReportRef, SciState};
 use super::policy::{EmaState, Policy};
 use super::report::RawReport;
-use super::validate::{self, Anomaly, Rejection, ValidationConfig, Verdict};
+use super::validate::{self, Anomaly, Judgement, Past, Rejection, ValidationConfig};
 
 /// One registered SCI (the hard state of seed 004: CS-ID to CSCI-ID mappings).
 #[derive(Clone, Debug, PartialEq)]
@@ -62,7 +62,12 @@ impl Default for CacheConfig {
 
 impl CacheConfig {
     pub fn ttl_for(&self, sci: &SciConfig) -> Duration {
-        self.ttl.unwrap_or(sci.expected_interval * self.ttl_multiplier.max(1))
+        self.ttl_for_interval(sci.expected_interval)
+    }
+
+    /// The TTL of an SCI reporting every `expected_interval`.
+    pub fn ttl_for_interval(&self, expected_interval: Duration) -> Duration {
+        self.ttl.unwrap_or(expected_interval * self.ttl_multiplier.max(1))
     }
 }
 
@@ -167,12 +172,14 @@ pub enum Proof {
     Certificate,
 }
 
+/// The history of an SCI the cache has no entry for.
+static NO_HISTORY: validate::History = validate::History::EMPTY;
+
 /// How many quarantined reports are kept; the oldest go first (counted as rejected).
 pub const QUARANTINE_CAPACITY: usize = 10_000;
 
 pub struct Core {
     pub clock: Clock,
-    pub registry: HashMap<CsciId, SciConfig>,
     pub validation: ValidationConfig,
     pub cache_config: CacheConfig,
     pub cache: MetricCache,
@@ -219,7 +226,6 @@ impl Core {
         let cache_config = CacheConfig::default();
         Core {
             clock,
-            registry: HashMap::new(),
             validation: ValidationConfig::default(),
             cache: MetricCache::new(cache_config.max_entries),
             cache_config,
@@ -256,7 +262,7 @@ impl Core {
         let ctx = policy.context(wall);
         let ev = self.cache.reapply(|m| policy.apply_sci(m, &ctx).0);
         self.absorb(ev);
-        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        let services: Vec<CsId> = self.cache.services().map(str::to_owned).collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
         self.policy_changed = true;
     }
@@ -452,20 +458,24 @@ impl Core {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
         }
-        if !self.registry.contains_key(&raw.csci_id) {
+        // One lookup of the SCI's slot (registration and cache entry); it serves the rest
+        // of the path.
+        let mut slot = self.cache.lookup(&raw.csci_id);
+        if slot.and_then(|s| self.cache.registration_at(s)).is_none() {
             // Refused as unknown unless discovery registers it (seed 004, SCI state machine).
             super::discovery::admit(self, raw, sender)?;
+            slot = self.cache.lookup(&raw.csci_id);
         }
-        let Some(sci) = self.registry.get(&raw.csci_id) else {
+        let Some((slot, sci)) = slot.and_then(|s| Some((s, self.cache.registration_at(s)?))) else {
             let d = format!("{} is not in the SCI registry", raw.csci_id);
             return Err((self.reject(Rejection::UnknownSci, &raw.csci_id, &d), d));
         };
         // A credential proof counts only when the SCI's own credential verified it: a token
         // of another trust domain whose pattern also admits the subject is not this SCI's.
         let verified_with = sender.grant.as_ref().map(|g| g.credential.as_str());
-        let missing = match (&sci.credential_ref, sender.proof) {
-            _ if sci.unauthenticated => None,
-            (Some(c), Some(Proof::Credential)) if verified_with == Some(c.as_str()) => None,
+        let missing = match (sci.credential_ref(), sender.proof) {
+            _ if sci.unauthenticated() => None,
+            (Some(c), Some(Proof::Credential)) if verified_with == Some(c) => None,
             (None, Some(Proof::Certificate)) => None,
             (Some(c), Some(Proof::Credential)) => Some(format!(
                 "{} must prove its messages with credential {c}; this one was verified with {}",
@@ -485,34 +495,37 @@ impl Core {
         if let Some(d) = missing {
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
         }
-        if !sci.cs_ids.contains(&raw.cs_id) {
+        if !sci.may_report_for(&raw.cs_id) {
             let d = format!("{} may not report for CS-ID {}", raw.csci_id, raw.cs_id);
             return Err((self.refuse_sender(Rejection::UnauthorizedCsId, raw, sender, d.clone()), d));
         }
         // Only now, with the sender authenticated and authorised: a claim alone cannot
         // spend a legitimate SCI's tokens. Logged once per episode by the limiter.
-        if let Err(d) = self.rate.admit(&raw.csci_id, sci.expected_interval, sender.transport) {
+        let expected_interval = sci.expected_interval();
+        if let Err(d) = self.rate.admit(&raw.csci_id, expected_interval, sender.transport) {
             self.count_only(Rejection::RateLimited);
             return Err((Rejection::RateLimited, d));
         }
-        let (ttl, grace) = (self.cache_config.ttl_for(sci), self.cache_config.grace_period);
+        let (ttl, grace) = (self.cache_config.ttl_for_interval(expected_interval), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
-        if self.cache.get(&raw.csci_id).is_none() {
+        if self.cache.at(slot).is_none() {
+            // Registered, not (or no longer) in the cache: the slot gets its entry again.
             let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
             self.absorb(ev);
             self.restore_history(&raw.csci_id);
         }
-        // The history is borrowed from the entry (registered just above), not cloned.
-        let verdict = match self.cache.get(&raw.csci_id) {
-            Some(e) => validate::validate(raw, &e.history, &self.validation, now, wall),
-            None => validate::validate(raw, &validate::History::default(), &self.validation, now, wall),
+        let slot = Some(slot);
+        // The validator reads the entry's own fields: nothing is copied.
+        let judgement = match slot.and_then(|s| self.cache.at(s)) {
+            Some(e) => validate::judge(raw, e, &self.validation, now, wall),
+            None => validate::judge(raw, &NO_HISTORY, &self.validation, now, wall),
         };
         // Seed 004 hybrid mode: an anomalous pushed report asks the SCI itself, at once.
-        if matches!(&verdict, Verdict::Reject { anomaly: Some(_), .. } | Verdict::Quarantine { .. }) {
+        if matches!(&judgement, Judgement::Reject { anomaly: Some(_), .. } | Judgement::Quarantine { .. }) {
             self.pull_on_anomaly(&raw.csci_id, sender);
         }
-        match verdict {
-            Verdict::Reject { reason, detail, anomaly } => {
+        match judgement {
+            Judgement::Reject { reason, detail, anomaly } => {
                 if let Some(a) = anomaly {
                     audit_anomaly(&raw.csci_id, &a, "reject");
                     self.events.push(EngineEvent::MetricAnomaly {
@@ -523,7 +536,7 @@ impl Core {
                 }
                 Err((self.reject(reason, &raw.csci_id, &detail), detail))
             }
-            Verdict::Quarantine { report, anomaly } => {
+            Judgement::Quarantine { metrics, anomaly } => {
                 audit_anomaly(&raw.csci_id, &anomaly, "quarantine");
                 self.events.push(EngineEvent::MetricAnomaly {
                     csci_id: raw.csci_id.clone(),
@@ -543,14 +556,21 @@ impl Core {
                 }
                 let id = self.next_quarantine_id;
                 self.next_quarantine_id += 1;
+                let report = Report {
+                    csci_id: raw.csci_id.clone(),
+                    cs_id: raw.cs_id.clone(),
+                    sequence: raw.sequence,
+                    timestamp: raw.timestamp,
+                    metrics,
+                };
                 self.quarantine.push_back(Quarantined { id, report, anomaly, received_at: wall });
-                if let Some(e) = self.cache.get_mut(&raw.csci_id) {
+                if let Some(e) = slot.and_then(|s| self.cache.at_mut(s)) {
                     e.flags.quarantined = true;
                 }
                 let d = format!("{anomaly:?}: held for review (quarantine id {id})");
                 Err((self.reject(Rejection::Quarantined, &raw.csci_id, &d), d))
             }
-            Verdict::Accept { report, warning } => {
+            Judgement::Accept { metrics, warning } => {
                 if let Some(a) = warning {
                     audit_anomaly(&raw.csci_id, &a, "accept-with-warning");
                     self.events.push(EngineEvent::MetricAnomaly {
@@ -559,7 +579,14 @@ impl Core {
                         action: "accept-with-warning",
                     });
                 }
-                self.store(&report, warning.is_some(), now, wall);
+                let report = ReportRef {
+                    csci_id: &raw.csci_id,
+                    cs_id: &raw.cs_id,
+                    sequence: raw.sequence,
+                    timestamp: raw.timestamp,
+                    metrics,
+                };
+                self.store(slot, report, warning.is_some(), now, wall);
                 if warning.is_some() {
                     self.pull_on_anomaly(&raw.csci_id, sender);
                 }
@@ -568,9 +595,11 @@ impl Core {
         }
     }
 
-    fn store(&mut self, report: &Report, warning: bool, now: Instant, wall: DateTime<Utc>) {
-        if let Some(e) = self.cache.get_mut(&report.csci_id) {
-            if e.history.last_sequence.is_some_and(|s| report.sequence <= s) {
+    /// Stores an accepted report in the entry in `slot` (the report's SCI's).
+    fn store(&mut self, slot: Option<Slot>, report: ReportRef<'_>, warning: bool, now: Instant, wall: DateTime<Utc>) {
+        let mut previous = None;
+        if let Some(e) = slot.and_then(|s| self.cache.at_mut(s)) {
+            if e.last_sequence().is_some_and(|s| report.sequence <= s) {
                 self.stats.sequence_restarts += 1;
                 tracing::info!(
                     csci_id = %report.csci_id,
@@ -578,20 +607,20 @@ impl Core {
                     report.sequence
                 );
             }
-            validate::record(&mut e.history, report, &self.validation, now);
+            e.record_transition(report.metrics.health, now, self.validation.health_flap_window);
+            previous = e.reported.map(|m| m.health);
         }
-        let previous = self.cache.get(&report.csci_id).and_then(|e| e.reported.map(|m| m.health));
         if let Some(from) = previous.filter(|h| *h != report.metrics.health) {
             self.events.push(EngineEvent::SciHealthChange {
-                csci_id: report.csci_id.clone(),
-                cs_id: report.cs_id.clone(),
+                csci_id: report.csci_id.to_owned(),
+                cs_id: report.cs_id.to_owned(),
                 from,
                 to: report.metrics.health,
             });
         }
         let flags = Flags { anomaly_warning: warning, smoothed: self.smoother.is_some(), ..Flags::default() };
         let metrics = match &mut self.smoother {
-            Some(s) => s.feed(&report.csci_id, report.metrics),
+            Some(s) => s.feed(report.csci_id, report.metrics),
             None => report.metrics,
         };
         let effective = if self.policy.has_sci_rules() {
@@ -599,12 +628,39 @@ impl Core {
         } else {
             metrics
         };
-        let ev = self.cache.accept(report, effective, flags, now, wall);
-        self.absorb(ev);
+        if let Some(slot) = slot {
+            let mut ev = Vec::new();
+            let site = self.cache.accept_at(slot, report, effective, flags, now, wall, &mut ev);
+            self.absorb(ev);
+            if site {
+                self.site_changed(report.cs_id);
+            }
+        }
         if self.tap || self.sci_rows {
-            self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.clone() });
+            self.events.push(EngineEvent::SciUpdated { csci_id: report.csci_id.to_owned() });
         }
         self.stats.accepted += 1;
+    }
+
+    /// Raises `SiteChanged` for a CS-ID unless the event list holds it already (a batch of
+    /// reports for one service raises it once; every consumer reads the list as a set).
+    fn site_changed(&mut self, cs_id: &str) {
+        if self.site_marked(cs_id) {
+            return;
+        }
+        self.events.push(EngineEvent::SiteChanged { cs_id: cs_id.to_owned() });
+    }
+
+    /// Whether the event list holds `SiteChanged` for the CS-ID; if not, the mark is moved
+    /// to where the caller pushes it next.
+    fn site_marked(&mut self, cs_id: &str) -> bool {
+        let next = self.events.len();
+        let Some(mark) = self.cache.site_mark(cs_id) else { return false };
+        if matches!(self.events.get(*mark as usize), Some(EngineEvent::SiteChanged { cs_id: c }) if c == cs_id) {
+            return true;
+        }
+        *mark = u32::try_from(next).unwrap_or(u32::MAX);
+        false
     }
 
     /// Releases quarantined reports (clear-quarantine RPC): all, or one SCI's. With
@@ -630,10 +686,13 @@ impl Core {
         if accept {
             let (now, wall) = (self.clock.now(), self.clock.wall());
             for q in &released {
-                let newer =
-                    self.cache.get(&q.report.csci_id).is_some_and(|e| e.sequence.is_none_or(|s| q.report.sequence > s));
+                let newer = self
+                    .cache
+                    .get(&q.report.csci_id)
+                    .is_some_and(|e| e.sequence().is_none_or(|s| q.report.sequence > s));
                 if newer {
-                    self.store(&q.report, true, now, wall);
+                    let slot = self.cache.lookup(&q.report.csci_id);
+                    self.store(slot, q.report.view(), true, now, wall);
                 }
             }
         }
@@ -645,19 +704,19 @@ impl Core {
         let (ttl, grace) = (self.cache_config.ttl_for(&sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         // A CS-ID the SCI may no longer report for stops counting at once.
-        let moved = self.cache.get(csci_id).and_then(|e| e.cs_id.clone()).filter(|cs| !sci.cs_ids.contains(cs));
+        let moved = self.cache.get(csci_id).and_then(|e| e.cs_id()).filter(|cs| !sci.cs_ids.iter().any(|c| c == cs));
+        let moved = moved.map(str::to_owned);
         self.rate.forget(csci_id);
         // A new way of proving itself starts a new history: whatever sequence number or
         // timestamp was accepted under the old one (perhaps from an unauthenticated
         // sender) cannot hold the SCI back under the new one.
-        let auth_changed = self
-            .registry
-            .get(csci_id)
-            .is_some_and(|old| old.credential_ref != sci.credential_ref || old.unauthenticated != sci.unauthenticated);
-        self.registry.insert(csci_id.to_owned(), sci);
+        let old = self.cache.set_registration(csci_id, &sci);
+        let auth_changed = old.is_some_and(|old| {
+            old.credential_ref() != sci.credential_ref.as_deref() || old.unauthenticated() != sci.unauthenticated
+        });
         if auth_changed {
             if let Some(e) = self.cache.get_mut(csci_id) {
-                e.history = validate::History::default();
+                e.forget_history();
             }
         }
         if let Some(cs_id) = moved {
@@ -680,12 +739,12 @@ impl Core {
     /// reason `deregistered`, new state `failed`); the validator keeps its history.
     pub fn remove_sci(&mut self, csci_id: &str) {
         self.retire_history(csci_id);
-        self.registry.remove(csci_id);
+        self.cache.remove_registration(csci_id);
         self.rate.forget(csci_id);
         if let Some(s) = &mut self.smoother {
             s.forget(csci_id);
         }
-        let entry = self.cache.get(csci_id).map(|e| (e.cs_id.clone(), e.state));
+        let entry = self.cache.get(csci_id).map(|e| (e.cs_id().map(str::to_owned), e.state));
         let ev = self.cache.remove(csci_id);
         self.absorb(ev);
         if let Some((cs_id, from)) = entry {
@@ -700,18 +759,33 @@ impl Core {
         }
     }
 
+    /// How a registered SCI proves itself (kept with its history).
+    fn auth_method(&self, csci_id: &str) -> Option<super::retained::AuthMethod> {
+        self.cache.registration(csci_id).map(|s| super::retained::AuthMethod {
+            credential_ref: s.credential_ref().map(str::to_owned),
+            unauthenticated: s.unauthenticated(),
+        })
+    }
+
+    /// An SCI's registration as configured.
+    pub fn sci(&self, csci_id: &str) -> Option<SciConfig> {
+        self.cache.registration(csci_id).map(super::cache::Registration::config)
+    }
+
+    /// Whether an SCI is registered (configured or discovered).
+    pub fn is_registered(&self, csci_id: &str) -> bool {
+        self.cache.registration(csci_id).is_some()
+    }
+
     /// Keeps what the validator knows of an SCI whose entry is about to leave the cache.
     fn retire_history(&mut self, csci_id: &str) {
         let Some(e) = self.cache.get(csci_id) else { return };
-        let (seq, ts) = (e.history.last_sequence, e.history.last_timestamp);
+        let (seq, ts) = (e.last_sequence(), e.last_timestamp());
         self.keep_history(csci_id, seq, ts);
     }
 
     fn keep_history(&mut self, csci_id: &str, seq: Option<u64>, ts: Option<DateTime<Utc>>) {
-        let auth = self.registry.get(csci_id).map(|s| super::retained::AuthMethod {
-            credential_ref: s.credential_ref.clone(),
-            unauthenticated: s.unauthenticated,
-        });
+        let auth = self.auth_method(csci_id);
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
         self.retained.keep(csci_id, seq, ts, auth, window, wall);
     }
@@ -721,16 +795,12 @@ impl Core {
     fn restore_history(&mut self, csci_id: &str) {
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
         let Some(r) = self.retained.take(csci_id, window, wall) else { return };
-        let now = self.registry.get(csci_id).map(|s| super::retained::AuthMethod {
-            credential_ref: s.credential_ref.clone(),
-            unauthenticated: s.unauthenticated,
-        });
+        let now = self.auth_method(csci_id);
         if r.auth != now {
             return;
         }
         if let Some(e) = self.cache.get_mut(csci_id) {
-            e.history.last_sequence = r.sequence;
-            e.history.last_timestamp = r.timestamp;
+            e.restore_history(r.sequence, r.timestamp);
         }
     }
 
@@ -759,8 +829,11 @@ impl Core {
         self.cache.max_entries = c.max_entries.max(1);
         self.cache_config = c;
         let (now, wall) = (self.clock.now(), self.clock.wall());
-        let updates: Vec<(CsciId, Duration)> =
-            self.registry.iter().map(|(id, s)| (id.clone(), self.cache_config.ttl_for(s))).collect();
+        let updates: Vec<(CsciId, Duration)> = self
+            .cache
+            .registrations()
+            .map(|(id, s)| (id.to_owned(), self.cache_config.ttl_for_interval(s.expected_interval())))
+            .collect();
         for (id, ttl) in updates {
             let ev = self.cache.register(&id, ttl, self.cache_config.grace_period, now, wall);
             self.absorb(ev);
@@ -777,7 +850,7 @@ impl Core {
 
     pub fn set_function(&mut self, f: ComputingTimeFunction) {
         self.cache.function = f;
-        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        let services: Vec<CsId> = self.cache.services().map(str::to_owned).collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
     }
 
@@ -796,7 +869,7 @@ impl Core {
     /// Re-evaluates every service (a maintenance window opened or closed, so rules on
     /// `Time IN Maintenance_Window` may change their outcome).
     pub fn reevaluate_all(&mut self) {
-        let services: Vec<CsId> = self.cache.services().cloned().collect();
+        let services: Vec<CsId> = self.cache.services().map(str::to_owned).collect();
         self.events.extend(services.into_iter().map(|cs_id| EngineEvent::SiteChanged { cs_id }));
     }
 
@@ -839,7 +912,12 @@ impl Core {
                     }
                     EngineEvent::SciStateChange { csci_id, from, to, reason: reason.yang() }
                 }
-                CacheEvent::SiteChanged { cs_id } => EngineEvent::SiteChanged { cs_id },
+                CacheEvent::SiteChanged { cs_id } => {
+                    if self.site_marked(&cs_id) {
+                        continue;
+                    }
+                    EngineEvent::SiteChanged { cs_id }
+                }
                 CacheEvent::PullNeeded { csci_id } => {
                     // Only an SCI with a pull target is pulled (and flagged so).
                     if !self.pull_targets.contains(&csci_id) {

@@ -316,7 +316,7 @@ pub fn configured(core: &mut Core, csci_id: &str) {
 /// cache's).
 pub fn evicted(core: &mut Core, csci_id: &str) {
     if let Some(d) = core.discovery.discovered.remove(csci_id) {
-        core.registry.remove(csci_id);
+        core.cache.remove_registration(csci_id);
         core.rate.forget(csci_id);
         audit(csci_id, &d, "evicted", "evicted from the full metric cache");
     }
@@ -342,7 +342,7 @@ pub fn set_config(core: &mut Core, cfg: DiscoveryConfig) {
     if expected_changed {
         let ids: Vec<CsciId> = core.discovery.discovered.keys().cloned().collect();
         for id in ids {
-            if let Some(mut s) = core.registry.get(&id).cloned() {
+            if let Some(mut s) = core.sci(&id) {
                 s.expected_interval = core.discovery.config.expected_interval;
                 core.set_sci(&id, s);
                 // set_sci counts as configuration: the SCI is still the discovered one.
@@ -478,15 +478,15 @@ mod tests {
         }
         let e = core.ingest_from(&raw("other-1", "AR1", 1), &by_cert("other-1")).unwrap_err();
         assert_eq!(e.0, Rejection::UnknownSci);
-        assert!(core.registry.is_empty() && core.cache.is_empty());
+        assert!(core.cache.registered() == 0 && core.cache.is_empty());
         // A CS-ID the domain does not allow: refused, nothing registered.
         let e = core.ingest_from(&raw("pod-1", "LLM1", 1), &by_cert("pod-1")).unwrap_err();
         assert_eq!(e.0, Rejection::UnauthorizedCsId);
-        assert!(core.registry.is_empty());
+        assert!(core.cache.registered() == 0);
         // A first report the validator refuses registers nothing either.
         let bad = RawReport { gas: -1, ..raw("pod-1", "AR1", 1) };
         assert_eq!(core.ingest_from(&bad, &by_cert("pod-1")).unwrap_err().0, Rejection::OutOfRange);
-        assert!(core.registry.is_empty());
+        assert!(core.cache.registered() == 0);
         // The proof, the pattern and the CS-ID fit: registered, then HEALTHY.
         core.ingest_from(&raw("pod-1", "AR1", 1), &by_cert("pod-1")).unwrap();
         let e = core.cache.get("pod-1").unwrap();
@@ -494,7 +494,7 @@ mod tests {
         assert!(core.events.iter().any(|e| matches!(e,
             EngineEvent::SciStateChange { csci_id, from: SciState::Active, to: SciState::Healthy, .. } if csci_id == "pod-1")));
         assert_eq!(core.discovery.get("pod-1").map(|d| (d.domain.as_str(), d.proof)), Some(("k8s", "certificate")));
-        assert_eq!(core.registry["pod-1"].authentication(), "certificate");
+        assert_eq!(core.sci("pod-1").unwrap().authentication(), "certificate");
         // Later messages need the same proof: a token is not a certificate.
         let e =
             core.ingest_from(&raw("pod-1", "AR1", 2), &Sender { csci_id: Some("pod-1".into()), ..Sender::default() });
@@ -515,8 +515,8 @@ mod tests {
         let e = core.ingest_from(&raw("sci-9", "LLM1", 1), &sender).unwrap_err();
         assert_eq!(e.0, Rejection::UnauthorizedCsId);
         core.ingest_from(&raw("sci-9", "AR2", 1), &sender).unwrap();
-        assert_eq!(core.registry["sci-9"].cs_ids, vec!["AR2".to_owned()]);
-        assert_eq!(core.registry["sci-9"].authentication(), "credential");
+        assert_eq!(core.sci("sci-9").unwrap().cs_ids, vec!["AR2".to_owned()]);
+        assert_eq!(core.sci("sci-9").unwrap().authentication(), "credential");
         // A token of another domain name (not configured) does not discover.
         let e = core.ingest_from(&raw("sci-8", "AR2", 1), &by_token("sci-8", "nope", None)).unwrap_err();
         assert_eq!(e.0, Rejection::UnknownSci);
@@ -546,7 +546,7 @@ mod tests {
         set_config(&mut core, enabled(10, vec![domain("k8s", DomainProof::Certificate, Some("pod-.*"), &["AR1"])]));
         let e = core.ingest_from(&raw("pod-3", "AR1", 1), &by_cert("pod-3")).unwrap_err();
         assert_eq!(e.0, Rejection::DiscoveryLimit);
-        assert!(core.registry.contains_key("configured") && core.cache.get("configured").is_some());
+        assert!(core.is_registered("configured") && core.cache.get("configured").is_some());
     }
 
     #[test]
@@ -571,12 +571,12 @@ mod tests {
         core.set_sci("pod-2", sci);
         configured(&mut core, "pod-2");
         assert!(core.discovery.get("pod-2").is_none());
-        assert_eq!(core.registry["pod-2"].cs_ids, vec!["LLM1".to_owned()]);
+        assert_eq!(core.sci("pod-2").unwrap().cs_ids, vec!["LLM1".to_owned()]);
         // A changed domain (here: its CS-IDs) withdraws the SCIs discovered through it.
         core.ingest_from(&raw("pod-4", "AR1", 1), &by_cert("pod-4")).unwrap();
         let narrowed = || enabled(8, vec![domain("k8s", DomainProof::Certificate, Some("pod-.*"), &["AR2"])]);
         set_config(&mut core, narrowed());
-        assert!(!core.registry.contains_key("pod-4") && core.discovery.get("pod-4").is_none());
+        assert!(!core.is_registered("pod-4") && core.discovery.get("pod-4").is_none());
         let e = core.ingest_from(&raw("pod-4", "AR1", 2), &by_cert("pod-4")).unwrap_err();
         assert_eq!(e.0, Rejection::UnauthorizedCsId);
         // An unchanged configuration keeps them.
@@ -586,8 +586,8 @@ mod tests {
         // Turning discovery off withdraws what was discovered, never a configured SCI.
         core.ingest_from(&raw("pod-3", "AR2", 1), &by_cert("pod-3")).unwrap();
         set_config(&mut core, DiscoveryConfig::default());
-        assert!(!core.registry.contains_key("pod-3") && core.cache.get("pod-3").is_none());
-        assert!(core.registry.contains_key("pod-1") && core.registry.contains_key("pod-2"));
+        assert!(!core.is_registered("pod-3") && core.cache.get("pod-3").is_none());
+        assert!(core.is_registered("pod-1") && core.is_registered("pod-2"));
         assert!(core.events.iter().any(|e| matches!(e, EngineEvent::Withdrawn { csci_id, .. } if csci_id == "pod-3")));
     }
 
@@ -625,10 +625,10 @@ mod tests {
         assert!(core.discovery.next_deadline().is_some());
         tokio::time::advance(Duration::from_secs(59)).await;
         run(&mut core);
-        assert!(core.registry.contains_key("pod-1"));
+        assert!(core.is_registered("pod-1"));
         tokio::time::advance(Duration::from_secs(2)).await;
         let events = run(&mut core);
-        assert!(!core.registry.contains_key("pod-1") && core.discovery.get("pod-1").is_none());
+        assert!(!core.is_registered("pod-1") && core.discovery.get("pod-1").is_none());
         assert!(events.iter().any(|e| matches!(e, EngineEvent::Withdrawn { csci_id, .. } if csci_id == "pod-1")));
     }
 
@@ -648,7 +648,7 @@ mod tests {
         // whole retention, so the first failure's reminder removes nothing.
         tokio::time::advance(Duration::from_secs(31)).await;
         run(&mut core);
-        assert!(core.registry.contains_key("pod-1") && core.discovery.get("pod-1").is_some());
+        assert!(core.is_registered("pod-1") && core.discovery.get("pod-1").is_some());
     }
 
     #[test]
@@ -671,7 +671,7 @@ mod tests {
             core.set_sci(id, sci);
             core.ingest(&raw(id, "AR1", 1), None).unwrap();
         }
-        assert!(core.cache.get("pod-1").is_none() && !core.registry.contains_key("pod-1"));
+        assert!(core.cache.get("pod-1").is_none() && !core.is_registered("pod-1"));
         assert!(core.discovery.get("pod-1").is_none());
         assert!(core.rate.retry_after("pod-1").is_none(), "the evicted SCI's rate bucket is forgotten");
         // Room again; the captured report, replayed with a token of the same domain, is
@@ -716,7 +716,7 @@ mod tests {
         t.domains = vec![in_table(&d1)];
         set_config(&mut core, enabled(8, vec![d1.clone()]));
         core.ingest_from(&raw("pod-1", "AR1", 1), &sender(&t, key1, "pod-1")).unwrap();
-        assert_eq!(core.registry["pod-1"].credential_ref.as_deref(), Some("cred-1"));
+        assert_eq!(core.sci("pod-1").unwrap().credential_ref.as_deref(), Some("cred-1"));
         // A domain with an overlapping pattern goes ahead of d1 (d1 unchanged: pod-1 stays).
         t.domains = vec![in_table(&d0), in_table(&d1)];
         set_config(&mut core, enabled(8, vec![d0, d1]));

@@ -332,8 +332,8 @@ fn sci_rows(
             return None;
         }
         Some(update::SciMetrics {
-            csci_id: e.csci_id.clone(),
-            cs_id: e.cs_id.clone()?,
+            csci_id: e.csci_id.to_string(),
+            cs_id: e.cs_id()?.to_owned(),
             state: e.state,
             metrics: e.effective?,
         })
@@ -376,7 +376,7 @@ fn update_events(
     for ev in events {
         let (csci_id, cs_id, change) = match ev {
             EngineEvent::SciStateChange { csci_id, from, to, .. } => {
-                let Some(cs) = core.cache.get(csci_id).and_then(|e| e.cs_id.clone()) else { continue };
+                let Some(cs) = core.cache.get(csci_id).and_then(|e| e.cs_id().map(str::to_owned)) else { continue };
                 let from = (*from != model::SciState::Active).then_some(*from);
                 (csci_id, cs, SciChange::State { from, to: *to })
             }

@@ -89,6 +89,29 @@ pub struct Report {
     pub metrics: Metrics,
 }
 
+/// A report whose identifiers are borrowed (from the raw report on the report path, which
+/// then copies nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReportRef<'a> {
+    pub csci_id: &'a str,
+    pub cs_id: &'a str,
+    pub sequence: u64,
+    pub timestamp: DateTime<Utc>,
+    pub metrics: Metrics,
+}
+
+impl Report {
+    pub fn view(&self) -> ReportRef<'_> {
+        ReportRef {
+            csci_id: &self.csci_id,
+            cs_id: &self.cs_id,
+            sequence: self.sequence,
+            timestamp: self.timestamp,
+            metrics: self.metrics,
+        }
+    }
+}
+
 /// What the agent advertises for one service at this site (the Computing Service Table
 /// row a C-PS keeps per CS-ID and site).
 #[derive(Clone, Debug, PartialEq)]

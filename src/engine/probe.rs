@@ -261,7 +261,7 @@ impl Core {
         let (Some(tx), Some(method)) = (&self.failure.requests, self.failure.settings.targets.get(csci_id)) else {
             return;
         };
-        let grace = self.cache.get(csci_id).map(|e| e.grace).unwrap_or_default();
+        let grace = self.cache.get(csci_id).map(|e| e.grace()).unwrap_or_default();
         self.failure.last_episode += 1;
         let episode = self.failure.last_episode;
         self.failure.episodes.insert(csci_id.to_owned(), episode);
@@ -1016,7 +1016,7 @@ mod tests {
         // A changed authentication method starts afresh.
         core.remove_sci("b");
         core.set_sci("b", SciConfig { unauthenticated: false, credential_ref: None, ..sci() });
-        assert!(core.cache.get("b").unwrap().history.last_sequence.is_none());
+        assert!(crate::engine::validate::Past::last_sequence(core.cache.get("b").unwrap()).is_none());
     }
 
     #[tokio::test(start_paused = true)]

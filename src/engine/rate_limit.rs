@@ -241,14 +241,14 @@ struct SciBucket {
 pub struct SciLimiter {
     enabled: bool,
     limit: SciLimit,
-    buckets: HashMap<String, SciBucket>,
+    buckets: HashMap<String, SciBucket, crate::engine::cache::IdHash>,
     pub counters: Arc<Counters>,
 }
 
 impl Default for SciLimiter {
     fn default() -> Self {
         let c = RateLimitConfig::default();
-        SciLimiter { enabled: c.enabled, limit: c.per_sci, buckets: HashMap::new(), counters: Arc::default() }
+        SciLimiter { enabled: c.enabled, limit: c.per_sci, buckets: HashMap::default(), counters: Arc::default() }
     }
 }
 
@@ -281,10 +281,11 @@ impl SciLimiter {
         }
         let now = Instant::now();
         let cfg = self.bucket_config(expected_interval);
-        let b = self
-            .buckets
-            .entry(csci_id.to_owned())
-            .or_insert_with(|| SciBucket { bucket: TokenBucket::new(cfg, now), refused: 0 });
+        // The CSCI-ID is copied only for an SCI's first report, not for every one.
+        if !self.buckets.contains_key(csci_id) {
+            self.buckets.insert(csci_id.to_owned(), SciBucket { bucket: TokenBucket::new(cfg, now), refused: 0 });
+        }
+        let Some(b) = self.buckets.get_mut(csci_id) else { return Ok(()) };
         b.bucket.refill(now);
         if b.bucket.try_take() {
             if b.refused > 0 {

@@ -70,6 +70,11 @@ pub fn check_id(kind: IdKind, s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(format!("{name} is empty"));
     }
+    // Printable ASCII (U+0020..U+007E) has no hostile character and one byte per
+    // character: the common case, checked without decoding.
+    if s.len() <= kind.max_len() && s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Ok(());
+    }
     let mut n = 0;
     for c in s.chars() {
         n += 1;
@@ -90,6 +95,11 @@ pub fn check_id(kind: IdKind, s: &str) -> Result<(), String> {
 /// notified (as the claimed CSCI-ID of an auth-failure): hostile characters escaped, cut
 /// to the type's length.
 pub fn display_id(kind: IdKind, s: &str) -> String {
+    // Printable ASCII within the length is shown as it is (what `printable` would build
+    // character by character): one copy, as every echoed id of an HTTP batch takes it.
+    if s.len() <= kind.max_len() && s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return s.to_owned();
+    }
     crate::text::printable(s, kind.max_len())
 }
 
@@ -127,6 +137,9 @@ pub struct DecodeError(pub String);
 pub fn decode(body: &[u8], enc: Encoding) -> Result<Vec<RawReport>, DecodeError> {
     match enc {
         Encoding::Json => {
+            if let Some(reports) = decode_json_typed(body) {
+                return Ok(reports);
+            }
             let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| DecodeError(e.to_string()))?;
             from_value(v, |v| serde_json::from_value(v).map_err(|e| DecodeError(e.to_string())))
         }
@@ -135,6 +148,21 @@ pub fn decode(body: &[u8], enc: Encoding) -> Result<Vec<RawReport>, DecodeError>
             let json = cbor_to_json(v)?;
             from_value(json, |v| serde_json::from_value(v).map_err(|e| DecodeError(e.to_string())))
         }
+    }
+}
+
+/// The fast path of JSON decoding: straight into the typed reports, without building a
+/// `serde_json::Value` tree first (which allocated a map and a string per field). It only
+/// says yes: whatever it does not decode (a duplicate key, an unknown field, a wrong
+/// type) goes the general way, which gives the same reports or the same error as before.
+fn decode_json_typed(body: &[u8]) -> Option<Vec<RawReport>> {
+    match body.iter().find(|b| !b.is_ascii_whitespace())? {
+        b'[' => serde_json::from_slice::<Vec<RawReport>>(body).ok(),
+        b'{' => serde_json::from_slice::<Batch>(body)
+            .map(|b| b.reports)
+            .or_else(|_| serde_json::from_slice::<RawReport>(body).map(|r| vec![r]))
+            .ok(),
+        _ => None,
     }
 }
 
@@ -254,6 +282,33 @@ mod tests {
         // A JSON array is a batch too.
         let arr = format!("[{}]", std::str::from_utf8(body).unwrap());
         assert_eq!(decode(arr.as_bytes(), Encoding::Json).unwrap().len(), 1);
+    }
+
+    /// The general JSON path (a `Value` tree first), as decoding was before issue 14.
+    fn decode_general(body: &[u8]) -> Result<Vec<RawReport>, DecodeError> {
+        let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| DecodeError(e.to_string()))?;
+        from_value(v, |v| serde_json::from_value(v).map_err(|e| DecodeError(e.to_string())))
+    }
+
+    #[test]
+    fn issue14_engine_typed_json_fast_path_decodes_as_the_general_path() {
+        let one = r#"{"csci-id":"a","cs-id":"b","seq":1,"timestamp":"2026-11-30T10:00:00Z","gas":1,"computing-time":1,"health":"HEALTHY"}"#;
+        let bodies = [
+            one.to_owned(),
+            format!(" \n[{one},{one}]"),
+            format!(r#"{{"reports":[{one}]}}"#),
+            // A duplicate key: the typed path refuses it, the general one takes the last.
+            one.replace(r#""gas":1"#, r#""gas":1,"gas":2"#),
+            one.replace(r#""gas":1"#, r#""gas":1.5"#),
+            format!(r#"{{"reports":[{one}],"extra":1}}"#),
+            "[]".to_owned(),
+            "{}".to_owned(),
+        ];
+        for b in &bodies {
+            let (fast, general) = (decode(b.as_bytes(), Encoding::Json), decode_general(b.as_bytes()));
+            assert_eq!(fast, general, "{b}");
+        }
+        assert_eq!(decode(bodies[3].as_bytes(), Encoding::Json).unwrap()[0].gas, 2);
     }
 
     #[test]

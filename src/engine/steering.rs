@@ -83,15 +83,15 @@ pub fn decide(core: &Core, cs_id: &str) -> Result<Decision, NoDecision> {
         let better = match &best {
             None => true,
             Some((b, bm)) => {
-                (m.gas, std::cmp::Reverse(m.computing_time_ms), std::cmp::Reverse(e.csci_id.as_str()))
-                    > (bm.gas, std::cmp::Reverse(bm.computing_time_ms), std::cmp::Reverse(b.csci_id.as_str()))
+                (m.gas, std::cmp::Reverse(m.computing_time_ms), std::cmp::Reverse(&*e.csci_id))
+                    > (bm.gas, std::cmp::Reverse(bm.computing_time_ms), std::cmp::Reverse(&*b.csci_id))
             }
         };
         if better {
             best = Some((e, m));
         }
     }
-    if members == 0 && !core.registry.values().any(|s| s.cs_ids.iter().any(|c| c == cs_id)) {
+    if members == 0 && !core.cache.registrations().any(|(_, s)| s.may_report_for(cs_id)) {
         return Err(NoDecision::UnknownCsId);
     }
     let Some((e, metrics)) = best else {
@@ -104,11 +104,11 @@ pub fn decide(core: &Core, cs_id: &str) -> Result<Decision, NoDecision> {
         return Err(NoDecision::NoneAvailable("the active policy advertises GAS 0 for it".into()));
     }
     Ok(Decision {
-        csci_id: e.csci_id.clone(),
+        csci_id: e.csci_id.to_string(),
         cs_id: cs_id.to_owned(),
         metrics,
         state: e.state,
-        timestamp: e.timestamp,
+        timestamp: e.timestamp(),
         candidates,
         site_gas,
     })
@@ -189,7 +189,7 @@ mod tests {
         let raw = RawReport {
             csci_id: csci.into(),
             cs_id: cs.into(),
-            sequence: core.cache.get(csci).and_then(|e| e.sequence).unwrap_or(0) + 1,
+            sequence: core.cache.get(csci).and_then(|e| e.sequence()).unwrap_or(0) + 1,
             timestamp: Utc::now(),
             gas: gas.into(),
             computing_time: ct.into(),

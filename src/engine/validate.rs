@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use super::model::{Health, Metrics, Report};
+use super::model::{Health, Metrics, Report, ReportRef};
 use super::report::RawReport;
 
 /// Why a report was not accepted; each is a `cats-sma-types:rejection-reason` identity with
@@ -140,6 +140,41 @@ pub struct History {
     pub transitions: VecDeque<Instant>,
 }
 
+/// What the validator reads of an SCI's past: a [`History`] of its own, or the cache
+/// entry, which keeps it in its own fields (`cache.rs`).
+pub trait Past {
+    fn last_sequence(&self) -> Option<u64>;
+    fn last_timestamp(&self) -> Option<DateTime<Utc>>;
+    /// When the last accepted report arrived, with its metrics.
+    fn last(&self) -> Option<(Instant, Metrics)>;
+    /// Health transitions that arrived at or after `start` (all, without one).
+    fn transitions_since(&self, start: Option<Instant>) -> u32;
+}
+
+impl Past for History {
+    fn last_sequence(&self) -> Option<u64> {
+        self.last_sequence
+    }
+
+    fn last_timestamp(&self) -> Option<DateTime<Utc>> {
+        self.last_timestamp
+    }
+
+    fn last(&self) -> Option<(Instant, Metrics)> {
+        self.last
+    }
+
+    fn transitions_since(&self, start: Option<Instant>) -> u32 {
+        self.transitions.iter().filter(|t| start.is_none_or(|s| **t >= s)).count() as u32
+    }
+}
+
+impl History {
+    /// No history (a new SCI).
+    pub const EMPTY: History =
+        History { last_sequence: None, last_timestamp: None, last: None, transitions: VecDeque::new() };
+}
+
 /// The verdict on one report.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
@@ -151,6 +186,19 @@ pub enum Verdict {
 /// Range checks: raw values to typed metrics (seed 004: GAS 0..MAX_UINT32, computing time
 /// 0..3600000 ms, cost 0..MAX_UINT32, reputation 0..10, security label 0..10).
 pub fn check_ranges(raw: &RawReport, cfg: &ValidationConfig) -> Result<Report, (Rejection, String)> {
+    let metrics = check_metrics(raw, cfg)?;
+    Ok(Report {
+        csci_id: raw.csci_id.clone(),
+        cs_id: raw.cs_id.clone(),
+        sequence: raw.sequence,
+        timestamp: raw.timestamp,
+        metrics,
+    })
+}
+
+/// The range and consistency checks of [`check_ranges`], without copying the identifiers
+/// (the report path borrows them from the raw report).
+pub fn check_metrics(raw: &RawReport, cfg: &ValidationConfig) -> Result<Metrics, (Rejection, String)> {
     fn range(name: &str, v: i64, max: u64) -> Result<u64, (Rejection, String)> {
         if v < 0 || v as u64 > max {
             Err((Rejection::OutOfRange, format!("{name} {v} is outside 0..={max}")))
@@ -182,13 +230,7 @@ pub fn check_ranges(raw: &RawReport, cfg: &ValidationConfig) -> Result<Report, (
         // seed 004: computing time SHOULD be > 0 if GAS > 0.
         return Err((Rejection::Inconsistent, "computing-time is 0 while gas is positive".into()));
     }
-    Ok(Report {
-        csci_id: raw.csci_id.clone(),
-        cs_id: raw.cs_id.clone(),
-        sequence: raw.sequence,
-        timestamp: raw.timestamp,
-        metrics,
-    })
+    Ok(metrics)
 }
 
 fn change_percent(old: u32, new: u32) -> u64 {
@@ -207,64 +249,97 @@ pub fn validate(
     now: Instant,
     wall: DateTime<Utc>,
 ) -> Verdict {
-    let report = match check_ranges(raw, cfg) {
-        Ok(r) => r,
-        Err((reason, detail)) => return Verdict::Reject { reason, detail, anomaly: None },
+    let report = |metrics| Report {
+        csci_id: raw.csci_id.clone(),
+        cs_id: raw.cs_id.clone(),
+        sequence: raw.sequence,
+        timestamp: raw.timestamp,
+        metrics,
     };
+    match judge(raw, history, cfg, now, wall) {
+        Judgement::Accept { metrics, warning } => Verdict::Accept { report: report(metrics), warning },
+        Judgement::Quarantine { metrics, anomaly } => Verdict::Quarantine { report: report(metrics), anomaly },
+        Judgement::Reject { reason, detail, anomaly } => Verdict::Reject { reason, detail, anomaly },
+    }
+}
+
+/// The verdict of [`judge`]: [`Verdict`] with the checked metrics only (the identifiers,
+/// sequence number and timestamp are the raw report's).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Judgement {
+    Accept { metrics: Metrics, warning: Option<Anomaly> },
+    Quarantine { metrics: Metrics, anomaly: Anomaly },
+    Reject { reason: Rejection, detail: String, anomaly: Option<Anomaly> },
+}
+
+/// [`validate`] without building an owned [`Report`]: the report path's form, which
+/// allocates nothing for a report that passes.
+pub fn judge(
+    raw: &RawReport,
+    history: &impl Past,
+    cfg: &ValidationConfig,
+    now: Instant,
+    wall: DateTime<Utc>,
+) -> Judgement {
+    let metrics = match check_metrics(raw, cfg) {
+        Ok(m) => m,
+        Err((reason, detail)) => return Judgement::Reject { reason, detail, anomaly: None },
+    };
+    let (sequence, timestamp) = (raw.sequence, raw.timestamp);
     // A sequence number never outranks time: a report whose timestamp is newer than the
     // last accepted one may start its sequence again (the SCI restarted), so no sender can
     // lock an SCI out by getting a huge sequence number accepted once. Replays stay
     // refused: a captured report is never newer than the last one accepted.
-    let restart = history.last_timestamp.is_some_and(|t| report.timestamp > t);
-    if let Some(last) = history.last_sequence.filter(|_| !restart) {
-        if report.sequence == last {
-            return Verdict::Reject {
+    let restart = history.last_timestamp().is_some_and(|t| timestamp > t);
+    if let Some(last) = history.last_sequence().filter(|_| !restart) {
+        if sequence == last {
+            return Judgement::Reject {
                 reason: Rejection::Duplicate,
-                detail: format!("sequence {} already received", report.sequence),
+                detail: format!("sequence {sequence} already received"),
                 anomaly: None,
             };
         }
-        if report.sequence < last {
-            return Verdict::Reject {
+        if sequence < last {
+            return Judgement::Reject {
                 reason: Rejection::OutOfOrder,
-                detail: format!("sequence {} is older than {last}", report.sequence),
+                detail: format!("sequence {sequence} is older than {last}"),
                 anomaly: None,
             };
         }
     }
-    if history.last_timestamp.is_some_and(|t| report.timestamp < t) {
-        return Verdict::Reject {
+    if history.last_timestamp().is_some_and(|t| timestamp < t) {
+        return Judgement::Reject {
             reason: Rejection::OutOfOrder,
             detail: "timestamp older than the last report".into(),
             anomaly: None,
         };
     }
-    let skew = (wall - report.timestamp).abs().to_std().unwrap_or(Duration::MAX);
+    let skew = (wall - timestamp).abs().to_std().unwrap_or(Duration::MAX);
     if skew > cfg.timestamp_window {
-        return Verdict::Reject {
+        return Judgement::Reject {
             reason: Rejection::Replay,
-            detail: format!("timestamp {} is {}s away from the agent's clock", report.timestamp, skew.as_secs()),
+            detail: format!("timestamp {timestamp} is {}s away from the agent's clock", skew.as_secs()),
             anomaly: None,
         };
     }
-    let anomaly = detect_anomaly(&report.metrics, history, cfg, now);
+    let anomaly = detect_anomaly(&metrics, history, cfg, now);
     match (anomaly, cfg.action) {
-        (None, _) => Verdict::Accept { report, warning: None },
-        (Some(a), AnomalyAction::AcceptWithWarning) => Verdict::Accept { report, warning: Some(a) },
-        (Some(a), AnomalyAction::Quarantine) => Verdict::Quarantine { report, anomaly: a },
+        (None, _) => Judgement::Accept { metrics, warning: None },
+        (Some(a), AnomalyAction::AcceptWithWarning) => Judgement::Accept { metrics, warning: Some(a) },
+        (Some(a), AnomalyAction::Quarantine) => Judgement::Quarantine { metrics, anomaly: a },
         (Some(a), AnomalyAction::Reject) => {
-            Verdict::Reject { reason: Rejection::Anomaly, detail: format!("{a:?}"), anomaly: Some(a) }
+            Judgement::Reject { reason: Rejection::Anomaly, detail: format!("{a:?}"), anomaly: Some(a) }
         }
     }
 }
 
-fn detect_anomaly(m: &Metrics, h: &History, cfg: &ValidationConfig, now: Instant) -> Option<Anomaly> {
-    let (at, prev) = h.last?;
+fn detect_anomaly(m: &Metrics, h: &impl Past, cfg: &ValidationConfig, now: Instant) -> Option<Anomaly> {
+    let (at, prev) = h.last()?;
     let since = now.saturating_duration_since(at);
     let health_changed = prev.health != m.health;
     if health_changed {
         let window_start = now.checked_sub(cfg.health_flap_window);
-        let recent = h.transitions.iter().filter(|t| window_start.is_none_or(|s| **t >= s)).count() as u32 + 1;
+        let recent = h.transitions_since(window_start) + 1;
         if recent > cfg.health_flap_transitions {
             return Some(Anomaly::HealthFlapping { transitions: recent });
         }
@@ -284,7 +359,7 @@ fn detect_anomaly(m: &Metrics, h: &History, cfg: &ValidationConfig, now: Instant
 }
 
 /// Records an accepted report in the SCI's history.
-pub fn record(h: &mut History, r: &Report, cfg: &ValidationConfig, now: Instant) {
+pub fn record(h: &mut History, r: ReportRef<'_>, cfg: &ValidationConfig, now: Instant) {
     if let Some((_, prev)) = h.last {
         if prev.health != r.metrics.health {
             h.transitions.push_back(now);
@@ -375,11 +450,11 @@ mod tests {
         let wall = Utc::now();
         let mut h = History::default();
         let r = accept(validate(&raw(u64::MAX, 100, 5, "HEALTHY", wall), &h, &cfg, Instant::now(), wall));
-        record(&mut h, &r, &cfg, Instant::now());
+        record(&mut h, r.view(), &cfg, Instant::now());
         let later = wall + chrono::Duration::milliseconds(500);
         let r = accept(validate(&raw(7, 100, 5, "HEALTHY", later), &h, &cfg, Instant::now(), later));
         assert_eq!(r.sequence, 7);
-        record(&mut h, &r, &cfg, Instant::now());
+        record(&mut h, r.view(), &cfg, Instant::now());
         // A replay of the poisoned report (older timestamp) stays refused, and so does a
         // replay of the last one (same sequence, same time).
         assert_eq!(
@@ -398,7 +473,7 @@ mod tests {
         let wall = Utc::now();
         let mut h = History::default();
         let r = accept(validate(&raw(5, 100, 5, "HEALTHY", wall), &h, &cfg, Instant::now(), wall));
-        record(&mut h, &r, &cfg, Instant::now());
+        record(&mut h, r.view(), &cfg, Instant::now());
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(
             rejected(validate(&raw(5, 100, 5, "HEALTHY", wall), &h, &cfg, Instant::now(), wall)),
@@ -433,7 +508,7 @@ mod tests {
             let cfg = ValidationConfig { action, ..Default::default() };
             let mut h = History::default();
             let r = accept(validate(&raw(1, 100, 10, "HEALTHY", wall), &h, &cfg, Instant::now(), wall));
-            record(&mut h, &r, &cfg, Instant::now());
+            record(&mut h, r.view(), &cfg, Instant::now());
             tokio::time::advance(Duration::from_millis(500)).await;
             // GAS +60 % within 1 s without a health change.
             let v = validate(&raw(2, 160, 10, "HEALTHY", wall), &h, &cfg, Instant::now(), wall);
@@ -458,7 +533,7 @@ mod tests {
         let cfg = ValidationConfig::default();
         let mut h = History::default();
         let r = accept(validate(&raw(1, 100, 10, "HEALTHY", wall), &h, &cfg, Instant::now(), wall));
-        record(&mut h, &r, &cfg, Instant::now());
+        record(&mut h, r.view(), &cfg, Instant::now());
         tokio::time::advance(Duration::from_millis(100)).await;
         accept(validate(&raw(2, 10, 10, "DEGRADED", wall), &h, &cfg, Instant::now(), wall));
         // Computing time +150 % within 1 s.
@@ -478,7 +553,7 @@ mod tests {
             let v = validate(&raw(i as u64 + 1, 100, 10, hl, wall), &h, &cfg, Instant::now(), wall);
             if i < 4 {
                 let r = accept(v);
-                record(&mut h, &r, &cfg, Instant::now());
+                record(&mut h, r.view(), &cfg, Instant::now());
             } else {
                 // The fourth transition within 10 s.
                 assert!(

@@ -104,7 +104,7 @@ impl AppRpc for EngineRpcs {
                 let (from, to) = self
                     .engine
                     .query_blocking(move |core| {
-                        if !core.registry.contains_key(&csci) {
+                        if !core.is_registered(&csci) {
                             let shown = crate::text::printable(&csci, 64);
                             return Err((ErrorTag::InvalidValue, format!("{shown} is not a registered SCI")));
                         }

@@ -84,12 +84,12 @@ fn snapshot(core: &mut Core) -> Snapshot {
         .cache
         .entries()
         .map(|e| EntryRow {
-            csci_id: e.csci_id.clone(),
-            cs_id: e.cs_id.clone(),
+            csci_id: e.csci_id.to_string(),
+            cs_id: e.cs_id().map(str::to_owned),
             reported: e.reported,
-            timestamp: e.timestamp,
-            sequence: e.sequence,
-            authentication: core.registry.get(&e.csci_id).map(|s| s.authentication()),
+            timestamp: e.timestamp(),
+            sequence: e.sequence(),
+            authentication: e.registration().map(|s| s.authentication()),
             discovered: core.discovery.get(&e.csci_id).cloned(),
             ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
             state: e.state,
@@ -106,7 +106,7 @@ fn snapshot(core: &mut Core) -> Snapshot {
             let healthy =
                 core.cache.members(cs).filter(|e| e.reported.is_some_and(|m| m.health == Health::Healthy)).count();
             Some(ServiceRow {
-                cs_id: cs.clone(),
+                cs_id: cs.to_owned(),
                 reported: core.reported.get(cs).map(|(r, _)| r.clone()),
                 site_gas: site.gas,
                 computing_time: site.computing_time_ms,
