@@ -92,6 +92,53 @@ pub fn schema_path_of(data_path: &str) -> String {
     out
 }
 
+/// The changes not implied by another change in the list: a created or deleted subtree is
+/// one change, not one per descendant, and list keys are implied by their entry. A change is
+/// implied by an earlier kept Create / Delete of the same op at one of its ancestor paths;
+/// each change costs one set lookup per ancestor, so N changes cost O(N × depth) (the
+/// netconf-config-change of a 100 000-entry edit was quadratic when every change was
+/// compared with every root kept so far).
+pub fn roots(changes: &[Change]) -> Vec<&Change> {
+    let mut covering: std::collections::HashSet<(bool, &str)> = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for c in changes {
+        let subtree_op = match c.op {
+            ChangeOp::Create => Some(true),
+            ChangeOp::Delete => Some(false),
+            _ => None,
+        };
+        let covered = subtree_op
+            .is_some_and(|create| ancestor_ends(&c.path).any(|end| covering.contains(&(create, &c.path[..end]))));
+        if covered || c.is_key {
+            continue;
+        }
+        if let Some(create) = subtree_op {
+            covering.insert((create, c.path.as_str()));
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The byte offsets at which the proper ancestors of a data path end (every `/` outside
+/// predicates after the first character).
+pub(crate) fn ancestor_ends(path: &str) -> impl Iterator<Item = usize> + '_ {
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    path.bytes().enumerate().filter_map(move |(i, b)| {
+        match (quote, b) {
+            (Some(q), b) if b == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'[') => depth += 1,
+            (None, b']') => depth = depth.saturating_sub(1),
+            (None, b'\'' | b'"') if depth > 0 => quote = Some(b),
+            (None, b'/') if depth == 0 && i > 0 => return Some(i),
+            _ => {}
+        }
+        None
+    })
+}
+
 /// Replays changes on a tree that held the same content as the one they were recorded on.
 /// Returns false when a change cannot be replayed faithfully (positions in user-ordered
 /// lists); the caller then falls back to a full copy.
@@ -130,5 +177,35 @@ mod tests {
     #[test]
     fn schema_path_strips_predicates_with_quoted_brackets() {
         assert_eq!(schema_path_of("/m:a/b[k='x]y'][j=\"1\"]/c[.='v']"), "/m:a/b/c");
+    }
+
+    fn ch(op: ChangeOp, path: &str, is_key: bool) -> Change {
+        Change {
+            op,
+            path: path.into(),
+            schema_path: schema_path_of(path),
+            kind: NodeKind::Other,
+            is_key,
+            value: None,
+            old_value: None,
+        }
+    }
+
+    #[test]
+    fn issue22_roots_keep_subtree_tops_only() {
+        let cs = vec![
+            ch(ChangeOp::Create, "/m:a/l[k='x/y']", false),
+            ch(ChangeOp::Create, "/m:a/l[k='x/y']/k", true),
+            ch(ChangeOp::Create, "/m:a/l[k='x/y']/v", false),
+            ch(ChangeOp::Delete, "/m:a/l[k='x/y']/w", false),
+            ch(ChangeOp::Create, "/m:a/l[k='x']", false),
+            ch(ChangeOp::Modify, "/m:a/l[k='x']/v", false),
+            ch(ChangeOp::Create, "/m:a/l[k='x']/v/z", false),
+            ch(ChangeOp::Create, "/m:a/lx", false),
+        ];
+        let r: Vec<&str> = roots(&cs).iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(r, vec!["/m:a/l[k='x/y']", "/m:a/l[k='x/y']/w", "/m:a/l[k='x']", "/m:a/l[k='x']/v", "/m:a/lx"]);
+        let ends: Vec<usize> = ancestor_ends("/m:a/l[k='x/y']/v").collect();
+        assert_eq!(ends, vec![4, 15]);
     }
 }
