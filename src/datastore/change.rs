@@ -61,14 +61,79 @@ impl Change {
             ChangeOp::Delete => (None, value),
             _ => (value, None),
         };
+        let path = node.path();
         Change {
             op,
-            path: node.path(),
-            schema_path: schema_path_of(&node.path()),
+            schema_path: schema_path_of(&path),
+            path,
             kind: schema.kind().into(),
             is_key: schema.is_list_key(),
             value,
             old_value,
+        }
+    }
+}
+
+/// The changes of a whole subtree, `root` first, in document order (what
+/// `root.traverse().map(of_node)` gives), with implicit default nodes below the root left
+/// out when `skip_defaults`. The data path of a container or leaf is its parent's plus one
+/// step, and every schema path is its parent's plus one step: only list entries and
+/// leaf-list values ask libyang for their path, so a 100 000-entry subtree does not print
+/// every node's path from the root.
+pub(crate) fn subtree(op: ChangeOp, root: &DataNodeRef<'_, '_>, skip_defaults: bool) -> Vec<Change> {
+    let first = Change::of_node(op, root);
+    let (path, schema_path) = (first.path.clone(), first.schema_path.clone());
+    let mut out = vec![first];
+    below(op, root, &path, &schema_path, skip_defaults, &mut out);
+    out
+}
+
+fn below(
+    op: ChangeOp,
+    node: &DataNodeRef<'_, '_>,
+    path: &str,
+    schema_path: &str,
+    skip_defaults: bool,
+    out: &mut Vec<Change>,
+) {
+    let parent_schema = node.schema();
+    let module = parent_schema.module();
+    for child in node.children() {
+        if skip_defaults && child.is_default() {
+            continue;
+        }
+        let schema = child.schema();
+        let kind = schema.kind();
+        let cm = schema.module();
+        let step = if cm.name() == module.name() {
+            schema.name().to_owned()
+        } else {
+            format!("{}:{}", cm.name(), schema.name())
+        };
+        let child_path = match kind {
+            SchemaNodeKind::List | SchemaNodeKind::LeafList => child.path(),
+            _ => format!("{path}/{step}"),
+        };
+        let child_schema = format!("{schema_path}/{step}");
+        let value = child.value_canonical();
+        let (value, old_value) = match op {
+            ChangeOp::Delete => (None, value),
+            _ => (value, None),
+        };
+        let descend = matches!(kind, SchemaNodeKind::Container | SchemaNodeKind::List);
+        out.push(Change {
+            op,
+            path: child_path,
+            schema_path: child_schema,
+            kind: kind.into(),
+            is_key: schema.is_list_key(),
+            value,
+            old_value,
+        });
+        if descend {
+            let last = out.last().expect("just pushed");
+            let (p, sp) = (last.path.clone(), last.schema_path.clone());
+            below(op, &child, &p, &sp, skip_defaults, out);
         }
     }
 }
@@ -100,6 +165,9 @@ pub fn schema_path_of(data_path: &str) -> String {
 /// compared with every root kept so far).
 pub fn roots(changes: &[Change]) -> Vec<&Change> {
     let mut covering: std::collections::HashSet<(bool, &str)> = std::collections::HashSet::new();
+    // The last kept subtree root: a subtree's changes follow its root, so most are
+    // covered by it, which a prefix comparison shows without hashing.
+    let mut last: Option<(bool, &str)> = None;
     let mut out = Vec::new();
     for c in changes {
         let subtree_op = match c.op {
@@ -107,13 +175,17 @@ pub fn roots(changes: &[Change]) -> Vec<&Change> {
             ChangeOp::Delete => Some(false),
             _ => None,
         };
-        let covered = subtree_op
-            .is_some_and(|create| ancestor_ends(&c.path).any(|end| covering.contains(&(create, &c.path[..end]))));
+        let covered = subtree_op.is_some_and(|create| {
+            last.is_some_and(|(op, r)| {
+                op == create && c.path.len() > r.len() && c.path.starts_with(r) && c.path[r.len()..].starts_with('/')
+            }) || ancestor_ends(&c.path).any(|end| covering.contains(&(create, &c.path[..end])))
+        });
         if covered || c.is_key {
             continue;
         }
         if let Some(create) = subtree_op {
             covering.insert((create, c.path.as_str()));
+            last = Some((create, c.path.as_str()));
         }
         out.push(c);
     }
@@ -189,6 +261,37 @@ mod tests {
             value: None,
             old_value: None,
         }
+    }
+
+    #[test]
+    fn issue22_subtree_changes_equal_the_per_node_ones() {
+        let ctx = crate::yang::context();
+        let xml = r#"<cats-sma xmlns="urn:cats-sma:yang:cats-sma"><scis><sci><csci-id>a'b</csci-id><cs-id>X</cs-id><cs-id>Y</cs-id><expected-interval>7</expected-interval></sci></scis><policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><heartbeat-interval>60</heartbeat-interval></update-control></policy></cats-sma><nacm xmlns="urn:ietf:params:xml:ns:yang:ietf-netconf-acm"><groups><group><name>g</name><user-name>u</user-name></group></groups></nacm>"#;
+        let mut data = xml.as_bytes().to_vec();
+        data.push(0);
+        let tree = DataTree::parse_string(
+            ctx,
+            &data,
+            yang2::data::DataFormat::XML,
+            yang2::data::DataParserFlags::STRICT | yang2::data::DataParserFlags::NO_STATE,
+            yang2::data::DataValidationFlags::NO_STATE,
+        )
+        .unwrap();
+        let mut n = 0;
+        for top in tree.reference().unwrap().inclusive_siblings() {
+            for op in [ChangeOp::Create, ChangeOp::Delete] {
+                let want: Vec<Change> = top.traverse().map(|d| Change::of_node(op, &d)).collect();
+                assert_eq!(subtree(op, &top, false), want);
+                let want: Vec<Change> = top
+                    .traverse()
+                    .filter(|d| !d.is_default() || d.as_raw() == top.as_raw())
+                    .map(|d| Change::of_node(op, &d))
+                    .collect();
+                assert_eq!(subtree(op, &top, true), want);
+                n += want.len();
+            }
+        }
+        assert!(n > 20, "{n}");
     }
 
     #[test]

@@ -407,7 +407,7 @@ impl<'t> Editor<'t> {
         }
         // SAFETY: `dup` was just linked into the target tree and is live.
         let node = unsafe { DataNodeRef::from_raw(&*self.target, dup) };
-        let recs: Vec<Change> = node.traverse().map(|n| Change::of_node(ChangeOp::Create, &n)).collect();
+        let recs = super::change::subtree(ChangeOp::Create, &node, false);
         if let Some(first) = recs.first() {
             self.undo.push(Undo::Created(first.path.clone()));
         }
@@ -421,13 +421,7 @@ impl<'t> Editor<'t> {
     fn remove_node(&mut self, n: *mut yang2::ffi::lyd_node) {
         // SAFETY: `n` is a live node of the target (just looked up).
         let node = unsafe { DataNodeRef::from_raw(&*self.target, n) };
-        let mut recs = Vec::new();
-        for d in node.traverse() {
-            if d.is_default() && d.as_raw() != n {
-                continue;
-            }
-            recs.push(Change::of_node(ChangeOp::Delete, &d));
-        }
+        let recs = super::change::subtree(ChangeOp::Delete, &node, true);
         // libyang keeps the instances of one schema node next to each other, so the
         // neighbours of the same schema are the direct ones (O(1), not a walk of the list).
         let anchor = if node.schema().is_user_ordered() {

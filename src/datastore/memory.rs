@@ -14,13 +14,32 @@
 /// delete).
 pub(crate) const TRIM_AFTER_CHANGES: usize = 1_000;
 
-/// Returns free heap memory to the system when `changes` nodes changed (call it after the
-/// old data was freed).
+/// Returns free heap memory to the system soon after a commit that changed `changes`
+/// nodes. Not at once: the request that made the commit (its text, the parsed edit, the
+/// reply) is freed only after the datastore returns, and it is as large as the change. A
+/// background thread trims once that has happened; commits meanwhile share its one trim.
 pub(crate) fn after_commit(changes: usize) {
-    if changes >= TRIM_AFTER_CHANGES {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    if changes < TRIM_AFTER_CHANGES || PENDING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("heap-trim".into()).spawn(|| {
+        std::thread::sleep(TRIM_DELAY);
+        PENDING.store(false, Ordering::Release);
+        trim();
+    });
+    if spawned.is_err() {
+        PENDING.store(false, Ordering::Release);
         trim();
     }
 }
+
+/// How long after a large commit the heap is trimmed: long enough for the request that
+/// made it to be answered and freed (a 100 000-entry edit-config's reply is sent within
+/// milliseconds of the commit), short enough that RSS follows the data at once for anyone
+/// watching.
+const TRIM_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// `malloc_trim(0)`: glibc releases the free memory at the top of every arena and the free
 /// whole pages inside them.
