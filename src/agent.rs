@@ -1,5 +1,5 @@
-//! Wiring: state directory, datastores, users and the NETCONF server, started together and
-//! stopped together.
+//! Wiring: state directory, datastores, users, the management core and its front ends
+//! (NETCONF, RESTCONF), the engine and the C-PS adapters, started together and stopped together.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,12 +9,13 @@ use tracing::info;
 use crate::config::state::{FirstStart, StateDir, ADMIN_PASSWORD_ENV, ADMIN_USER};
 use crate::config::Bootstrap;
 use crate::datastore::Datastores;
+use crate::mgmt::users::UserStore;
 use crate::netconf;
-use crate::users::UserStore;
 
 /// A running agent.
 pub struct Agent {
-    pub netconf: Arc<netconf::Server>,
+    /// The management core every front end shares.
+    pub core: Arc<crate::mgmt::Core>,
     pub netconf_addrs: Vec<SocketAddr>,
     /// Where SCIs POST reports, when HTTP collection is enabled.
     pub sci_http: Option<SocketAddr>,
@@ -49,7 +50,7 @@ impl Agent {
         let datastores =
             Arc::new(Datastores::open(ctx, Some(state.startup_file())).map_err(|e| format!("datastores: {e}"))?);
         let recovery = boot.recovery_user.clone().unwrap_or_else(|| ADMIN_USER.to_owned());
-        crate::netconf::filter::configure(boot.filters.clone());
+        crate::mgmt::filter::configure(boot.filters.clone());
         let nacm = crate::nacm::Nacm::new(Some(recovery));
         datastores.with_tree(crate::datastore::Datastore::Running, |t| nacm.load(t)).map_err(|e| e.to_string())?;
         datastores.register_consumer(nacm.clone());
@@ -62,7 +63,8 @@ impl Agent {
         datastores.register_state_provider(Arc::new(crate::mgmt::auth_limits::LimitsState {
             limits: Arc::downgrade(&limits),
         }));
-        let server = netconf::Server::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
+        let server = crate::mgmt::Core::new(datastores.clone(), users, boot.netconf.clone(), nacm, limits);
+        netconf::attach(&server);
         server.events.configure(&boot.peer_limits);
         crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
         let (engine, sci_http, sci_tls) = start_engine(&datastores, &server, &boot, &state.path).await?;
@@ -102,13 +104,13 @@ impl Agent {
             None => "; RESTCONF disabled".into(),
         };
         info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}{rc}", list(&addrs));
-        Ok(Agent { netconf: server, netconf_addrs: addrs, sci_http, sci_tls, engine, cps, restconf, state, task })
+        Ok(Agent { core: server, netconf_addrs: addrs, sci_http, sci_tls, engine, cps, restconf, state, task })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.
     pub async fn shutdown(self) {
         self.cps.shutdown();
-        let _ = self.netconf.shutdown.send(true);
+        let _ = self.core.shutdown.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
     }
 }
@@ -118,7 +120,7 @@ impl Agent {
 /// collector. Returns the engine and the collector's address.
 async fn start_engine(
     datastores: &Arc<Datastores>,
-    server: &Arc<netconf::Server>,
+    server: &Arc<crate::mgmt::Core>,
     boot: &Bootstrap,
     state_dir: &std::path::Path,
 ) -> Result<(crate::engine::Engine, Option<SocketAddr>, Arc<crate::engine::collect::http::TlsStatus>), String> {
@@ -199,7 +201,7 @@ async fn start_engine(
 /// commits, the session state in the operational view, `c-ps-unreachable` on the stream.
 fn start_cps(
     datastores: &Arc<Datastores>,
-    server: &Arc<netconf::Server>,
+    server: &Arc<crate::mgmt::Core>,
     engine: &crate::engine::Engine,
     keys: crate::cps::NorthboundKeys,
 ) -> Result<Arc<crate::cps::Adapters>, String> {

@@ -37,23 +37,25 @@ fn sample_config() -> String {
 }
 
 /// A fresh NETCONF server on in-memory datastores (no SSH, no engine, no files).
-fn new_server() -> Arc<netconf::Server> {
+fn new_server() -> Arc<crate::mgmt::Core> {
     let ctx = crate::yang::context();
     let datastores = Arc::new(Datastores::open(ctx, None).expect("empty in-memory datastores open"));
     let nacm = crate::nacm::Nacm::new(Some(ADMIN.to_owned()));
     datastores.register_consumer(nacm.clone());
     datastores.set_write_guard(nacm.clone());
     datastores.register_state_provider(nacm.clone());
-    let users = crate::users::UserStore::from_entries(&[]).expect("no users is a valid user store");
+    let users = crate::mgmt::users::UserStore::from_entries(&[]).expect("no users is a valid user store");
     let limits = crate::mgmt::auth_limits::Limits::new(Default::default(), &users);
-    netconf::Server::new(datastores, users, crate::config::NetconfSettings::default(), nacm, limits)
+    let core = crate::mgmt::Core::new(datastores, users, crate::config::NetconfSettings::default(), nacm, limits);
+    netconf::attach(&core);
+    core
 }
 
 /// The recovery user (NACM does not apply) and a user NACM applies to.
 const ADMIN: &str = "admin";
 const GUEST: &str = "guest";
 
-fn session(server: &Arc<netconf::Server>, user: &str) -> rpc::SessionCtx {
+fn session(server: &Arc<crate::mgmt::Core>, user: &str) -> rpc::SessionCtx {
     let (id, info) = server.open_session(user, None).expect("a fresh server has room for a session");
     rpc::SessionCtx::new(id, server.clone(), info, true)
 }
@@ -63,7 +65,7 @@ fn rpc_text(id: u32, op: &str) -> String {
 }
 
 /// A fresh server holding [`sample_config`] in running (and candidate).
-fn populated_server() -> Arc<netconf::Server> {
+fn populated_server() -> Arc<crate::mgmt::Core> {
     let server = new_server();
     let admin = session(&server, ADMIN);
     let edit = rpc_text(
@@ -101,7 +103,7 @@ fn skip_known_open(s: &str) -> bool {
 /// Checks a NETCONF reply is one well-formed `<rpc-reply>`: attacker text that reached it
 /// unescaped would break it.
 fn check_reply(reply: &str) {
-    if let Err(e) = crate::netconf::xml::parse(reply) {
+    if let Err(e) = crate::xml::parse(reply) {
         panic!("the reply is not well-formed XML ({e}): {reply}");
     }
 }
@@ -150,11 +152,11 @@ pub fn framing(data: &[u8]) {
 /// The XML message parser every NETCONF message and XML RESTCONF body goes through.
 pub fn xml_message(data: &[u8]) {
     let Some(s) = text(data) else { return };
-    let _ = crate::netconf::xml::parse(s);
+    let _ = crate::xml::parse(s);
 }
 
-fn filter_server() -> &'static Arc<netconf::Server> {
-    static SERVER: OnceLock<Arc<netconf::Server>> = OnceLock::new();
+fn filter_server() -> &'static Arc<crate::mgmt::Core> {
+    static SERVER: OnceLock<Arc<crate::mgmt::Core>> = OnceLock::new();
     SERVER.get_or_init(populated_server)
 }
 
@@ -194,13 +196,13 @@ pub fn subtree_filter(data: &[u8]) {
 pub fn xpath_filter(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else { return };
     let Some(expr) = text(rest) else { return };
-    let x = crate::netconf::xml::escape_attr(expr);
+    let x = crate::xml::escape_attr(expr);
     let decls = format!(
         "xmlns:c=\"{NS_CATS}\" xmlns:nacm=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\" \
          xmlns:cps=\"urn:cats-sma:yang:cats-sma-cps\""
     );
     let filter = if sel % 3 == 2 {
-        format!("<xpath-filter {decls}>{}</xpath-filter>", crate::netconf::xml::escape_text(expr))
+        format!("<xpath-filter {decls}>{}</xpath-filter>", crate::xml::escape_text(expr))
     } else {
         format!("<filter type=\"xpath\" {decls} select=\"{x}\"/>")
     };
@@ -472,7 +474,7 @@ pub fn cps_wire(data: &[u8]) {
 /// `<modify-subscription>` element (or any element: the parsers check what it is).
 pub fn push_params(data: &[u8]) {
     let Some(s) = text(data).filter(|s| !skip_known_open(s)) else { return };
-    let Ok(op) = crate::netconf::xml::parse(s) else { return };
+    let Ok(op) = crate::xml::parse(s) else { return };
     let _ = crate::push::params::establish(&op, s);
     let _ = crate::push::params::modify(&op, s);
     let _ = crate::push::params::id(&op, crate::push::NS_SN);

@@ -22,5 +22,5 @@ pub mod push;
 pub mod restconf;
 pub mod text;
 pub mod tls;
-pub mod users;
+pub mod xml;
 pub mod yang;

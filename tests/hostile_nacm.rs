@@ -135,7 +135,7 @@ fn seed_config() -> String {
 /// An agent with user bob (NACM group ops) and the secrets configured.
 async fn agent(write_default: &str, extra_rules: &str, toml: &str) -> (tempfile::TempDir, AgentProcess) {
     let dir = tempfile::tempdir().unwrap();
-    let hash = cats_sma::users::hash_password(BOB_PW).unwrap();
+    let hash = cats_sma::mgmt::users::hash_password(BOB_PW).unwrap();
     let cfg = dir.path().join("boot.toml");
     std::fs::write(&cfg, format!("{toml}\n[[users]]\nname = \"bob\"\npassword_hash = \"{hash}\"\n")).unwrap();
     let agent = start_agent(&dir.path().join("state"), &["--config", cfg.to_str().unwrap()]);

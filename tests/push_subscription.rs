@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cats_sma::engine::changes::{ChangeSet, StateChange};
 use cats_sma::error::RpcError;
-use cats_sma::netconf::notifications::EventBus;
+use cats_sma::mgmt::events::EventBus;
 use cats_sma::push::encode::{restconf_path, Edit};
 use cats_sma::push::params::{EditOp, Trigger};
 use cats_sma::push::subscription::{

@@ -385,7 +385,7 @@ async fn nmda_datastores_and_yang_patch() {
 #[tokio::test(flavor = "multi_thread")]
 async fn nacm_denies_restconf_writes_reads_and_operations() {
     let dir = tempfile::tempdir().unwrap();
-    let hash = cats_sma::users::hash_password("bob-pw").unwrap();
+    let hash = cats_sma::mgmt::users::hash_password("bob-pw").unwrap();
     let cfg = dir.path().join("boot.toml");
     std::fs::write(&cfg, format!("[[users]]\nname = \"bob\"\npassword_hash = \"{hash}\"\n")).unwrap();
     let agent = start_agent(&dir.path().join("state"), &["--config", cfg.to_str().unwrap()]);

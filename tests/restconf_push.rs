@@ -88,7 +88,7 @@ async fn gone(c: &Curl, id: u64) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn yang_push_over_restconf() {
     let dir = tempfile::tempdir().unwrap();
-    let hash = cats_sma::users::hash_password("bob-pw").unwrap();
+    let hash = cats_sma::mgmt::users::hash_password("bob-pw").unwrap();
     let cfg = dir.path().join("boot.toml");
     std::fs::write(&cfg, format!("[[users]]\nname = \"bob\"\npassword_hash = \"{hash}\"\n")).unwrap();
     let agent =

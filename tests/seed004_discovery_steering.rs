@@ -241,7 +241,7 @@ fn rpc_error_tag(reply: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_network_partition_local_steering_rpc_over_netconf_and_restconf() {
     let dir = tempfile::tempdir().unwrap();
-    let hash = cats_sma::users::hash_password("fwd-pw").unwrap();
+    let hash = cats_sma::mgmt::users::hash_password("fwd-pw").unwrap();
     let boot = dir.path().join("boot.toml");
     std::fs::write(&boot, format!("[[users]]\nname = \"fwd\"\npassword_hash = \"{hash}\"\n")).unwrap();
     let agent =

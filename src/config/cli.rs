@@ -71,7 +71,7 @@ pub fn main() -> i32 {
                 eprintln!("cannot read the password from stdin");
                 return 1;
             }
-            match crate::users::hash_password(line.trim_end_matches(['\r', '\n'])) {
+            match crate::mgmt::users::hash_password(line.trim_end_matches(['\r', '\n'])) {
                 Ok(h) => {
                     println!("{h}");
                     0

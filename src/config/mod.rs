@@ -42,7 +42,7 @@ pub struct Bootstrap {
     pub limits: crate::mgmt::auth_limits::LimitsSettings,
     /// What one filter may cost (XPath / subtree filters, YANG-Push selections,
     /// notification filters): see docs/security.md, "Filters and access control".
-    pub filters: crate::netconf::filter::FilterLimits,
+    pub filters: crate::mgmt::filter::FilterLimits,
     /// The audit trail (`audit.log` in the state directory).
     pub audit: crate::mgmt::audit::AuditSettings,
     /// Structural limits on every received management message.
@@ -259,10 +259,10 @@ impl Bootstrap {
                 return Err(format!("users: {} has neither a password_hash nor authorized_keys", u.name));
             }
             if let Some(h) = &u.password_hash {
-                crate::users::check_hash(h).map_err(|e| format!("users: {}: password_hash: {e}", u.name))?;
+                crate::mgmt::users::check_hash(h).map_err(|e| format!("users: {}: password_hash: {e}", u.name))?;
             }
             for k in &u.authorized_keys {
-                crate::users::parse_authorized_key(k)
+                crate::mgmt::users::parse_authorized_key(k)
                     .map_err(|e| format!("users: {}: authorized_keys: {e}", u.name))?;
             }
         }

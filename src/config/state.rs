@@ -139,7 +139,7 @@ impl StateDir {
                     Ok(p) if !p.is_empty() => (p, false),
                     _ => (random_password(), true),
                 };
-                let hash = crate::users::hash_password(&password).map_err(io::Error::other)?;
+                let hash = crate::mgmt::users::hash_password(&password).map_err(io::Error::other)?;
                 let f = CredentialsFile {
                     users: vec![StoredUser {
                         name: ADMIN_USER.into(),
@@ -229,7 +229,7 @@ mod tests {
         assert!(again.is_none());
         assert_eq!(users, users2);
         if let Some(pw) = first.generated_password {
-            let store = crate::users::UserStore::from_entries(&users).unwrap();
+            let store = crate::mgmt::users::UserStore::from_entries(&users).unwrap();
             assert!(store.verify_password(ADMIN_USER, &pw));
         }
     }

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use tracing::{info, warn};
 
 use crate::mgmt::audit::{self, Category};
-use crate::users::UserStore;
+use crate::mgmt::users::UserStore;
 
 // ----- configuration ---------------------------------------------------------------------
 
@@ -685,7 +685,7 @@ impl PasswordPool {
                 };
                 let Ok(job) = job else { return };
                 bump(&counters.password.hashes);
-                let ok = crate::users::verify_hash(&job.password, &job.hash);
+                let ok = crate::mgmt::users::verify_hash(&job.password, &job.hash);
                 let _ = job.reply.send(ok);
             });
             if let Err(e) = spawned {
@@ -1036,7 +1036,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unknown_users_are_hashed_too_and_a_full_queue_fails_fast() {
-        let users = Arc::new(store(&crate::users::hash_password("pw").unwrap()));
+        let users = Arc::new(store(&crate::mgmt::users::hash_password("pw").unwrap()));
         let settings = LimitsSettings { password_workers: 1, password_queue: 1, ..Default::default() };
         let pool = Arc::new(PasswordPool::start(&settings, users.dummy_hash(), Arc::new(Counters::default())));
         let p = Some(peer("10.0.0.9"));
@@ -1061,7 +1061,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_backed_off_source_is_refused_without_hashing() {
-        let users = store(&crate::users::hash_password("pw").unwrap());
+        let users = store(&crate::mgmt::users::hash_password("pw").unwrap());
         let settings = LimitsSettings { backoff_after_failures: 2, backoff_initial_ms: 60_000, ..Default::default() };
         let pool = PasswordPool::start(&settings, users.dummy_hash(), Arc::new(Counters::default()));
         let bad = Some(peer("10.0.0.7"));

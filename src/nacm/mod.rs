@@ -15,8 +15,8 @@ use crate::datastore::{
 };
 use crate::error::{ErrorTag, RpcError};
 use crate::mgmt::audit::{self, Category};
-use crate::netconf::filter::Readable;
-use crate::netconf::notifications::Event;
+use crate::mgmt::events::Event;
+use crate::mgmt::filter::Readable;
 
 /// Identities of NETCONF sessions (RFC 6241 session-id).
 pub const NETCONF_IDS: std::ops::RangeInclusive<SessionId> = 1..=0x7fff_ffff;

@@ -1,34 +1,26 @@
-//! The NETCONF server (RFC 6241) over SSH (RFC 6242): transport in `ssh.rs`, framing in
+//! The NETCONF front end (RFC 6241) over SSH (RFC 6242): transport in `ssh.rs`, framing in
 //! `framing.rs`, the session state machine in `session.rs`, one file per operation under
-//! `rpc/`, filters under `filter/`, rpc-error encoding in `error.rs`.
+//! `rpc/`, the RFC 6022 monitoring state in `monitoring.rs`. It depends on the management
+//! core (`crate::mgmt`: datastores, sessions, NACM, events, subscriptions, filters,
+//! rpc-error encoding) and on no other front end.
 
-pub mod confirmed_commit;
-pub mod error;
-pub mod filter;
 pub mod framing;
+pub mod inline;
 pub mod monitoring;
-pub mod notifications;
 pub mod rpc;
 pub mod session;
 pub mod ssh;
-pub mod xml;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use tokio::sync::watch;
+pub use crate::mgmt::ns::*;
+use crate::mgmt::Core;
 
-use crate::config::NetconfSettings;
-use crate::datastore::{Datastores, SessionId};
-use crate::users::UserStore;
-
-pub const NS_BASE: &str = "urn:ietf:params:xml:ns:netconf:base:1.0";
-pub const NS_MONITORING: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-monitoring";
-pub const NS_WITH_DEFAULTS: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults";
-pub const NS_NMDA: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-nmda";
-pub const NS_YANG: &str = "urn:ietf:params:xml:ns:yang:1";
+/// Adds what the NETCONF front end contributes to the core: the RFC 6022 monitoring state
+/// (sessions, schemas, statistics) in the operational view.
+pub fn attach(core: &Arc<Core>) {
+    core.datastores.register_state_provider(Arc::new(monitoring::Monitoring { server: Arc::downgrade(core) }));
+}
 
 pub const CAP_BASE_10: &str = "urn:ietf:params:netconf:base:1.0";
 pub const CAP_BASE_11: &str = "urn:ietf:params:netconf:base:1.1";
@@ -63,145 +55,4 @@ pub fn server_capabilities() -> Vec<String> {
         ctx.get_module_set_id()
     ));
     caps
-}
-
-/// The agent's own RPCs (the YANG `rpc` statements of its modules), served by the parts
-/// of the agent that own them. `input` is the parsed and validated RPC (libyang checked
-/// the input against the schema); the result is the output's child elements as XML (empty
-/// for `<ok/>`).
-pub trait AppRpc: Send + Sync {
-    fn call(
-        &self,
-        module: &str,
-        name: &str,
-        input: &yang2::data::DataTree<'static>,
-    ) -> Result<String, crate::error::RpcError>;
-}
-
-/// What the server knows about one live session (monitoring, kill-session).
-pub struct SessionInfo {
-    pub username: String,
-    pub source: Option<SocketAddr>,
-    pub login_time: chrono::DateTime<chrono::Utc>,
-    pub in_rpcs: AtomicU64,
-    pub in_bad_rpcs: AtomicU64,
-    pub out_rpc_errors: AtomicU64,
-    pub out_notifications: AtomicU64,
-    /// Set to the killing session's id to make the session end (kill-session).
-    pub kill: watch::Sender<Option<SessionId>>,
-}
-
-/// Global counters (RFC 6022 statistics).
-#[derive(Default)]
-pub struct Statistics {
-    pub in_bad_hellos: AtomicU64,
-    pub in_sessions: AtomicU64,
-    pub dropped_sessions: AtomicU64,
-    pub in_rpcs: AtomicU64,
-    pub in_bad_rpcs: AtomicU64,
-    pub out_rpc_errors: AtomicU64,
-    pub out_notifications: AtomicU64,
-    /// Notifications a slow subscriber could not receive (logged too).
-    pub dropped_notifications: AtomicU64,
-}
-
-/// State shared by every session of the server.
-pub struct Server {
-    pub datastores: Arc<Datastores>,
-    pub users: UserStore,
-    pub settings: NetconfSettings,
-    pub sessions: Mutex<HashMap<SessionId, Arc<SessionInfo>>>,
-    pub stats: Statistics,
-    pub start_time: chrono::DateTime<chrono::Utc>,
-    /// Flips to true when the server shuts down.
-    pub shutdown: watch::Sender<bool>,
-    pub confirmed_commit: confirmed_commit::ConfirmedCommit,
-    pub nacm: Arc<crate::nacm::Nacm>,
-    /// The NETCONF event stream (RFC 5277) with its replay log.
-    pub events: notifications::EventBus,
-    /// Handler of the agent's own RPCs, once the engine is up.
-    pub app_rpcs: std::sync::RwLock<Option<Arc<dyn AppRpc>>>,
-    /// YANG-Push dynamic subscriptions (RFC 8639/8641).
-    pub push: Arc<crate::push::Push>,
-    /// Connection gates, the password-check pool and their counters (all listeners).
-    pub limits: Arc<crate::mgmt::auth_limits::Limits>,
-}
-
-impl Server {
-    pub fn new(
-        datastores: Arc<Datastores>,
-        users: UserStore,
-        settings: NetconfSettings,
-        nacm: Arc<crate::nacm::Nacm>,
-        limits: Arc<crate::mgmt::auth_limits::Limits>,
-    ) -> Arc<Server> {
-        let server = Arc::new(Server {
-            datastores,
-            users,
-            settings,
-            sessions: Mutex::new(HashMap::new()),
-            stats: Statistics::default(),
-            start_time: chrono::Utc::now(),
-            shutdown: watch::channel(false).0,
-            confirmed_commit: Default::default(),
-            nacm,
-            events: Default::default(),
-            app_rpcs: Default::default(),
-            push: Default::default(),
-            limits,
-        });
-        server
-            .datastores
-            .register_consumer(Arc::new(notifications::ConfigChangeNotifier { server: Arc::downgrade(&server) }));
-        server.datastores.register_state_provider(Arc::new(monitoring::Monitoring { server: Arc::downgrade(&server) }));
-        server.datastores.register_consumer(server.push.running_feed());
-        server
-            .datastores
-            .register_state_provider(Arc::new(crate::push::state::PushState { server: Arc::downgrade(&server) }));
-        server
-    }
-
-    /// Registers a new session; `None` when max-sessions is reached.
-    pub fn open_session(&self, username: &str, source: Option<SocketAddr>) -> Option<(SessionId, Arc<SessionInfo>)> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        if sessions.len() >= self.settings.max_sessions {
-            return None;
-        }
-        // NACM hands out the identity: never one still live, never a RESTCONF one.
-        let id = self.nacm.open_identity(&crate::nacm::NETCONF_IDS, username)?;
-        let info = Arc::new(SessionInfo {
-            username: username.to_owned(),
-            source,
-            login_time: chrono::Utc::now(),
-            in_rpcs: AtomicU64::new(0),
-            in_bad_rpcs: AtomicU64::new(0),
-            out_rpc_errors: AtomicU64::new(0),
-            out_notifications: AtomicU64::new(0),
-            kill: watch::channel(None).0,
-        });
-        sessions.insert(id, info.clone());
-        self.stats.in_sessions.fetch_add(1, Ordering::Relaxed);
-        Some((id, info))
-    }
-
-    /// Forgets a session and releases what it held: its locks, candidate changes behind
-    /// its lock, its NACM identity, and its pending confirmed commit (rolled back unless it
-    /// was made with persist, RFC 6241 8.4.1). Called once per session; later calls (the
-    /// session task ending after kill-session already closed it) do nothing.
-    pub fn close_session(&self, id: SessionId) {
-        let removed = self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-        if removed.is_some() {
-            self.nacm.session_closed(id);
-            self.datastores.release_session(id);
-            self.confirmed_commit.session_ended(self, id);
-        }
-    }
-
-    pub fn session(&self, id: SessionId) -> Option<Arc<SessionInfo>> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
-    }
-
-    pub fn session_count(&self) -> usize {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }

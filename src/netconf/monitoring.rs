@@ -7,14 +7,14 @@ use std::sync::Weak;
 
 use yang2::data::DataTree;
 
-use super::Server;
 use crate::datastore::{Datastore, StateProvider};
 use crate::error::RpcError;
+use crate::mgmt::Core;
 
 const ROOT: &str = "/ietf-netconf-monitoring:netconf-state";
 
 pub struct Monitoring {
-    pub server: Weak<Server>,
+    pub server: Weak<Core>,
 }
 
 use crate::datastore::tree::{quote, set, yang_time as time};

@@ -11,11 +11,13 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use super::framing::{encode, Decoder, Framing, FramingError};
-use super::notifications::{self, SubscriptionSpec};
+use super::inline::{Costs, Kind};
 use super::rpc::{self, After, SessionCtx};
-use super::xml::{self, escape_text};
-use super::{server_capabilities, Server, SessionInfo, CAP_BASE_10, CAP_BASE_11, NS_BASE};
+use super::{server_capabilities, CAP_BASE_10, CAP_BASE_11, NS_BASE};
 use crate::datastore::SessionId;
+use crate::mgmt::events::{self as notifications, SubscriptionSpec};
+use crate::mgmt::{Core, SessionInfo};
+use crate::xml::{self, escape_text};
 
 /// How long a client has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -67,7 +69,7 @@ enum End {
 
 /// Runs a session to its end. The caller has registered it with the server (id, info) and
 /// unregisters it afterwards.
-pub async fn run<S>(stream: S, server: Arc<Server>, id: SessionId, info: Arc<SessionInfo>)
+pub async fn run<S>(stream: S, server: Arc<Core>, id: SessionId, info: Arc<SessionInfo>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -89,7 +91,7 @@ where
     notifications::session_end(&server, &info.username, id, info.source, reason, killer);
 }
 
-async fn serve<R, W>(mut rd: R, wr: W, server: Arc<Server>, id: SessionId, info: Arc<SessionInfo>) -> End
+async fn serve<R, W>(mut rd: R, wr: W, server: Arc<Core>, id: SessionId, info: Arc<SessionInfo>) -> End
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -146,7 +148,17 @@ where
             match decoder.next_message() {
                 Ok(Some(msg)) => {
                     let text = String::from_utf8_lossy(&msg);
-                    let (reply, after) = tokio::task::block_in_place(|| rpc::handle(&ctx, &text));
+                    // Cheap kinds of RPC run on this task; the others on a blocking thread
+                    // (see inline.rs).
+                    let kind = Kind::of(&text);
+                    let costs = Costs::global();
+                    let started = std::time::Instant::now();
+                    let (reply, after) = if costs.inline(kind.as_ref(), text.len()) {
+                        rpc::handle(&ctx, &text)
+                    } else {
+                        tokio::task::block_in_place(|| rpc::handle(&ctx, &text))
+                    };
+                    costs.record(kind, started.elapsed());
                     // A new subscription joins the stream before its reply goes out, so no
                     // event raised after the <ok/> is missed; its task sends them after it.
                     let joined = ctx.take_subscription().map(|spec| {
@@ -174,7 +186,7 @@ where
                         crate::error::ErrorType::Rpc,
                         format!("the message exceeds the maximum size of {max} bytes"),
                     );
-                    if tx.send(super::error::reply_errors("", &[e])).await.is_err() {
+                    if tx.send(crate::mgmt::error::reply_errors("", &[e])).await.is_err() {
                         break 'session End::Dropped;
                     }
                 }
@@ -232,7 +244,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Str
 /// Sends one session's subscription: replay, replayComplete, live events, and
 /// notificationComplete at stopTime (RFC 5277 sections 2.1.1 and 3.3).
 async fn forward(
-    server: Arc<Server>,
+    server: Arc<Core>,
     info: Arc<SessionInfo>,
     spec: SubscriptionSpec,
     stream: (Vec<Arc<notifications::Event>>, tokio::sync::broadcast::Receiver<Arc<notifications::Event>>),

@@ -15,8 +15,8 @@ use russh::{Channel, ChannelId, MethodKind, MethodSet};
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
-use super::Server;
 use crate::mgmt::auth_limits::{login_audit, Permit, Timeout, Verdict};
+use crate::mgmt::Core;
 
 fn methods() -> MethodSet {
     MethodSet::from(&[MethodKind::Password, MethodKind::PublicKey][..])
@@ -37,7 +37,7 @@ pub fn ssh_config(host_key: PrivateKey) -> russh::server::Config {
 }
 
 struct Connection {
-    server: Arc<Server>,
+    server: Arc<Core>,
     permit: Arc<Permit>,
     peer: Option<SocketAddr>,
     user: Option<String>,
@@ -130,11 +130,7 @@ impl russh::server::Handler for Connection {
 
 /// Listens on every configured address until shutdown. Calls `ready` once all listeners
 /// are bound, with the bound addresses (ports resolved when 0 was asked).
-pub async fn serve(
-    server: Arc<Server>,
-    host_key: PrivateKey,
-    ready: impl FnOnce(&[SocketAddr]),
-) -> std::io::Result<()> {
+pub async fn serve(server: Arc<Core>, host_key: PrivateKey, ready: impl FnOnce(&[SocketAddr])) -> std::io::Result<()> {
     let config = Arc::new(ssh_config(host_key));
     let mut listeners = Vec::new();
     for addr in &server.settings.listen {
@@ -162,7 +158,7 @@ pub async fn serve(
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, server: Arc<Server>, config: Arc<russh::server::Config>) {
+async fn accept_loop(listener: TcpListener, server: Arc<Core>, config: Arc<russh::server::Config>) {
     let gate = server.limits.ssh.clone();
     loop {
         let (socket, peer) = match listener.accept().await {

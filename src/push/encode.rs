@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::params::EditOp;
 use super::{NS_SN, NS_YP};
-use crate::netconf::notifications::NS_NOTIFICATION;
+use crate::mgmt::events::NS_NOTIFICATION;
 use crate::text::xml as escape_text;
 
 /// One YANG Patch edit.

@@ -28,8 +28,8 @@ use self::view::{DatastoreView, RunningEdit, View};
 use crate::datastore::{ChangeOp, ConfigConsumer, Datastore, SessionId, Transaction};
 use crate::engine::changes::ChangeTap;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::escape_text;
-use crate::netconf::Server;
+use crate::mgmt::Core;
+use crate::xml::escape_text;
 
 pub const NS_SN: &str = "urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications";
 pub const NS_YP: &str = "urn:ietf:params:xml:ns:yang:ietf-yang-push";
@@ -106,7 +106,7 @@ impl Push {
     /// establish-subscription (RFC 8639 section 2.4.2, RFC 8641 section 4.4.1).
     pub fn establish(
         self: &Arc<Self>,
-        server: &Arc<Server>,
+        server: &Arc<Core>,
         session: SessionId,
         user: &str,
         out: mpsc::Sender<String>,
@@ -226,7 +226,7 @@ impl Push {
     /// action to run once the reply is queued.
     pub fn modify(
         &self,
-        server: &Arc<Server>,
+        server: &Arc<Core>,
         session: SessionId,
         m: Modify,
     ) -> Result<Box<dyn FnOnce() + Send>, RpcError> {

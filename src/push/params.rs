@@ -7,9 +7,9 @@ use chrono::{DateTime, Utc};
 use super::{NS_SN, NS_YP};
 use crate::datastore::Datastore;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::filter::xpath::to_json_prefixes;
-use crate::netconf::notifications::parse_time;
-use crate::netconf::xml::Element;
+use crate::mgmt::events::parse_time;
+use crate::mgmt::filter::xpath::to_json_prefixes;
+use crate::xml::Element;
 
 /// The event streams: NETCONF (every notification the agent raises) and cats-sma (the
 /// engine's own: sci-state-change, metric-anomaly, ...).
@@ -167,7 +167,7 @@ fn xpath(el: &Element, name: &str) -> Result<Filter, RpcError> {
         e
     })?;
     // Too costly an expression is refused now, not at every push (issue 11 class 3).
-    crate::netconf::filter::check_xpath(&x).map_err(|e| e.with_bad_element(name))?;
+    crate::mgmt::filter::check_xpath(&x).map_err(|e| e.with_bad_element(name))?;
     // Compile it once against the schema so a broken expression is refused now.
     if x.trim() != "/" {
         if let Err(e) = crate::yang::context().find_xpath(&x) {
@@ -195,9 +195,9 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
         if in_ns(c, NS_SN, "stream") {
             stream = Some(c.trimmed().to_owned());
         } else if in_ns(c, NS_SN, "stream-subtree-filter") {
-            crate::netconf::filter::check_subtree(c)?;
+            crate::mgmt::filter::check_subtree(c)?;
             stream_filter =
-                Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
+                Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::mgmt::error::too_big)?));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") {
             stream_filter = Some(xpath(c, "stream-xpath-filter")?);
         } else if in_ns(c, NS_SN, "stream-filter-name") {
@@ -234,8 +234,8 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
             }
             datastore = Some(if ds == Datastore::Intended { Datastore::Running } else { ds });
         } else if in_ns(c, NS_YP, "datastore-subtree-filter") {
-            crate::netconf::filter::check_subtree(c)?;
-            selection = Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?));
+            crate::mgmt::filter::check_subtree(c)?;
+            selection = Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::mgmt::error::too_big)?));
         } else if in_ns(c, NS_YP, "datastore-xpath-filter") {
             selection = Some(xpath(c, "datastore-xpath-filter")?);
         } else if in_ns(c, NS_YP, "selection-filter-ref") {
@@ -368,9 +368,9 @@ pub fn modify(op: &Element, src: &str) -> Result<Modify, RpcError> {
         if in_ns(c, NS_SN, "id") {
             id = Some(uint(c, "id")?);
         } else if in_ns(c, NS_SN, "stream-subtree-filter") || in_ns(c, NS_YP, "datastore-subtree-filter") {
-            crate::netconf::filter::check_subtree(c)?;
+            crate::mgmt::filter::check_subtree(c)?;
             m.filter =
-                Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::netconf::rpc::too_big)?)));
+                Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::mgmt::error::too_big)?)));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") || in_ns(c, NS_YP, "datastore-xpath-filter") {
             m.filter = Some(Some(xpath(c, &c.name)?));
         } else if in_ns(c, NS_SN, "stream-filter-name") || in_ns(c, NS_YP, "selection-filter-ref") {

@@ -11,12 +11,12 @@ use super::params::{Filter, Target, Trigger, STREAMS};
 use crate::datastore::tree::{quote, set, yang_time};
 use crate::datastore::StateProvider;
 use crate::error::RpcError;
-use crate::netconf::Server;
+use crate::mgmt::Core;
 
 const SN: &str = "/ietf-subscribed-notifications";
 
 pub struct PushState {
-    pub server: Weak<Server>,
+    pub server: Weak<Core>,
 }
 
 impl StateProvider for PushState {

@@ -19,8 +19,8 @@ use super::encode::{self, Edit};
 use super::params::{EditOp, Filter, Modify, Trigger};
 use super::view::{Batch, RunningEdit, View};
 use crate::engine::changes::ChangeSet;
-use crate::netconf::filter::{subtree, xpath};
-use crate::netconf::notifications::Event;
+use crate::mgmt::events::Event;
+use crate::mgmt::filter::{subtree, xpath};
 
 /// Messages a subscription's queue holds.
 pub const QUEUE: usize = 256;
@@ -492,7 +492,7 @@ impl StreamSelector {
             DataTree::parse_op_string(crate::yang::context(), &text, DataFormat::XML, DataOperation::NotificationYang)
                 .ok()?;
         // The content is already pruned for the receiver: the filter sees only that.
-        let tree = crate::netconf::filter::Readable::pruned(tree);
+        let tree = crate::mgmt::filter::Readable::pruned(tree);
         let selected = match f {
             Filter::XPath(x) => xpath::selects(x, &tree).unwrap_or(false),
             Filter::Subtree(el, _) => subtree::apply(el, &tree).is_ok_and(|t| !t.is_empty()),

@@ -16,8 +16,8 @@ use crate::datastore::tree::{quote, set};
 use crate::datastore::{ChangeOp, Datastore, Datastores};
 use crate::engine::changes::{ChangeSet, StateChange};
 use crate::error::RpcError;
+use crate::mgmt::filter::{subtree, xpath, Readable};
 use crate::nacm::Nacm;
-use crate::netconf::filter::{subtree, xpath, Readable};
 use crate::text::xml as escape_text;
 
 const ROOT: &str = "/cats-sma:cats-sma";

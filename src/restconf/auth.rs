@@ -17,7 +17,7 @@ use base64ct::Encoding as _;
 use sha2::{Digest, Sha256};
 
 use crate::mgmt::auth_limits::{Limits, Verdict};
-use crate::users::UserStore;
+use crate::mgmt::users::UserStore;
 
 /// How long a verified password is remembered.
 const REMEMBER: Duration = Duration::from_secs(300);
@@ -101,7 +101,7 @@ mod tests {
 
     #[tokio::test]
     async fn password_checked_and_remembered_only_when_right() {
-        let hash = crate::users::hash_password("secret").unwrap();
+        let hash = crate::mgmt::users::hash_password("secret").unwrap();
         let users = UserStore::from_entries(&[crate::config::UserEntry {
             name: "bob".into(),
             password_hash: Some(hash),

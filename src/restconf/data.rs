@@ -19,7 +19,7 @@ use super::query::{Content, Fields, Insert, Params};
 use super::{get_reply, no_content, Caller, Reply, Req, Restconf};
 use crate::datastore::{Datastore, EditOptions, Source};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::rpc::WithDefaults;
+use crate::mgmt::with_defaults::WithDefaults;
 
 /// Which datastore a URI names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +92,7 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, store: Store, raw
 // ----- validators (RFC 8040 section 3.4.1, RFC 7232) ------------------------------------
 
 fn etag(rc: &Restconf) -> String {
-    format!("\"{}\"", rc.netconf.datastores.running_version())
+    format!("\"{}\"", rc.core.datastores.running_version())
 }
 
 fn http_date(t: chrono::DateTime<chrono::Utc>) -> String {
@@ -185,7 +185,7 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
     let xpath = if target.is_root() { None } else { Some(target.data_path()?) };
     // NACM prunes the snapshot before the target, content, depth and fields look at it, so
     // none of them can tell apart data the caller may not read (issue 11 class 1).
-    let mut tree = rc.netconf.nacm.read(&rc.netconf.datastores, &caller.user, ds, xpath.as_deref())?.into_tree();
+    let mut tree = rc.core.nacm.read(&rc.core.datastores, &caller.user, ds, xpath.as_deref())?.into_tree();
     let mut doomed = Vec::new();
     if let Some(first) = tree.reference() {
         for top in first.inclusive_siblings() {
@@ -315,7 +315,7 @@ fn printer_flags(wd: WithDefaults, keep_empty: bool) -> DataPrinterFlags {
 
 fn finish_xml(s: String, wd: WithDefaults) -> String {
     if wd == WithDefaults::ReportAllTagged {
-        crate::netconf::rpc::fix_default_attribute_ns(s)
+        crate::mgmt::with_defaults::fix_default_attribute_ns(s)
     } else {
         s
     }
@@ -416,7 +416,7 @@ pub fn check_syntax(body: &[u8], enc: Encoding) -> Result<(), Failure> {
         }
         Encoding::Xml => {
             let text = std::str::from_utf8(body).map_err(|_| bad("the body is not UTF-8".into()))?;
-            crate::netconf::xml::parse_with(text, limits)
+            crate::xml::parse_with(text, limits)
                 .map(|_| ())
                 .map_err(|e| bad(format!("the XML body is refused: {}", e.0)))
         }
@@ -475,7 +475,7 @@ pub fn parse_body_under(
 ) -> Result<(DataTree<'static>, Vec<String>), Failure> {
     check_syntax(body, enc)?;
     if parent.is_root() {
-        let tree = rc.netconf.datastores.parse_edit(body, enc.format()).map_err(body_error)?;
+        let tree = rc.core.datastores.parse_edit(body, enc.format()).map_err(body_error)?;
         let paths = tree.reference().map(|f| f.inclusive_siblings().map(|n| n.path()).collect()).unwrap_or_default();
         return Ok((tree, paths));
     }
@@ -514,7 +514,7 @@ fn parse_target_body(
 }
 
 fn exists(rc: &Restconf, ds: Datastore, path: &str) -> Result<bool, Failure> {
-    Ok(rc.netconf.datastores.with_tree(ds, |t| t.find_path(path).is_ok())?)
+    Ok(rc.core.datastores.with_tree(ds, |t| t.find_path(path).is_ok())?)
 }
 
 /// Whether the resource exists (a non-presence container always exists, RFC 7950 7.5.1).
@@ -561,7 +561,7 @@ fn candidate_free(rc: &Restconf, caller: &Caller, ds: Datastore) -> Result<(), F
     if ds != Datastore::Running {
         return Ok(());
     }
-    match rc.netconf.datastores.lock_holder(Datastore::Candidate) {
+    match rc.core.datastores.lock_holder(Datastore::Candidate) {
         Some(holder) if holder != caller.session => Err(RpcError::protocol(
             ErrorTag::InUse,
             format!("the candidate is locked by session {holder}; RESTCONF edits wait for it (RFC 8040 section 1.4)"),
@@ -602,7 +602,7 @@ fn add_insert(tree: &DataTree<'static>, node: &str, p: &Params, store: Store) ->
 }
 
 fn run_edit(rc: &Restconf, caller: &Caller, ds: Datastore, tree: &DataTree<'static>) -> Result<(), Failure> {
-    rc.netconf.datastores.edit(caller.session, ds, tree, EditOptions::default()).map(|_| ()).map_err(Failure::from)
+    rc.core.datastores.edit(caller.session, ds, tree, EditOptions::default()).map(|_| ()).map_err(Failure::from)
 }
 
 /// The body of a whole-datastore PUT: the `ietf-restconf:data` wrapper's content.
@@ -619,7 +619,7 @@ fn unwrap_datastore_body(body: &[u8], enc: Encoding) -> Result<Vec<u8>, Failure>
         }
         Encoding::Xml => {
             let text = std::str::from_utf8(body).unwrap_or_default();
-            let el = crate::netconf::xml::parse_with(text, crate::config::message_limits::get())
+            let el = crate::xml::parse_with(text, crate::config::message_limits::get())
                 .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the XML body is refused: {}", e.0)))?;
             if el.name == "data" && el.ns.as_deref() == Some(super::error::NS_RESTCONF) {
                 el.children_text(text).map(String::into_bytes).map_err(|e| Failure::status(413, ErrorTag::TooBig, e.0))
@@ -642,9 +642,9 @@ fn put(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         let tree = if text.is_empty() {
             DataTree::new(crate::yang::context())
         } else {
-            rc.netconf.datastores.parse_config(&text, enc.format()).map_err(body_error)?
+            rc.core.datastores.parse_config(&text, enc.format()).map_err(body_error)?
         };
-        rc.netconf.datastores.copy(caller.session, Source::Config(&tree), ds)?;
+        rc.core.datastores.copy(caller.session, Source::Config(&tree), ds)?;
         return Ok(edited(rc, store, 204));
     }
     if !target.is_single_instance() {
@@ -744,8 +744,7 @@ pub fn deletion_tree(rc: &Restconf, ds: Datastore, target: &Target, op: &str) ->
         // A leaf is created with its current value (any value would do for delete, but it
         // must be valid for the type).
         Some(SchemaNodeKind::Leaf) => {
-            let v =
-                rc.netconf.datastores.with_tree(ds, |t| t.find_path(&path).ok().and_then(|n| n.value_canonical()))?;
+            let v = rc.core.datastores.with_tree(ds, |t| t.find_path(&path).ok().and_then(|n| n.value_canonical()))?;
             match v {
                 Some(v) => Some(v),
                 None if op == "remove" => return Ok(tree),

@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 
 use super::media::Encoding;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::error::xml_path;
-use crate::netconf::xml::escape_text;
+use crate::mgmt::error::xml_path;
+use crate::xml::escape_text;
 
 pub const NS_RESTCONF: &str = "urn:ietf:params:xml:ns:yang:ietf-restconf";
 
@@ -129,7 +129,7 @@ pub fn error_list_xml(errors: &[RpcError]) -> String {
             let _ = write!(out, "<error-path{decls}>{}</error-path>", escape_text(&xpath));
         }
         let _ = write!(out, "<error-message>{}</error-message>", escape_text(&e.message));
-        crate::netconf::error::error_info_xml(e, &mut out);
+        crate::mgmt::error::error_info_xml(e, &mut out);
         out.push_str("</error>");
     }
     out

@@ -41,7 +41,6 @@ use crate::config::RestconfSettings;
 use crate::datastore::{ConfigConsumer, SessionId, Transaction};
 use crate::error::ErrorTag;
 use crate::mgmt::auth_limits::{Permit, Timeout};
-use crate::netconf;
 
 /// RFC 8525 revision announced as yang-library-version (RFC 8040 section 3.3.3).
 pub const YANG_LIBRARY_VERSION: &str = "2019-01-04";
@@ -87,7 +86,7 @@ impl ConfigConsumer for LastModified {
 
 /// The RESTCONF server: shared state of every connection.
 pub struct Restconf {
-    pub netconf: Arc<netconf::Server>,
+    pub core: Arc<crate::mgmt::Core>,
     pub settings: RestconfSettings,
     pub auth: auth::Authenticator,
     pub last_modified: Arc<LastModified>,
@@ -149,14 +148,14 @@ pub fn error_reply(f: &Failure, enc: Encoding) -> Reply {
 }
 
 impl Restconf {
-    pub fn new(netconf: Arc<netconf::Server>, settings: RestconfSettings) -> Arc<Restconf> {
+    pub fn new(core: Arc<crate::mgmt::Core>, settings: RestconfSettings) -> Arc<Restconf> {
         // Running was loaded (from startup) when the agent started.
         let last_modified = Arc::new(LastModified(Mutex::new(Some(chrono::Utc::now().with_nanosecond_zero()))));
-        netconf.datastores.register_consumer(last_modified.clone());
-        netconf.datastores.register_state_provider(Arc::new(streams::MonitoringState { settings: settings.clone() }));
+        core.datastores.register_consumer(last_modified.clone());
+        core.datastores.register_state_provider(Arc::new(streams::MonitoringState { settings: settings.clone() }));
         Arc::new(Restconf {
-            auth: auth::Authenticator::new(netconf.users.clone(), netconf.limits.clone()),
-            netconf,
+            auth: auth::Authenticator::new(core.users.clone(), core.limits.clone()),
+            core,
             settings,
             last_modified,
             subscriptions: Default::default(),
@@ -166,8 +165,8 @@ impl Restconf {
     /// A fresh NACM identity for one request (never one that is live, see
     /// `Nacm::open_identity`); None when every RESTCONF identity is in use.
     fn open(&self, user: String) -> Option<(Caller, IdentityGuard)> {
-        let session = self.netconf.nacm.open_identity(&crate::nacm::RESTCONF_IDS, &user)?;
-        Some((Caller { user, session }, IdentityGuard(self.netconf.nacm.clone(), session)))
+        let session = self.core.nacm.open_identity(&crate::nacm::RESTCONF_IDS, &user)?;
+        Some((Caller { user, session }, IdentityGuard(self.core.nacm.clone(), session)))
     }
 
     /// One HTTP request, end to end. Never fails: every problem is an RFC 8040 error reply.
@@ -217,7 +216,7 @@ impl Restconf {
             p.establish();
         }
         let limit = self.settings.max_body_size;
-        let body_timeout = self.netconf.limits.restconf.limits.body_read_timeout();
+        let body_timeout = self.core.limits.restconf.limits.body_read_timeout();
         let body =
             match tokio::time::timeout(body_timeout, http_body_util::Limited::new(incoming, limit).collect()).await {
                 Err(_) => {
@@ -461,7 +460,7 @@ pub struct Listening {
 
 /// Binds the listeners and serves until `shutdown` flips to true.
 pub async fn start(
-    netconf: Arc<netconf::Server>,
+    core: Arc<crate::mgmt::Core>,
     settings: RestconfSettings,
     state_dir: &std::path::Path,
 ) -> Result<(Arc<Restconf>, Listening), String> {
@@ -471,12 +470,12 @@ pub async fn start(
     } else {
         Some(tls::load(&settings, state_dir)?)
     };
-    let rc = Restconf::new(netconf.clone(), settings.clone());
+    let rc = Restconf::new(core.clone(), settings.clone());
     let mut addrs = Vec::new();
     for a in &settings.listen {
         let listener = TcpListener::bind(a).await.map_err(|e| format!("RESTCONF listen {a}: {e}"))?;
         addrs.push(listener.local_addr().map_err(|e| e.to_string())?);
-        tokio::spawn(accept_loop(rc.clone(), listener, tls.clone(), netconf.shutdown.subscribe()));
+        tokio::spawn(accept_loop(rc.clone(), listener, tls.clone(), core.shutdown.subscribe()));
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     if let Some(a) = addrs.first() {
@@ -500,7 +499,7 @@ async fn accept_loop(
     acceptor: Option<Arc<crate::tls::ServerTls>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let gate = rc.netconf.limits.restconf.clone();
+    let gate = rc.core.limits.restconf.clone();
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {

@@ -81,7 +81,7 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
         ));
     }
     // RFC 8341 3.4.4: exec access first.
-    if !rc.netconf.nacm.may_exec(&caller.user, module, rpc) {
+    if !rc.core.nacm.may_exec(&caller.user, module, rpc) {
         return Err(
             RpcError::protocol(ErrorTag::AccessDenied, format!("user {} may not invoke {name}", caller.user)).into()
         );
@@ -111,7 +111,7 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
     if subscription_op {
         return super::subscriptions::operation(rc, caller, req, rpc, &input);
     }
-    let handler = rc.netconf.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let handler = rc.core.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).clone();
     let Some(handler) = handler else {
         return Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{name} is not available yet")).into());
     };

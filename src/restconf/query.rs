@@ -7,7 +7,7 @@ use hyper::Method;
 use super::error::Failure;
 use super::path::percent_decode;
 use crate::error::ErrorTag;
-use crate::netconf::rpc::WithDefaults;
+use crate::mgmt::with_defaults::WithDefaults;
 
 /// `a=b&c=d` → decoded pairs, in order ('+' is a space only in form encoding, not here).
 pub fn split(raw: &str) -> Result<Vec<(String, String)>, Failure> {

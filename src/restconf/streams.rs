@@ -23,7 +23,7 @@ use super::{Caller, Reply, Req, Restconf};
 use crate::config::RestconfSettings;
 use crate::datastore::StateProvider;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::notifications::{Event, NotificationFilter, NETCONF_STREAM};
+use crate::mgmt::events::{Event, NotificationFilter, NETCONF_STREAM};
 
 /// The base URL clients reach the server at (set once the listener is bound), for the
 /// stream locations in restconf-state.
@@ -127,7 +127,7 @@ fn marker(name: &str, json: bool) -> String {
         }})
         .to_string()
     } else {
-        crate::netconf::notifications::marker(name)
+        crate::mgmt::events::marker(name)
     }
 }
 
@@ -158,7 +158,7 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
     let filter = match &p.filter {
         Some(x) => {
             // Checked once now, so a bad expression is a 400 and not a silent nothing.
-            crate::netconf::filter::check_xpath(x).map_err(|e| match e.tag {
+            crate::mgmt::filter::check_xpath(x).map_err(|e| match e.tag {
                 // Too costly: 413; an expression refused for what it is: 400.
                 ErrorTag::ResourceDenied => Failure::status(413, ErrorTag::ResourceDenied, e.message),
                 tag => Failure::bad(tag, e.message),
@@ -170,11 +170,11 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
         }
         None => None,
     };
-    let (replay, live) = rc.netconf.events.subscribe(p.start_time);
+    let (replay, live) = rc.core.events.subscribe(p.start_time);
     let (reply, sse) = SseStream::open();
-    let nacm = rc.netconf.nacm.clone();
+    let nacm = rc.core.nacm.clone();
     let user = caller.user.clone();
-    let shutdown = rc.netconf.shutdown.subscribe();
+    let shutdown = rc.core.shutdown.subscribe();
     let stop = p.stop_time;
     let replaying = p.start_time.is_some();
     tokio::spawn(deliver(sse, replay, live, Delivery { filter, nacm, user, json, stop, replaying }, shutdown));

@@ -24,8 +24,8 @@ use super::streams::SseStream;
 use super::{reply, Caller, Reply, Req, Restconf};
 use crate::datastore::SessionId;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::escape_text;
 use crate::push::{params, NS_SN};
+use crate::xml::escape_text;
 
 /// The module of the operations served here.
 pub const MODULE: &str = "ietf-subscribed-notifications";
@@ -106,15 +106,15 @@ pub fn operation(
         .print_text(DataFormat::XML, DataPrinterFlags::WITH_SIBLINGS)
         .map_err(|e| RpcError::from_libyang(&e))?
         .unwrap_or_default();
-    let op = crate::netconf::xml::parse(&xml)
+    let op = crate::xml::parse(&xml)
         .map_err(|e| RpcError::application(ErrorTag::OperationFailed, format!("input re-encoding: {}", e.0)))?;
-    let push = &rc.netconf.push;
+    let push = &rc.core.push;
     match rpc {
         "establish-subscription" => establish(rc, caller, req, &op, &xml),
         "modify-subscription" => {
             let m = params::modify(&op, &xml).map_err(filter_refusal)?;
             let session = rc.subscriptions.session_of(m.id, &caller.user).ok_or_else(|| no_such(m.id))?;
-            let apply = push.modify(&rc.netconf, session, m)?;
+            let apply = push.modify(&rc.core, session, m)?;
             apply();
             Ok(super::no_content(204))
         }
@@ -123,7 +123,7 @@ pub fn operation(
             let session = rc.subscriptions.session_of(id, &caller.user).ok_or_else(|| no_such(id))?;
             push.delete(session, id)?;
             if rc.subscriptions.lock().remove(&id).is_some() {
-                rc.netconf.nacm.session_closed(session);
+                rc.core.nacm.session_closed(session);
             }
             Ok(super::no_content(204))
         }
@@ -153,21 +153,21 @@ fn establish(
     rc: &Arc<Restconf>,
     caller: &Caller,
     req: &Req,
-    op: &crate::netconf::xml::Element,
+    op: &crate::xml::Element,
     xml: &str,
 ) -> Result<Reply, Failure> {
     let p = params::establish(op, xml).map_err(filter_refusal)?;
     // The subscription's own identity, held until it ends (released with `release`).
     let session = rc
-        .netconf
+        .core
         .nacm
         .open_identity(&crate::nacm::RESTCONF_IDS, &caller.user)
         .ok_or_else(|| Failure::status(503, ErrorTag::ResourceDenied, "no subscription identity is free"))?;
     let (tx, rx) = mpsc::channel(QUEUE);
-    let est = match rc.netconf.push.establish(&rc.netconf, session, &caller.user, tx, p) {
+    let est = match rc.core.push.establish(&rc.core, session, &caller.user, tx, p) {
         Ok(e) => e,
         Err(e) => {
-            rc.netconf.nacm.session_closed(session);
+            rc.core.nacm.session_closed(session);
             return Err(e.into());
         }
     };
@@ -188,8 +188,8 @@ fn establish(
         };
         if let Some(s) = unattached {
             tracing::info!(id, "RESTCONF subscription not attached within {wait:?}: deleted");
-            rc.netconf.push.session_ended(s.session);
-            rc.netconf.nacm.session_closed(s.session);
+            rc.core.push.session_ended(s.session);
+            rc.core.nacm.session_closed(s.session);
         }
     });
     // Absolute, like the stream locations in restconf-state (inet:uri).
@@ -249,17 +249,17 @@ pub fn handle(rc: &Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Res
     let (reply, sse) = SseStream::open();
     start();
     let weak = Arc::downgrade(rc);
-    let shutdown = rc.netconf.shutdown.subscribe();
+    let shutdown = rc.core.shutdown.subscribe();
     tokio::spawn(async move {
         deliver(sse, rx, shutdown).await;
         if let Some(rc) = weak.upgrade() {
             let removed = rc.subscriptions.lock().remove(&id).is_some();
             // The transport went: so does the subscription (no-op if it already ended).
-            rc.netconf.push.session_ended(session);
+            rc.core.push.session_ended(session);
             // Released once, by whoever removed the entry (an identity closed twice could
             // be another request's by then).
             if removed {
-                rc.netconf.nacm.session_closed(session);
+                rc.core.nacm.session_closed(session);
             }
         }
     });

@@ -57,19 +57,19 @@ fn parse_json(body: &[u8]) -> Result<Patch, Failure> {
     Ok(Patch { id, edits })
 }
 
-fn too_big(e: crate::netconf::xml::XmlError) -> Failure {
+fn too_big(e: crate::xml::XmlError) -> Failure {
     Failure::status(413, ErrorTag::TooBig, e.0)
 }
 
 fn parse_xml(body: &[u8]) -> Result<Patch, Failure> {
     let text =
         std::str::from_utf8(body).map_err(|_| Failure::bad(ErrorTag::MalformedMessage, "the body is not UTF-8"))?;
-    let root = crate::netconf::xml::parse_with(text, crate::config::message_limits::get())
+    let root = crate::xml::parse_with(text, crate::config::message_limits::get())
         .map_err(|e| Failure::bad(ErrorTag::MalformedMessage, format!("the XML body is refused: {}", e.0)))?;
     if root.name != "yang-patch" || root.ns.as_deref() != Some(NS_YANG_PATCH) {
         return Err(bad(format!("the body must be a yang-patch element in {NS_YANG_PATCH}")));
     }
-    let child = |el: &crate::netconf::xml::Element, n: &str| el.child(NS_YANG_PATCH, n).map(|c| c.trimmed().to_owned());
+    let child = |el: &crate::xml::Element, n: &str| el.child(NS_YANG_PATCH, n).map(|c| c.trimmed().to_owned());
     let id = child(&root, "patch-id").ok_or_else(|| bad("yang-patch needs a patch-id"))?;
     let mut edits = Vec::new();
     for e in root.children.iter().filter(|c| c.name == "edit" && c.ns.as_deref() == Some(NS_YANG_PATCH)) {
@@ -175,13 +175,13 @@ fn status_body(patch_id: &str, enc: Encoding, failed: Option<(Option<&str>, &[Rp
             serde_json::json!({ "ietf-yang-patch:yang-patch-status": m }).to_string()
         }
         Encoding::Xml => {
-            let id = crate::netconf::xml::escape_text(patch_id);
+            let id = crate::xml::escape_text(patch_id);
             let inner = match failed {
                 None => "<ok/>".to_owned(),
                 Some((None, errors)) => format!("<errors>{}</errors>", error_list_xml(errors)),
                 Some((Some(eid), errors)) => format!(
                     "<edit-status><edit><edit-id>{}</edit-id><errors>{}</errors></edit></edit-status>",
-                    crate::netconf::xml::escape_text(eid),
+                    crate::xml::escape_text(eid),
                     error_list_xml(errors)
                 ),
             };
@@ -222,7 +222,7 @@ pub fn apply(
         }
     }
     let refs: Vec<&DataTree<'static>> = trees.iter().collect();
-    match rc.netconf.datastores.edit_all(caller.session, ds, &refs, EditOptions::default()) {
+    match rc.core.datastores.edit_all(caller.session, ds, &refs, EditOptions::default()) {
         Ok(_) => Ok(reply(200, out, status_body(&patch.id, out, None))),
         Err((which, errors)) => {
             let f = Failure::from(errors);

@@ -11,7 +11,7 @@ use yang2::data::{Data, DataTree};
 use crate::engine::update::UpdateEvent;
 use crate::engine::Engine;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::AppRpc;
+use crate::mgmt::AppRpc;
 
 pub struct EngineRpcs {
     pub engine: Engine,

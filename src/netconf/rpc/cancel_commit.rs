@@ -1,7 +1,7 @@
 //! `<cancel-commit>` (RFC 6241 section 8.4.9, :confirmed-commit:1.1).
 
 use super::{one, Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let persist_id = op.param("persist-id").map(|p| p.trimmed().to_owned());

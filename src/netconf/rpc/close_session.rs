@@ -2,7 +2,7 @@
 //! its locks.
 
 use super::{Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(_ctx: &SessionCtx, _op: &Element) -> OpResult {
     Ok(Body::Ok)

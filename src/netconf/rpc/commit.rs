@@ -3,8 +3,8 @@
 
 use super::{one, Body, OpResult, SessionCtx};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::confirmed_commit::{CommitRequest, DEFAULT_TIMEOUT};
-use crate::netconf::xml::Element;
+use crate::mgmt::confirmed_commit::{CommitRequest, DEFAULT_TIMEOUT};
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let timeout = match op.param("confirm-timeout") {

@@ -3,11 +3,9 @@
 
 use super::{one, Body, OpResult, SessionCtx};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::filter::Filter;
-use crate::netconf::notifications::{
-    parse_time, NotificationFilter, SubscriptionSpec, NETCONF_STREAM, NS_NOTIFICATION,
-};
-use crate::netconf::xml::Element;
+use crate::mgmt::events::{parse_time, NotificationFilter, SubscriptionSpec, NETCONF_STREAM, NS_NOTIFICATION};
+use crate::mgmt::filter::Filter;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let param = |name: &str| op.child(NS_NOTIFICATION, name);

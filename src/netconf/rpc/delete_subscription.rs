@@ -3,8 +3,8 @@
 //! default) any session's, whose receiver then gets subscription-terminated.
 
 use super::{one, Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
 use crate::push::{params, NS_SN};
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let id = params::id(op, NS_SN).map_err(one)?;

@@ -6,7 +6,7 @@ use yang2::data::DataFormat;
 use super::{config_text, datastore_param, locate, missing, one, Body, OpResult, SessionCtx};
 use crate::datastore::{Datastore, EditOp, EditOptions, ErrorOption, Source, TestOption};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let target = datastore_param(op, "target")?;

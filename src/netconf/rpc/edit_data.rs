@@ -6,8 +6,8 @@ use super::get_data::datastore_identity;
 use super::{config_text, locate, missing, one, Body, OpResult, SessionCtx};
 use crate::datastore::{Datastore, EditOp, EditOptions, Source};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::Element;
 use crate::netconf::NS_NMDA;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let target = datastore_identity(op)?;

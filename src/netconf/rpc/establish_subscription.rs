@@ -4,8 +4,8 @@
 
 use super::{one, Body, OpResult, SessionCtx};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::Element;
 use crate::push::{self, params, NS_SN};
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let params = params::establish(op, src).map_err(one)?;

@@ -2,7 +2,7 @@
 
 use super::{data_element, filter_param, one, readable, with_defaults, Body, OpResult, SessionCtx};
 use crate::datastore::Datastore;
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let filter = filter_param(op)?;

@@ -1,7 +1,7 @@
 //! `<get-config>` (RFC 6241 section 7.1), with subtree/XPath filters and with-defaults.
 
 use super::{data_element, datastore_param, filter_param, one, readable, with_defaults, Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let source = datastore_param(op, "source")?;

@@ -4,12 +4,13 @@
 use yang2::data::{DataNodeRef, DataTree};
 use yang2::iter::NodeIterable;
 
-use super::{missing, one, print_data, OpResult, SessionCtx, WithDefaults};
+use super::{missing, one, print_data, OpResult, SessionCtx};
 use crate::datastore::Datastore;
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::filter::{subtree, xpath};
-use crate::netconf::xml::Element;
+use crate::mgmt::filter::{subtree, xpath};
+use crate::mgmt::with_defaults::WithDefaults;
 use crate::netconf::{NS_NMDA, NS_WITH_DEFAULTS};
+use crate::xml::Element;
 
 pub const NS_DATASTORES: &str = "urn:ietf:params:xml:ns:yang:ietf-datastores";
 const NS_ORIGIN: &str = "urn:ietf:params:xml:ns:yang:ietf-origin";
@@ -94,12 +95,12 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     // The filter is checked before any data is read, then runs over what NACM leaves.
     let subtree_filter = op.child(NS_NMDA, "subtree-filter");
     if let Some(f) = subtree_filter {
-        crate::netconf::filter::check_subtree(f).map_err(one)?;
+        crate::mgmt::filter::check_subtree(f).map_err(one)?;
     }
     let xpath_filter = match op.child(NS_NMDA, "xpath-filter") {
         Some(x) => {
             let expr = xpath::to_json_prefixes(x.trimmed(), &x.scope).map_err(one)?;
-            crate::netconf::filter::check_xpath(&expr).map_err(one)?;
+            crate::mgmt::filter::check_xpath(&expr).map_err(one)?;
             Some(expr)
         }
         None => None,

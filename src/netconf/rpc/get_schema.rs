@@ -2,8 +2,8 @@
 
 use super::{missing, one, Body, OpResult, SessionCtx};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::{escape_text, Element};
 use crate::netconf::NS_MONITORING;
+use crate::xml::{escape_text, Element};
 
 pub fn run(_ctx: &SessionCtx, op: &Element) -> OpResult {
     let id = op.child(NS_MONITORING, "identifier").ok_or_else(|| missing("identifier", "get-schema"))?.trimmed();

@@ -3,7 +3,7 @@
 
 use super::{missing, one, Body, OpResult, SessionCtx};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let p = op.param("session-id").ok_or_else(|| missing("session-id", "kill-session"))?;

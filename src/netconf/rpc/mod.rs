@@ -29,23 +29,26 @@ use std::sync::Arc;
 
 use yang2::data::{DataPrinterFlags, DataTree};
 
-use super::error::reply_errors;
-use super::filter::{Filter, Readable};
-use super::xml::{self, escape_attr, Element};
-use super::{Server, SessionInfo, NS_BASE, NS_MONITORING, NS_NMDA, NS_WITH_DEFAULTS};
+use super::{NS_BASE, NS_MONITORING, NS_NMDA, NS_WITH_DEFAULTS};
 use crate::datastore::{Datastore, SessionId};
 use crate::error::{ErrorTag, ErrorType, RpcError};
+use crate::mgmt::error::reply_errors;
+use crate::mgmt::error::too_big;
+use crate::mgmt::filter::{Filter, Readable};
+use crate::mgmt::with_defaults::{fix_default_attribute_ns, WithDefaults};
+use crate::mgmt::{Core, SessionInfo};
+use crate::xml::{self, escape_attr, Element};
 
 /// One session as the operation handlers see it.
 pub struct SessionCtx {
     pub id: SessionId,
-    pub server: Arc<Server>,
+    pub server: Arc<Core>,
     pub info: Arc<SessionInfo>,
     /// base:1.1 negotiated (malformed-message may be sent).
     pub base11: bool,
     /// A create-subscription accepted by the last request, for the session to start once
     /// the reply is queued.
-    new_subscription: std::sync::Mutex<Option<crate::netconf::notifications::SubscriptionSpec>>,
+    new_subscription: std::sync::Mutex<Option<crate::mgmt::events::SubscriptionSpec>>,
     /// RFC 5277 allows one subscription per session.
     subscribed: std::sync::atomic::AtomicBool,
     /// The session's writer queue, for YANG-Push subscriptions (RFC 8639/8641).
@@ -56,7 +59,7 @@ pub struct SessionCtx {
 }
 
 impl SessionCtx {
-    pub fn new(id: SessionId, server: Arc<Server>, info: Arc<SessionInfo>, base11: bool) -> Self {
+    pub fn new(id: SessionId, server: Arc<Core>, info: Arc<SessionInfo>, base11: bool) -> Self {
         SessionCtx {
             id,
             server,
@@ -90,7 +93,7 @@ impl SessionCtx {
         }
     }
 
-    pub fn take_subscription(&self) -> Option<crate::netconf::notifications::SubscriptionSpec> {
+    pub fn take_subscription(&self) -> Option<crate::mgmt::events::SubscriptionSpec> {
         self.new_subscription.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
@@ -251,7 +254,7 @@ fn exec_allowed(ctx: &SessionCtx, op: &Element) -> Result<(), RpcError> {
     let ns = op.ns.as_deref().unwrap_or("");
     let module = match ns {
         NS_BASE => "ietf-netconf".to_owned(),
-        crate::netconf::notifications::NS_NOTIFICATION => "notifications".to_owned(),
+        crate::mgmt::events::NS_NOTIFICATION => "notifications".to_owned(),
         _ => match crate::yang::context().get_module_latest_ns(ns) {
             Some(m) => m.name().to_owned(),
             // Unknown namespaces are reported by dispatch.
@@ -292,9 +295,7 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         (NS_BASE, "discard-changes") => discard_changes::run(ctx, op),
         (NS_BASE, "validate") => validate::run(ctx, op, src),
         (NS_MONITORING, "get-schema") => get_schema::run(ctx, op),
-        (crate::netconf::notifications::NS_NOTIFICATION, "create-subscription") => {
-            create_subscription::run(ctx, op, src)
-        }
+        (crate::mgmt::events::NS_NOTIFICATION, "create-subscription") => create_subscription::run(ctx, op, src),
         (crate::push::NS_SN, "establish-subscription") => establish_subscription::run(ctx, op, src),
         (crate::push::NS_SN, "modify-subscription") => modify_subscription::run(ctx, op, src),
         (crate::push::NS_SN, "delete-subscription") => delete_subscription::run(ctx, op),
@@ -404,36 +405,6 @@ pub(crate) fn datastore_param(op: &Element, param: &str) -> Result<Datastore, Ve
     }
 }
 
-/// RFC 6243 with-defaults modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WithDefaults {
-    ReportAll,
-    ReportAllTagged,
-    Trim,
-    Explicit,
-}
-
-impl WithDefaults {
-    /// The libyang printer flags of the mode (shared by NETCONF and RESTCONF).
-    pub fn printer_flags(self) -> DataPrinterFlags {
-        match self {
-            WithDefaults::ReportAll => DataPrinterFlags::WD_ALL,
-            WithDefaults::ReportAllTagged => DataPrinterFlags::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG),
-            WithDefaults::Trim => DataPrinterFlags::WD_TRIM,
-            WithDefaults::Explicit => DataPrinterFlags::WD_EXPLICIT,
-        }
-    }
-}
-
-/// libyang prints the RFC 6243 `default` attribute in the YANG module's namespace; the RFC
-/// (section 6) puts it in urn:ietf:params:xml:ns:netconf:default:1.0.
-pub fn fix_default_attribute_ns(xml: String) -> String {
-    xml.replace(
-        "xmlns:ncwd=\"urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults\"",
-        "xmlns:ncwd=\"urn:ietf:params:xml:ns:netconf:default:1.0\"",
-    )
-}
-
 pub(crate) fn with_defaults(op: &Element) -> Result<WithDefaults, Vec<RpcError>> {
     let Some(wd) = op.child(NS_WITH_DEFAULTS, "with-defaults") else {
         return Ok(WithDefaults::Explicit);
@@ -491,12 +462,6 @@ pub(crate) fn filter_param(op: &Element) -> Result<Option<Filter<'_>>, Vec<RpcEr
 /// The content of a `<config>` parameter, standalone, ready for libyang.
 pub(crate) fn config_text(config: &Element, src: &str) -> Result<String, Vec<RpcError>> {
     config.children_text(src).map_err(|e| vec![too_big(e)])
-}
-
-/// Content that cannot be extracted within the message's own size (RFC 6241 Appendix A:
-/// too-big, "the request is too large for the implementation to handle").
-pub fn too_big(e: xml::XmlError) -> RpcError {
-    RpcError::new(ErrorTag::TooBig, ErrorType::Rpc, e.0)
 }
 
 /// Adds the bad-element libyang cannot name to errors about the content of `config`

@@ -3,8 +3,8 @@
 //! gets subscription-modified after the reply.
 
 use super::{one, Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
 use crate::push::params;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let m = params::modify(op, src).map_err(one)?;

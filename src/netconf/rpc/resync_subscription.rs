@@ -2,8 +2,8 @@
 //! on-change subscription of this session selects, pending changes dropped.
 
 use super::{one, Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
 use crate::push::{params, NS_YP};
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let id = params::id(op, NS_YP).map_err(one)?;

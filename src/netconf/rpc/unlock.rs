@@ -2,7 +2,7 @@
 //! lock discards its uncommitted changes.
 
 use super::{datastore_param, one, Body, OpResult, SessionCtx};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let target = datastore_param(op, "target")?;

@@ -4,7 +4,7 @@ use yang2::data::DataFormat;
 
 use super::{config_text, datastore_param, locate, one, Body, OpResult, SessionCtx};
 use crate::datastore::Source;
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let ds = &ctx.server.datastores;

@@ -16,9 +16,9 @@ pub mod xpath;
 
 use yang2::data::{Data, DataTree};
 
-use super::xml::Element;
-use super::NS_BASE;
 use crate::error::{ErrorTag, RpcError};
+use crate::mgmt::ns::NS_BASE;
+use crate::xml::Element;
 
 pub use cost::{check_subtree, check_xpath, configure, limits, FilterLimits};
 

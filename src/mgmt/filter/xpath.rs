@@ -5,7 +5,7 @@ use yang2::data::{Data, DataTree};
 
 use super::{check_xpath, select_xpath, Readable};
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::Scope;
+use crate::xml::Scope;
 
 /// Rewrites `prefix:name` steps to `module:name`, leaving string literals alone.
 pub fn to_json_prefixes(expr: &str, scope: &Scope) -> Result<String, RpcError> {

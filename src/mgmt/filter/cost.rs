@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::error::{ErrorTag, RpcError};
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 /// The `[filters]` table of the bootstrap configuration.
 #[derive(Clone, Debug, Deserialize, PartialEq)]

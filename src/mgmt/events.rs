@@ -14,7 +14,7 @@ use yang2::data::{DataFormat, DataOperation, DataTree};
 
 use super::error::xml_path;
 use super::filter::Filter;
-use super::Server;
+use super::Core;
 use crate::datastore::{ChangeOp, ConfigConsumer, SessionId, Transaction};
 use crate::error::{ErrorTag, RpcError};
 use crate::text::xml as escape_text;
@@ -265,7 +265,7 @@ impl NotificationFilter {
     pub fn from_filter(f: &Filter<'_>, src: &str) -> Result<NotificationFilter, crate::error::RpcError> {
         Ok(match f {
             Filter::Subtree(el) => {
-                NotificationFilter::Subtree(el.standalone_text(src).map_err(crate::netconf::rpc::too_big)?)
+                NotificationFilter::Subtree(el.standalone_text(src).map_err(crate::mgmt::error::too_big)?)
             }
             Filter::XPath(x) => NotificationFilter::XPath(x.clone()),
         })
@@ -283,7 +283,7 @@ impl NotificationFilter {
         let tree = nacm.readable(user, tree);
         match self {
             NotificationFilter::XPath(x) => super::filter::xpath::selects(x, &tree).unwrap_or(false),
-            NotificationFilter::Subtree(f) => match super::xml::parse(f) {
+            NotificationFilter::Subtree(f) => match crate::xml::parse(f) {
                 Ok(el) => super::filter::subtree::apply(&el, &tree).is_ok_and(|t| !t.is_empty()),
                 Err(_) => false,
             },
@@ -309,7 +309,7 @@ pub fn marker(name: &str) -> String {
 
 // ----- RFC 6470 notifications -------------------------------------------------------------
 
-fn changed_by(server: &Server, session: SessionId) -> String {
+fn changed_by(server: &Core, session: SessionId) -> String {
     if session == crate::datastore::SYSTEM_SESSION {
         return "<changed-by><server/></changed-by>".into();
     }
@@ -337,7 +337,7 @@ fn session_info(username: &str, session: SessionId, source: Option<std::net::Soc
     s
 }
 
-pub fn session_start(server: &Server, username: &str, session: SessionId, source: Option<std::net::SocketAddr>) {
+pub fn session_start(server: &Core, username: &str, session: SessionId, source: Option<std::net::SocketAddr>) {
     let body = format!(
         "<netconf-session-start xmlns=\"{NS_BASE_NOTIFICATIONS}\">{}</netconf-session-start>",
         session_info(username, session, source)
@@ -347,7 +347,7 @@ pub fn session_start(server: &Server, username: &str, session: SessionId, source
 
 /// RFC 6470 termination-reason values.
 pub fn session_end(
-    server: &Server,
+    server: &Core,
     username: &str,
     session: SessionId,
     source: Option<std::net::SocketAddr>,
@@ -363,7 +363,7 @@ pub fn session_end(
 }
 
 /// netconf-confirmed-commit (RFC 6470 section 2.4): start, cancel, timeout, extend, complete.
-pub fn confirmed_commit(server: &Server, session: Option<SessionId>, event: &str, timeout: Option<u32>) {
+pub fn confirmed_commit(server: &Core, session: Option<SessionId>, event: &str, timeout: Option<u32>) {
     let who = match session.and_then(|s| server.session(s).map(|i| (s, i))) {
         Some((s, i)) => session_info(&i.username, s, i.source),
         None => String::new(),
@@ -377,7 +377,7 @@ pub fn confirmed_commit(server: &Server, session: Option<SessionId>, event: &str
 
 /// Publishes netconf-config-change after every change of running (RFC 6470 section 2.1).
 pub struct ConfigChangeNotifier {
-    pub server: Weak<Server>,
+    pub server: Weak<Core>,
 }
 
 impl ConfigConsumer for ConfigChangeNotifier {

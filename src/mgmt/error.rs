@@ -2,9 +2,9 @@
 
 use std::fmt::Write as _;
 
-use super::xml::escape_text;
-use super::NS_BASE;
-use crate::error::RpcError;
+use super::ns::NS_BASE;
+use crate::error::{ErrorTag, ErrorType, RpcError};
+use crate::xml::escape_text;
 
 /// One `<rpc-error>` element. The error-path is converted from libyang's module-prefixed
 /// form to XML prefixes declared on the element itself.
@@ -142,6 +142,12 @@ pub fn reply_errors(attrs: &str, errors: &[RpcError]) -> String {
     }
     out.push_str("</rpc-reply>");
     out
+}
+
+/// Content that cannot be extracted within the message's own size (RFC 6241 Appendix A:
+/// too-big, "the request is too large for the implementation to handle").
+pub fn too_big(e: crate::xml::XmlError) -> RpcError {
+    RpcError::new(ErrorTag::TooBig, ErrorType::Rpc, e.0)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{notifications, Server};
+use super::{events as notifications, Core};
 use crate::datastore::SessionId;
 use crate::error::{ErrorTag, RpcError};
 
@@ -71,7 +71,7 @@ impl ConfirmedCommit {
     }
 
     /// Handles `<commit>` (confirmed or confirming).
-    pub fn commit(&self, server: &Arc<Server>, session: SessionId, req: CommitRequest) -> Result<(), RpcError> {
+    pub fn commit(&self, server: &Arc<Core>, session: SessionId, req: CommitRequest) -> Result<(), RpcError> {
         let ds = &server.datastores;
         let mut pending = self.lock();
         if let Some(p) = pending.as_ref() {
@@ -110,7 +110,7 @@ impl ConfirmedCommit {
     }
 
     /// `<cancel-commit>` (RFC 6241 8.4.9): roll back now.
-    pub fn cancel(&self, server: &Server, session: SessionId, persist_id: Option<&str>) -> Result<(), RpcError> {
+    pub fn cancel(&self, server: &Core, session: SessionId, persist_id: Option<&str>) -> Result<(), RpcError> {
         let mut pending = self.lock();
         let Some(p) = pending.as_ref() else {
             return Err(RpcError::protocol(ErrorTag::OperationFailed, "no confirmed commit is pending"));
@@ -125,7 +125,7 @@ impl ConfirmedCommit {
     }
 
     /// A session ended: its pending confirmed commit (without persist) is rolled back.
-    pub fn session_ended(&self, server: &Server, session: SessionId) {
+    pub fn session_ended(&self, server: &Core, session: SessionId) {
         let mut pending = self.lock();
         if pending.as_ref().is_some_and(|p| p.session == session && p.persist.is_none()) {
             let p = pending.take().expect("checked above");
@@ -140,7 +140,7 @@ impl ConfirmedCommit {
         }
     }
 
-    fn expired(&self, server: &Server) {
+    fn expired(&self, server: &Core) {
         let mut pending = self.lock();
         if pending.take().is_some() {
             match server.datastores.rollback() {
@@ -154,7 +154,7 @@ impl ConfirmedCommit {
     }
 }
 
-fn spawn_timer(server: Weak<Server>, timeout: u32) -> JoinHandle<()> {
+fn spawn_timer(server: Weak<Core>, timeout: u32) -> JoinHandle<()> {
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(u64::from(timeout))).await;
         if let Some(server) = server.upgrade() {

@@ -177,7 +177,7 @@ impl Element {
     pub fn param(&self, name: &str) -> Option<&Element> {
         self.children
             .iter()
-            .find(|c| c.name == name && matches!(c.ns.as_deref(), None | Some("") | Some(crate::netconf::NS_BASE)))
+            .find(|c| c.name == name && matches!(c.ns.as_deref(), None | Some("") | Some(crate::mgmt::ns::NS_BASE)))
     }
 
     pub fn attr(&self, name: &str) -> Option<&str> {

@@ -7,7 +7,7 @@ use yang2::iter::NodeIterable;
 
 use super::{check_subtree, copy_into, Readable};
 use crate::error::RpcError;
-use crate::netconf::xml::Element;
+use crate::xml::Element;
 
 enum Kind {
     Selection,
@@ -51,7 +51,7 @@ fn same_node(n: &DataNodeRef<'_, '_>, f: &Element) -> bool {
 fn attrs_match(n: &DataNodeRef<'_, '_>, f: &Element) -> bool {
     f.attrs
         .iter()
-        .filter(|a| a.ns.as_deref() != Some(crate::netconf::NS_BASE))
+        .filter(|a| a.ns.as_deref() != Some(crate::mgmt::ns::NS_BASE))
         .all(|a| n.meta().any(|m| m.name() == a.name && m.value() == a.value))
 }
 
