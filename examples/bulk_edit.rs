@@ -65,16 +65,23 @@ struct Args {
     timeout: u64,
     #[arg(long, default_value = "server")]
     label: String,
+    /// Number the entries from here (to add entries beside ones already there).
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    /// Keep the entries of the last size instead of deleting them (to measure small edits
+    /// against a large list afterwards).
+    #[arg(long)]
+    keep: bool,
 }
 
-fn entries(kind: Kind, n: usize, delete: bool) -> String {
+fn entries(kind: Kind, offset: usize, n: usize, delete: bool) -> String {
     let op = " nc:operation=\"delete\"";
     let nc = "xmlns:nc=\"urn:ietf:params:xml:ns:netconf:base:1.0\"";
     let mut s = String::with_capacity(n * 90);
     match kind {
         Kind::NacmGroups => {
             s.push_str(&format!("<nacm xmlns=\"{NACM}\" {nc}><groups>"));
-            for i in 0..n {
+            for i in offset..offset + n {
                 if delete {
                     s.push_str(&format!("<group{op}><name>bulk-{i}</name></group>"));
                 } else {
@@ -85,7 +92,7 @@ fn entries(kind: Kind, n: usize, delete: bool) -> String {
         }
         Kind::Scis => {
             s.push_str(&format!("<cats-sma xmlns=\"{CATS}\" {nc}><scis>"));
-            for i in 0..n {
+            for i in offset..offset + n {
                 let id = format!("10.{}.{}.{}:8080", (i >> 16) & 255, (i >> 8) & 255, i & 255);
                 if delete {
                     s.push_str(&format!("<sci{op}><csci-id>{id}</csci-id></sci>"));
@@ -130,7 +137,7 @@ async fn run(args: Args) -> Result<(), String> {
         usage(&args.pid)
     );
     for &n in &args.sizes {
-        let create = entries(args.kind, n, false);
+        let create = entries(args.kind, args.offset, n, false);
         let cpu0: f64 = args.pid.iter().filter_map(|p| nc_client::cpu_seconds(*p)).sum();
         let t = edit(&mut s, candidate, &create).await?;
         let cpu1: f64 = args.pid.iter().filter_map(|p| nc_client::cpu_seconds(*p)).sum();
@@ -143,7 +150,11 @@ async fn run(args: Args) -> Result<(), String> {
             usage(&args.pid)
         );
         drop(create);
-        let remove = entries(args.kind, n, true);
+        if args.keep && Some(&n) == args.sizes.last() {
+            println!("{} kept {n} entries", args.label);
+            break;
+        }
+        let remove = entries(args.kind, args.offset, n, true);
         let t = edit(&mut s, candidate, &remove).await?;
         let cpu2: f64 = args.pid.iter().filter_map(|p| nc_client::cpu_seconds(*p)).sum();
         println!(

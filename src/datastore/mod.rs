@@ -208,6 +208,7 @@ impl Datastores {
     /// Opens the datastores. With a startup file, its content (if the file exists) becomes
     /// startup and running; without one, everything starts empty and startup lives in memory.
     pub fn open(ctx: &'static Context, startup_file: Option<PathBuf>) -> Result<Datastores, RpcError> {
+        memory::configure();
         let startup = match &startup_file {
             Some(path) => {
                 persist::remove_stale_temporaries(path);
