@@ -2,18 +2,30 @@
 //!
 //! Most RPCs are answered in tens of microseconds; handing each one to a blocking thread
 //! (`block_in_place`) costs more than the work itself (a thread hand-off and several context
-//! switches). An RPC that may take milliseconds (a full validation, a large get-config) must
-//! not hold a runtime worker, though: the other sessions and the engine share those. So the
-//! session keeps a running estimate of what each kind of RPC costs — the operation's name
-//! and whether it carries a filter, which is what separates a small read from a whole-tree
-//! one — and runs the cheap kinds inline. A kind never seen before, a large message, or a
-//! kind whose estimate is above [`INLINE_BUDGET`] goes to a blocking thread; one slow inline
-//! run moves its kind to the blocking path at once, and the estimate decays back when the
-//! kind becomes cheap again (it is measured on either path).
+//! switches). An RPC run inline holds a runtime worker, though, which the other sessions and
+//! the engine share, so two rules decide:
+//!
+//! - **Only operations that wait for no other task** may run inline: the ones in
+//!   [`INLINE_OPS`], which touch the datastores and NACM only. `<get>` and `<get-data>` ask
+//!   the engine's task for its state and the agent's own RPCs call into the engine; blocking
+//!   a worker on an answer from a task that may need that very worker deadlocks when every
+//!   worker does it at once. A datastore busy with a commit also sends the RPC to a blocking
+//!   thread (the session checks `Datastores::busy` first), so an inline read does not hold a
+//!   worker for the length of a commit.
+//! - **Only cheap kinds**: the session keeps a running estimate of what each kind of RPC
+//!   costs — the operation's name and whether it carries a filter, which is what separates a
+//!   small read from a whole-tree one. A kind never seen before, a large message, or a kind
+//!   whose estimate is above [`INLINE_BUDGET`] goes to a blocking thread; one slow inline run
+//!   moves its kind to the blocking path at once, and the estimate decays back when the kind
+//!   becomes cheap again (it is measured on either path).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+
+/// The base operations that may run inline: they read or lock the datastores and consult
+/// NACM, and never wait for another task.
+pub const INLINE_OPS: &[&str] = &["get-config", "lock", "unlock", "discard-changes", "get-schema", "close-session"];
 
 /// An RPC kind whose estimated cost is at most this runs inline.
 pub const INLINE_BUDGET: Duration = Duration::from_micros(500);
@@ -55,7 +67,7 @@ impl Costs {
     /// Whether a message of this kind and length may run inline.
     pub fn inline(&self, kind: Option<&Kind>, len: usize) -> bool {
         let Some(kind) = kind else { return false };
-        if len > INLINE_MAX_MESSAGE {
+        if len > INLINE_MAX_MESSAGE || !INLINE_OPS.contains(&&*kind.op) {
             return false;
         }
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
@@ -130,6 +142,12 @@ mod tests {
     fn a_kind_runs_inline_only_once_it_was_measured_cheap() {
         let costs = Costs::default();
         let kind = Kind::of("<rpc message-id='1'><get-config/></rpc>");
+        let get = Kind::of("<rpc message-id='1'><get/></rpc>");
+        costs.record(get.clone(), Duration::from_micros(1));
+        assert!(!costs.inline(get.as_ref(), 40), "<get> waits for the engine: never inline");
+        let app = Kind::of("<rpc message-id='1'><local-steering xmlns='urn:cats-sma:yang:cats-sma'/></rpc>");
+        costs.record(app.clone(), Duration::from_micros(1));
+        assert!(!costs.inline(app.as_ref(), 40), "the agent's RPCs call the engine: never inline");
         assert!(!costs.inline(kind.as_ref(), 40), "never seen: blocking thread");
         costs.record(kind.clone(), Duration::from_micros(40));
         assert!(costs.inline(kind.as_ref(), 40));
