@@ -519,3 +519,172 @@ fn a_refused_edit_leaves_default_leaves_implicit() {
     assert_eq!(before, after);
     assert!(!after.contains("expected-interval") && !after.contains("min-interval"), "{after}");
 }
+
+// ----- issue 22: edits that stay linear (correctness only; timing lives in examples/) -----
+
+const NACM_NS: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-acm";
+
+fn running_xml(ds: &Datastores) -> String {
+    ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap()
+}
+
+fn nacm(inner: &str) -> String {
+    format!(r#"<nacm xmlns="{NACM_NS}" xmlns:nc="{NC}">{inner}</nacm>"#)
+}
+
+fn group_names(ds: &Datastores) -> Vec<String> {
+    ds.with_tree(Datastore::Running, |t| {
+        t.find_xpath("/ietf-netconf-acm:nacm/groups/group/name")
+            .map(|s| s.map(|n| n.value_canonical().unwrap()).collect())
+            .unwrap_or_default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn issue22_failed_bulk_delete_restores_every_entry_and_the_user_order() {
+    let ds = open();
+    let rule = |n: usize| {
+        format!(
+            "<pol:rule><pol:name>r{n}</pol:name><pol:priority>1</pol:priority><pol:condition>Cost &gt; 100</pol:condition><pol:action>SET Cost = 100</pol:action></pol:rule>"
+        )
+    };
+    let rules: String = (0..10).map(rule).collect();
+    let scis: String = (0..1000).map(|i| format!("<sci><csci-id>s{i}</csci-id><cs-id>CS{i}</cs-id></sci>")).collect();
+    edit(&ds, Datastore::Running, &cfg(&format!("<scis>{scis}</scis><pol:policy>{rules}</pol:policy>"))).unwrap();
+    let before = running_xml(&ds);
+    // Deletes user-ordered rules from the front, the middle and the end, every SCI, and
+    // then one SCI that does not exist: the whole edit fails and nothing may be lost or
+    // reordered.
+    let del_rules: String = [2, 5, 0, 9, 1]
+        .iter()
+        .map(|n| format!(r#"<pol:rule nc:operation="delete"><pol:name>r{n}</pol:name></pol:rule>"#))
+        .collect();
+    let mut del_scis: String =
+        (0..1000).map(|i| format!(r#"<sci nc:operation="delete"><csci-id>s{i}</csci-id></sci>"#)).collect();
+    del_scis.push_str(r#"<sci nc:operation="delete"><csci-id>missing</csci-id></sci>"#);
+    let e =
+        edit(&ds, Datastore::Running, &cfg(&format!("<pol:policy>{del_rules}</pol:policy><scis>{del_scis}</scis>")))
+            .unwrap_err();
+    assert_eq!(e[0].tag, ErrorTag::DataMissing, "{}", e[0]);
+    assert_eq!(running_xml(&ds), before, "a failed edit leaves running byte for byte as it was");
+    // The same through the candidate: the failed edit leaves it equal to running.
+    let e =
+        edit(&ds, Datastore::Candidate, &cfg(&format!("<pol:policy>{del_rules}</pol:policy><scis>{del_scis}</scis>")))
+            .unwrap_err();
+    assert_eq!(e[0].tag, ErrorTag::DataMissing);
+    let cand = ds.with_tree(Datastore::Candidate, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    assert_eq!(cand, before);
+}
+
+#[test]
+fn issue22_bulk_create_and_delete_of_20k_entries_in_one_edit() {
+    let ds = open();
+    let n = 20_000;
+    let groups: String =
+        (0..n).map(|i| format!("<group><name>g{i}</name><user-name>u{i}</user-name></group>")).collect();
+    let changes = edit(&ds, Datastore::Running, &nacm(&format!("<groups>{groups}</groups>"))).unwrap();
+    // Per entry: the entry, its key, its user-name (nacm and groups are non-presence
+    // containers that exist already).
+    assert_eq!(changes.iter().filter(|c| c.op == ChangeOp::Create).count(), 3 * n);
+    let names = group_names(&ds);
+    assert_eq!(names.len(), n);
+    assert!(names.contains(&"g0".to_owned()) && names.contains(&format!("g{}", n - 1)));
+    // A create of one that exists among many new ones fails whole.
+    let mut again: String = (n..2 * n).map(|i| format!("<group><name>g{i}</name></group>")).collect();
+    again.push_str(r#"<group nc:operation="create"><name>g7</name></group>"#);
+    let e = edit(&ds, Datastore::Running, &nacm(&format!("<groups>{again}</groups>"))).unwrap_err();
+    assert_eq!(e[0].tag, ErrorTag::DataExists);
+    assert_eq!(group_names(&ds).len(), n);
+    let dels: String = (0..n).map(|i| format!(r#"<group nc:operation="delete"><name>g{i}</name></group>"#)).collect();
+    let changes = edit(&ds, Datastore::Running, &nacm(&format!("<groups>{dels}</groups>"))).unwrap();
+    assert_eq!(changes.iter().filter(|c| c.op == ChangeOp::Delete).count(), 3 * n);
+    assert!(group_names(&ds).is_empty());
+}
+
+/// A deterministic pseudo-random sequence (no seed file, reproducible failures).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn issue22_random_edits_match_a_model_and_failures_change_nothing() {
+    use std::collections::BTreeMap;
+    let ds = open();
+    let mut model: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut rng = Lcg(22);
+    for round in 0..60 {
+        let before = running_xml(&ds);
+        let mut next = model.clone();
+        let mut body = String::new();
+        let mut fails = false;
+        for _ in 0..rng.next(200) + 1 {
+            let g = rng.next(300);
+            let users: Vec<u64> = (0..rng.next(3)).map(|_| rng.next(5)).collect();
+            let user_xml: String = users.iter().map(|u| format!("<user-name>u{u}</user-name>")).collect();
+            match rng.next(6) {
+                0 => {
+                    fails |= next.contains_key(&g);
+                    body.push_str(&format!(r#"<group nc:operation="create"><name>g{g}</name>{user_xml}</group>"#));
+                    next.entry(g).or_default().extend(users);
+                }
+                1 => {
+                    fails |= !next.contains_key(&g);
+                    body.push_str(&format!(r#"<group nc:operation="delete"><name>g{g}</name></group>"#));
+                    next.remove(&g);
+                }
+                2 => {
+                    body.push_str(&format!(r#"<group nc:operation="remove"><name>g{g}</name></group>"#));
+                    next.remove(&g);
+                }
+                3 => {
+                    body.push_str(&format!(r#"<group nc:operation="replace"><name>g{g}</name>{user_xml}</group>"#));
+                    next.insert(g, users);
+                }
+                _ => {
+                    body.push_str(&format!("<group><name>g{g}</name>{user_xml}</group>"));
+                    next.entry(g).or_default().extend(users);
+                }
+            }
+        }
+        for v in next.values_mut() {
+            v.sort();
+            v.dedup();
+        }
+        let result = edit(&ds, Datastore::Running, &nacm(&format!("<groups>{body}</groups>")));
+        if fails {
+            assert!(result.is_err(), "round {round}: the edit should fail");
+            assert_eq!(running_xml(&ds), before, "round {round}: a failed edit changed running");
+            continue;
+        }
+        result.unwrap_or_else(|e| panic!("round {round}: {}", e[0]));
+        model = next;
+        let got: BTreeMap<u64, Vec<u64>> = ds
+            .with_tree(Datastore::Running, |t| {
+                let mut m = BTreeMap::new();
+                if let Ok(set) = t.find_xpath("/ietf-netconf-acm:nacm/groups/group") {
+                    for g in set {
+                        let mut name = 0;
+                        let mut users = Vec::new();
+                        for c in g.children() {
+                            let v = c.value_canonical().unwrap();
+                            match c.schema().name() {
+                                "name" => name = v[1..].parse().unwrap(),
+                                "user-name" => users.push(v[1..].parse().unwrap()),
+                                _ => {}
+                            }
+                        }
+                        users.sort();
+                        m.insert(name, users);
+                    }
+                }
+                m
+            })
+            .unwrap();
+        assert_eq!(got, model, "round {round}");
+    }
+}

@@ -61,14 +61,79 @@ impl Change {
             ChangeOp::Delete => (None, value),
             _ => (value, None),
         };
+        let path = node.path();
         Change {
             op,
-            path: node.path(),
-            schema_path: schema_path_of(&node.path()),
+            schema_path: schema_path_of(&path),
+            path,
             kind: schema.kind().into(),
             is_key: schema.is_list_key(),
             value,
             old_value,
+        }
+    }
+}
+
+/// The changes of a whole subtree, `root` first, in document order (what
+/// `root.traverse().map(of_node)` gives), with implicit default nodes below the root left
+/// out when `skip_defaults`. The data path of a container or leaf is its parent's plus one
+/// step, and every schema path is its parent's plus one step: only list entries and
+/// leaf-list values ask libyang for their path, so a 100 000-entry subtree does not print
+/// every node's path from the root.
+pub(crate) fn subtree(op: ChangeOp, root: &DataNodeRef<'_, '_>, skip_defaults: bool) -> Vec<Change> {
+    let first = Change::of_node(op, root);
+    let (path, schema_path) = (first.path.clone(), first.schema_path.clone());
+    let mut out = vec![first];
+    below(op, root, &path, &schema_path, skip_defaults, &mut out);
+    out
+}
+
+fn below(
+    op: ChangeOp,
+    node: &DataNodeRef<'_, '_>,
+    path: &str,
+    schema_path: &str,
+    skip_defaults: bool,
+    out: &mut Vec<Change>,
+) {
+    let parent_schema = node.schema();
+    let module = parent_schema.module();
+    for child in node.children() {
+        if skip_defaults && child.is_default() {
+            continue;
+        }
+        let schema = child.schema();
+        let kind = schema.kind();
+        let cm = schema.module();
+        let step = if cm.name() == module.name() {
+            schema.name().to_owned()
+        } else {
+            format!("{}:{}", cm.name(), schema.name())
+        };
+        let child_path = match kind {
+            SchemaNodeKind::List | SchemaNodeKind::LeafList => child.path(),
+            _ => format!("{path}/{step}"),
+        };
+        let child_schema = format!("{schema_path}/{step}");
+        let value = child.value_canonical();
+        let (value, old_value) = match op {
+            ChangeOp::Delete => (None, value),
+            _ => (value, None),
+        };
+        let descend = matches!(kind, SchemaNodeKind::Container | SchemaNodeKind::List);
+        out.push(Change {
+            op,
+            path: child_path,
+            schema_path: child_schema,
+            kind: kind.into(),
+            is_key: schema.is_list_key(),
+            value,
+            old_value,
+        });
+        if descend {
+            let last = out.last().expect("just pushed");
+            let (p, sp) = (last.path.clone(), last.schema_path.clone());
+            below(op, &child, &p, &sp, skip_defaults, out);
         }
     }
 }
@@ -90,6 +155,60 @@ pub fn schema_path_of(data_path: &str) -> String {
         }
     }
     out
+}
+
+/// The changes not implied by another change in the list: a created or deleted subtree is
+/// one change, not one per descendant, and list keys are implied by their entry. A change is
+/// implied by an earlier kept Create / Delete of the same op at one of its ancestor paths;
+/// each change costs one set lookup per ancestor, so N changes cost O(N × depth) (the
+/// netconf-config-change of a 100 000-entry edit was quadratic when every change was
+/// compared with every root kept so far).
+pub fn roots(changes: &[Change]) -> Vec<&Change> {
+    let mut covering: std::collections::HashSet<(bool, &str)> = std::collections::HashSet::new();
+    // The last kept subtree root: a subtree's changes follow its root, so most are
+    // covered by it, which a prefix comparison shows without hashing.
+    let mut last: Option<(bool, &str)> = None;
+    let mut out = Vec::new();
+    for c in changes {
+        let subtree_op = match c.op {
+            ChangeOp::Create => Some(true),
+            ChangeOp::Delete => Some(false),
+            _ => None,
+        };
+        let covered = subtree_op.is_some_and(|create| {
+            last.is_some_and(|(op, r)| {
+                op == create && c.path.len() > r.len() && c.path.starts_with(r) && c.path[r.len()..].starts_with('/')
+            }) || ancestor_ends(&c.path).any(|end| covering.contains(&(create, &c.path[..end])))
+        });
+        if covered || c.is_key {
+            continue;
+        }
+        if let Some(create) = subtree_op {
+            covering.insert((create, c.path.as_str()));
+            last = Some((create, c.path.as_str()));
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The byte offsets at which the proper ancestors of a data path end (every `/` outside
+/// predicates after the first character).
+pub(crate) fn ancestor_ends(path: &str) -> impl Iterator<Item = usize> + '_ {
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    path.bytes().enumerate().filter_map(move |(i, b)| {
+        match (quote, b) {
+            (Some(q), b) if b == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'[') => depth += 1,
+            (None, b']') => depth = depth.saturating_sub(1),
+            (None, b'\'' | b'"') if depth > 0 => quote = Some(b),
+            (None, b'/') if depth == 0 && i > 0 => return Some(i),
+            _ => {}
+        }
+        None
+    })
 }
 
 /// Replays changes on a tree that held the same content as the one they were recorded on.
@@ -130,5 +249,66 @@ mod tests {
     #[test]
     fn schema_path_strips_predicates_with_quoted_brackets() {
         assert_eq!(schema_path_of("/m:a/b[k='x]y'][j=\"1\"]/c[.='v']"), "/m:a/b/c");
+    }
+
+    fn ch(op: ChangeOp, path: &str, is_key: bool) -> Change {
+        Change {
+            op,
+            path: path.into(),
+            schema_path: schema_path_of(path),
+            kind: NodeKind::Other,
+            is_key,
+            value: None,
+            old_value: None,
+        }
+    }
+
+    #[test]
+    fn issue22_subtree_changes_equal_the_per_node_ones() {
+        let ctx = crate::yang::context();
+        let xml = r#"<cats-sma xmlns="urn:cats-sma:yang:cats-sma"><scis><sci><csci-id>a'b</csci-id><cs-id>X</cs-id><cs-id>Y</cs-id><expected-interval>7</expected-interval></sci></scis><policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><heartbeat-interval>60</heartbeat-interval></update-control></policy></cats-sma><nacm xmlns="urn:ietf:params:xml:ns:yang:ietf-netconf-acm"><groups><group><name>g</name><user-name>u</user-name></group></groups></nacm>"#;
+        let mut data = xml.as_bytes().to_vec();
+        data.push(0);
+        let tree = DataTree::parse_string(
+            ctx,
+            &data,
+            yang2::data::DataFormat::XML,
+            yang2::data::DataParserFlags::STRICT | yang2::data::DataParserFlags::NO_STATE,
+            yang2::data::DataValidationFlags::NO_STATE,
+        )
+        .unwrap();
+        let mut n = 0;
+        for top in tree.reference().unwrap().inclusive_siblings() {
+            for op in [ChangeOp::Create, ChangeOp::Delete] {
+                let want: Vec<Change> = top.traverse().map(|d| Change::of_node(op, &d)).collect();
+                assert_eq!(subtree(op, &top, false), want);
+                let want: Vec<Change> = top
+                    .traverse()
+                    .filter(|d| !d.is_default() || d.as_raw() == top.as_raw())
+                    .map(|d| Change::of_node(op, &d))
+                    .collect();
+                assert_eq!(subtree(op, &top, true), want);
+                n += want.len();
+            }
+        }
+        assert!(n > 20, "{n}");
+    }
+
+    #[test]
+    fn issue22_roots_keep_subtree_tops_only() {
+        let cs = vec![
+            ch(ChangeOp::Create, "/m:a/l[k='x/y']", false),
+            ch(ChangeOp::Create, "/m:a/l[k='x/y']/k", true),
+            ch(ChangeOp::Create, "/m:a/l[k='x/y']/v", false),
+            ch(ChangeOp::Delete, "/m:a/l[k='x/y']/w", false),
+            ch(ChangeOp::Create, "/m:a/l[k='x']", false),
+            ch(ChangeOp::Modify, "/m:a/l[k='x']/v", false),
+            ch(ChangeOp::Create, "/m:a/l[k='x']/v/z", false),
+            ch(ChangeOp::Create, "/m:a/lx", false),
+        ];
+        let r: Vec<&str> = roots(&cs).iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(r, vec!["/m:a/l[k='x/y']", "/m:a/l[k='x/y']/w", "/m:a/l[k='x']", "/m:a/l[k='x']/v", "/m:a/lx"]);
+        let ends: Vec<usize> = ancestor_ends("/m:a/l[k='x/y']/v").collect();
+        assert_eq!(ends, vec![4, 15]);
     }
 }

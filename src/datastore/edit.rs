@@ -52,11 +52,30 @@ enum Undo {
     /// A leaf's value changed: put the old value back. When the old value was the schema
     /// default (an implicit node), the explicit node is removed and the default re-added.
     Modified(String, String, bool),
-    /// A subtree was removed: merge this copy (with its parents) back.
-    Removed(DataTree<'static>),
+    /// A subtree was unlinked from `parent` (null: the top level): link it back. Owned by
+    /// the undo log until then; freed when the editor is dropped without a rollback.
+    /// `anchor`: for an entry of a user-ordered list or leaf-list, a neighbouring entry of
+    /// the same schema node and whether the entry goes after it (its previous sibling) or
+    /// before (its next), so the order comes back too.
+    Unlinked {
+        node: *mut yang2::ffi::lyd_node,
+        parent: *mut yang2::ffi::lyd_node,
+        anchor: Option<(*mut yang2::ffi::lyd_node, bool)>,
+    },
     /// A user-ordered instance moved: put it back after `after` (its previous
     /// same-schema sibling), or first when there was none.
     Moved { path: String, after: Option<String> },
+}
+
+/// Where an edit node's counterpart is looked for in the target.
+#[derive(Clone, Copy)]
+enum Parent {
+    /// Among the top-level nodes.
+    Top,
+    /// Among the children of this inner node of the target.
+    Node(*mut yang2::ffi::lyd_node),
+    /// Under a node the target does not have: nothing there exists.
+    Missing,
 }
 
 /// An edit in progress on one target tree.
@@ -79,9 +98,20 @@ impl<'t> Editor<'t> {
         };
         for top in first.inclusive_siblings() {
             let before = self.errors.len();
-            self.node(&top, default_op, error_option);
+            self.node(&top, Parent::Top, default_op, error_option);
             if self.errors.len() > before && error_option != ErrorOption::ContinueOnError {
                 return;
+            }
+        }
+    }
+
+    /// Frees what the undo log still owns (subtrees unlinked by removals) without undoing
+    /// anything: the edit is kept.
+    fn forget(&mut self) {
+        for u in self.undo.drain(..) {
+            if let Undo::Unlinked { node, .. } = u {
+                // SAFETY: the unlinked subtree is owned by the log alone.
+                unsafe { yang2::ffi::lyd_free_tree(node) };
             }
         }
     }
@@ -100,8 +130,25 @@ impl<'t> Editor<'t> {
                 Undo::Modified(path, old, false) => {
                     let _ = self.target.new_path(&path, Some(&old), false);
                 }
-                Undo::Removed(copy) => {
-                    let _ = self.target.merge(&copy);
+                Undo::Unlinked { node, parent, anchor } => {
+                    // SAFETY: `node` was unlinked from this target by `remove_node` and is
+                    // owned by the undo log; `parent` and `anchor` (list entries, never
+                    // implicit defaults) are alive because the later steps, undone first,
+                    // only unlink what existed before them and link it back.
+                    unsafe {
+                        match anchor {
+                            Some((a, true)) => {
+                                yang2::ffi::lyd_insert_after(a, node);
+                            }
+                            Some((a, false)) => {
+                                yang2::ffi::lyd_insert_before(a, node);
+                            }
+                            None => super::tree::relink(self.target, node, parent),
+                        }
+                        if parent.is_null() {
+                            super::tree::after_move(self.target);
+                        }
+                    }
                 }
                 Undo::Moved { path, after } => {
                     let Ok(node) = self.target.find_path(&path) else {
@@ -121,11 +168,39 @@ impl<'t> Editor<'t> {
         self.changes.clear();
     }
 
+    /// Where the counterpart of edit node `e` is in the target (a hash lookup among the
+    /// children of `parent`, no path built or parsed), or None.
+    fn lookup(&self, e: &DataNodeRef<'_, 'static>, parent: Parent) -> Option<*mut yang2::ffi::lyd_node> {
+        let first = match parent {
+            Parent::Missing => return None,
+            Parent::Top => self.target.reference()?.as_raw(),
+            // SAFETY: `p` is a live inner node (container or list entry) of the target,
+            // which this editor holds mutably.
+            Parent::Node(p) => unsafe { (*(p as *mut yang2::ffi::lyd_node_inner)).child },
+        };
+        if first.is_null() {
+            return None;
+        }
+        let mut found = std::ptr::null_mut();
+        // SAFETY: `first` is a live sibling of the target and `e` a live node of the edit
+        // tree, both of the process-wide context; only a lookup.
+        let ret = unsafe { yang2::ffi::lyd_find_sibling_first(first, e.as_raw(), &mut found) };
+        (ret == yang2::ffi::LY_ERR::LY_SUCCESS && !found.is_null()).then_some(found)
+    }
+
+    /// Whether a target node counts as configured data for create/delete: implicit default
+    /// leaves do not (non-presence containers libyang added do).
+    fn counts(&self, n: *mut yang2::ffi::lyd_node) -> bool {
+        // SAFETY: `n` is a live node of the target (just looked up).
+        let node = unsafe { DataNodeRef::from_raw(&*self.target, n) };
+        !node.is_default() || !is_leaf(&node.schema().kind())
+    }
+
     fn fail(&mut self, e: RpcError) {
         self.errors.push(e);
     }
 
-    fn node(&mut self, e: &DataNodeRef<'_, 'static>, inherited: EditOp, eo: ErrorOption) {
+    fn node(&mut self, e: &DataNodeRef<'_, 'static>, parent: Parent, inherited: EditOp, eo: ErrorOption) {
         let op = match operation_of(e) {
             Ok(Some(op)) => op,
             Ok(None) => inherited,
@@ -142,45 +217,50 @@ impl<'t> Editor<'t> {
                 .with_bad_element(schema.name()),
             );
         }
-        let path = e.path();
-        let exists = self.exists(&path);
-        match op {
-            EditOp::Create if exists => self.fail(
+        let found = self.lookup(e, parent);
+        let exists = found.is_some_and(|n| self.counts(n));
+        match (op, found) {
+            (EditOp::Create, _) if exists => self.fail(
                 RpcError::application(ErrorTag::DataExists, format!("\"{}\" already exists", schema.name()))
-                    .with_path(path)
+                    .with_path(e.path())
                     .with_bad_element(schema.name()),
             ),
-            EditOp::Delete if !exists => self.fail(
+            (EditOp::Delete, _) if !exists => self.fail(
                 RpcError::application(ErrorTag::DataMissing, format!("\"{}\" does not exist", schema.name()))
-                    .with_path(path)
+                    .with_path(e.path())
                     .with_bad_element(schema.name()),
             ),
-            EditOp::Delete | EditOp::Remove => {
-                if exists {
-                    self.remove_subtree(&path);
-                }
+            (EditOp::Delete | EditOp::Remove, Some(n)) if exists => self.remove_node(n),
+            (EditOp::Delete | EditOp::Remove, _) => {}
+            (EditOp::Replace, _) => {
+                let found = match found {
+                    Some(n) if exists && !is_leaf(&schema.kind()) => {
+                        self.remove_node(n);
+                        None
+                    }
+                    other => other,
+                };
+                self.merge_node(e, found, EditOp::Merge, eo);
             }
-            EditOp::Replace => {
-                if exists && !is_leaf(&schema.kind()) {
-                    self.remove_subtree(&path);
-                }
-                self.merge_node(e, &path, EditOp::Merge, eo);
-            }
-            EditOp::Create | EditOp::Merge => self.merge_node(e, &path, EditOp::Merge, eo),
-            EditOp::None if !exists && !requests_change(e) => self.fail(
+            (EditOp::Create | EditOp::Merge, _) => self.merge_node(e, found, EditOp::Merge, eo),
+            (EditOp::None, _) if !exists && !requests_change(e) => self.fail(
                 // RFC 6241 7.2: with "none", data without a corresponding level in the
                 // target is an error unless an operation below asks to create it.
                 RpcError::application(ErrorTag::DataMissing, format!("\"{}\" does not exist", schema.name()))
-                    .with_path(path)
+                    .with_path(e.path())
                     .with_bad_element(schema.name()),
             ),
-            EditOp::None => {
+            (EditOp::None, _) => {
+                let below = match found {
+                    Some(n) if exists => Parent::Node(n),
+                    _ => Parent::Missing,
+                };
                 for child in e.children() {
                     if child.schema().is_list_key() {
                         continue;
                     }
                     let before = self.errors.len();
-                    self.node(&child, EditOp::None, eo);
+                    self.node(&child, below, EditOp::None, eo);
                     if self.errors.len() > before && eo != ErrorOption::ContinueOnError {
                         return;
                     }
@@ -190,57 +270,71 @@ impl<'t> Editor<'t> {
     }
 
     /// Creates or updates `e` itself, then processes its children with `merge` inherited.
-    fn merge_node(&mut self, e: &DataNodeRef<'_, 'static>, path: &str, inherited: EditOp, eo: ErrorOption) {
+    /// `found` is `e`'s counterpart in the target (None when it has none).
+    fn merge_node(
+        &mut self,
+        e: &DataNodeRef<'_, 'static>,
+        found: Option<*mut yang2::ffi::lyd_node>,
+        inherited: EditOp,
+        eo: ErrorOption,
+    ) {
         let schema = e.schema();
         match schema.kind() {
             SchemaNodeKind::Leaf => {
                 let new = e.value_canonical();
-                let old = self.target.find_path(path).ok().map(|n| (n.value_canonical(), n.is_default()));
+                // SAFETY: `found` is a live node of the target (just looked up).
+                let old = found
+                    .map(|n| unsafe { DataNodeRef::from_raw(&*self.target, n) })
+                    .map(|n| (n.value_canonical(), n.is_default()));
                 match old {
                     Some((Some(old), false)) if Some(&old) == new.as_ref() => {}
                     Some((Some(old), was_default)) => {
-                        if let Err(err) = self.target.new_path(path, new.as_deref(), false) {
+                        let path = e.path();
+                        if let Err(err) = self.target.new_path(&path, new.as_deref(), false) {
                             return self.fail(RpcError::from_libyang(&err).with_path(path));
                         }
-                        let mut c = self.change_at(ChangeOp::Modify, path);
+                        let mut c = self.change_at(ChangeOp::Modify, &path);
                         c.old_value = Some(old.clone());
                         self.changes.push(c);
-                        self.undo.push(Undo::Modified(path.to_owned(), old, was_default));
+                        self.undo.push(Undo::Modified(path, old, was_default));
                     }
-                    _ => self.create_one(path, new.as_deref()),
+                    _ => self.create_one(&e.path(), new.as_deref()),
                 }
             }
             _ => {
-                if !self.exists(path) {
-                    self.create_one(path, None);
-                    if let Err(err) = self.position(e, path) {
+                let has_insert = e.meta().any(|m| m.name() == "insert");
+                let node = match found {
+                    Some(n) => n,
+                    None => {
+                        let path = e.path();
+                        self.create_one(&path, None);
+                        match self.target.find_path(&path) {
+                            Ok(n) => n.as_raw(),
+                            // create_one recorded the failure.
+                            Err(_) => return,
+                        }
+                    }
+                };
+                if has_insert {
+                    if let Err(err) = self.position(e, &e.path()) {
                         return self.fail(err);
                     }
-                } else if let Err(err) = self.position(e, path) {
-                    return self.fail(err);
                 }
-                let parent = self.target.find_path(path).ok().map(|n| n.as_raw());
                 for child in e.children() {
                     if child.schema().is_list_key() {
                         continue;
                     }
-                    if inherited == EditOp::Merge && parent.is_some_and(|p| self.create_child_subtree(&child, p)) {
+                    if inherited == EditOp::Merge && self.create_child_subtree(&child, node) {
                         continue;
                     }
                     let before = self.errors.len();
-                    self.node(&child, inherited, eo);
+                    self.node(&child, Parent::Node(node), inherited, eo);
                     if self.errors.len() > before && eo != ErrorOption::ContinueOnError {
                         return;
                     }
                 }
             }
         }
-    }
-
-    fn exists(&self, path: &str) -> bool {
-        // Implicit default nodes (default leaves, non-presence containers libyang added)
-        // do not count as configured data for create/delete.
-        self.target.find_path(path).is_ok_and(|n| !n.is_default() || !is_leaf(&n.schema().kind()))
     }
 
     /// Creates one node (and any missing ancestors), recording every node libyang created.
@@ -313,7 +407,7 @@ impl<'t> Editor<'t> {
         }
         // SAFETY: `dup` was just linked into the target tree and is live.
         let node = unsafe { DataNodeRef::from_raw(&*self.target, dup) };
-        let recs: Vec<Change> = node.traverse().map(|n| Change::of_node(ChangeOp::Create, &n)).collect();
+        let recs = super::change::subtree(ChangeOp::Create, &node, false);
         if let Some(first) = recs.first() {
             self.undo.push(Undo::Created(first.path.clone()));
         }
@@ -321,26 +415,37 @@ impl<'t> Editor<'t> {
         true
     }
 
-    fn remove_subtree(&mut self, path: &str) {
-        let Ok(node) = self.target.find_path(path) else {
-            return;
-        };
-        let mut recs = Vec::new();
-        for n in node.traverse() {
-            if n.is_default() && n.as_raw() != node.as_raw() {
-                continue;
+    /// Removes a target node and its subtree, recording a Delete per node (implicit
+    /// defaults below it excepted). The subtree is unlinked, not copied: the undo log owns it
+    /// until a rollback links it back or the editor is dropped.
+    fn remove_node(&mut self, n: *mut yang2::ffi::lyd_node) {
+        // SAFETY: `n` is a live node of the target (just looked up).
+        let node = unsafe { DataNodeRef::from_raw(&*self.target, n) };
+        let recs = super::change::subtree(ChangeOp::Delete, &node, true);
+        // libyang keeps the instances of one schema node next to each other, so the
+        // neighbours of the same schema are the direct ones (O(1), not a walk of the list).
+        let anchor = if node.schema().is_user_ordered() {
+            // SAFETY: `n` is live; `prev` of a live node is a live sibling (the first one's
+            // is the last, whose `next` is null) and `next` is a live sibling or null.
+            unsafe {
+                let schema = (*n).schema;
+                let prev = (*n).prev;
+                let next = (*n).next;
+                if !prev.is_null() && prev != n && !(*prev).next.is_null() && (*prev).schema == schema {
+                    Some((prev, true))
+                } else if !next.is_null() && (*next).schema == schema {
+                    Some((next, false))
+                } else {
+                    None
+                }
             }
-            recs.push(Change::of_node(ChangeOp::Delete, &n));
-        }
-        let copy = match node.duplicate(true) {
-            Ok(c) => c,
-            Err(err) => return self.fail(RpcError::from_libyang(&err).with_path(path)),
+        } else {
+            None
         };
-        if let Err(err) = super::tree::remove(self.target, path) {
-            return self.fail(err.with_path(path));
-        }
+        // SAFETY: `n` is live and linked in the target; afterwards it is owned by the log.
+        let parent = unsafe { super::tree::unlink(self.target, n) };
         self.changes.extend(recs);
-        self.undo.push(Undo::Removed(copy));
+        self.undo.push(Undo::Unlinked { node: n, parent, anchor });
     }
 
     fn change_at(&self, op: ChangeOp, path: &str) -> Change {
@@ -444,6 +549,12 @@ impl<'t> Editor<'t> {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Editor<'_> {
+    fn drop(&mut self) {
+        self.forget();
     }
 }
 

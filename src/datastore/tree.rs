@@ -53,6 +53,49 @@ pub fn remove(tree: &mut DataTree<'static>, path: &str) -> Result<(), RpcError> 
     Ok(())
 }
 
+/// Unlinks `node` (with its subtree) from `tree` and returns its former parent (null for a
+/// top-level node). The caller owns the unlinked subtree: it must link it back with
+/// [`relink`] or free it.
+///
+/// # Safety
+/// `node` must be a live node linked in `tree`.
+pub(crate) unsafe fn unlink(
+    tree: &mut DataTree<'static>,
+    node: *mut yang2::ffi::lyd_node,
+) -> *mut yang2::ffi::lyd_node {
+    let parent = (*node).parent as *mut yang2::ffi::lyd_node;
+    if parent.is_null() {
+        reseat(tree, Some(node));
+    }
+    yang2::ffi::lyd_unlink_tree(node);
+    parent
+}
+
+/// Links a subtree [`unlink`] took out back under `parent` (null: at the top level).
+///
+/// # Safety
+/// `node` must be an unlinked subtree of this tree's context owned by the caller (the tree
+/// owns it afterwards), and `parent`, when not null, a live inner node of `tree`.
+pub(crate) unsafe fn relink(
+    tree: &mut DataTree<'static>,
+    node: *mut yang2::ffi::lyd_node,
+    parent: *mut yang2::ffi::lyd_node,
+) {
+    if !parent.is_null() {
+        yang2::ffi::lyd_insert_child(parent, node);
+        return;
+    }
+    let ctx = tree.context();
+    let first = std::mem::replace(tree, DataTree::new(ctx)).into_raw();
+    if first.is_null() {
+        *tree = DataTree::from_raw(ctx, node);
+        return;
+    }
+    let mut new_first = std::ptr::null_mut();
+    yang2::ffi::lyd_insert_sibling(first, node, &mut new_first);
+    *tree = DataTree::from_raw(ctx, if new_first.is_null() { first } else { new_first });
+}
+
 /// Re-points the tree at its first sibling after nodes were moved at the top level.
 pub fn after_move(tree: &mut DataTree<'static>) {
     reseat(tree, None);

@@ -15,7 +15,7 @@ use yang2::data::{DataFormat, DataOperation, DataTree};
 use super::error::xml_path;
 use super::filter::Filter;
 use super::Core;
-use crate::datastore::{Change, ChangeOp, ConfigConsumer, SessionId, Transaction};
+use crate::datastore::{ChangeOp, ConfigConsumer, SessionId, Transaction};
 use crate::error::{ErrorTag, RpcError};
 use crate::text::xml as escape_text;
 
@@ -393,7 +393,7 @@ impl ConfigConsumer for ConfigChangeNotifier {
             "<netconf-config-change xmlns=\"{NS_BASE_NOTIFICATIONS}\">{}<datastore>running</datastore>",
             changed_by(&server, tx.session)
         );
-        let roots = change_roots(tx.changes);
+        let roots = crate::datastore::change::roots(tx.changes);
         if roots.len() <= MAX_EDITS {
             for c in roots {
                 let (path, decls) = xml_path(&c.path);
@@ -412,25 +412,6 @@ impl ConfigConsumer for ConfigChangeNotifier {
         body.push_str("</netconf-config-change>");
         server.events.publish("ietf-netconf-notifications", "netconf-config-change", body);
     }
-}
-
-/// The changes not implied by another change in the list (a created or deleted subtree is
-/// one edit, not one per descendant).
-fn change_roots(changes: &[Change]) -> Vec<&Change> {
-    let mut roots: Vec<&Change> = Vec::new();
-    for c in changes {
-        let covered = roots.iter().any(|r| {
-            r.op == c.op
-                && matches!(r.op, ChangeOp::Create | ChangeOp::Delete)
-                && c.path.len() > r.path.len()
-                && c.path.starts_with(&r.path)
-                && c.path[r.path.len()..].starts_with('/')
-        });
-        if !covered && !c.is_key {
-            roots.push(c);
-        }
-    }
-    roots
 }
 
 #[cfg(test)]

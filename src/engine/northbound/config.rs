@@ -218,7 +218,11 @@ pub fn function(t: &DataTree<'static>) -> ComputingTimeFunction {
 
 /// One registry entry, read at its data path.
 pub fn sci(t: &DataTree<'static>, entry_path: &str) -> Option<SciConfig> {
-    let node = t.find_path(entry_path).ok()?;
+    t.find_path(entry_path).ok().map(|n| sci_of(&n))
+}
+
+/// One registry entry, read from its list entry node.
+fn sci_of(node: &yang2::data::DataNodeRef<'_, 'static>) -> SciConfig {
     let mut s = SciConfig {
         cs_ids: Vec::new(),
         credential_ref: None,
@@ -239,7 +243,44 @@ pub fn sci(t: &DataTree<'static>, entry_path: &str) -> Option<SciConfig> {
             _ => {}
         }
     }
-    Some(s)
+    s
+}
+
+/// Above this many changed SCI entries in one commit, their configuration is read in one
+/// walk over the `scis` list instead of one path lookup per entry.
+const WALK_ABOVE: usize = 256;
+
+/// The new configuration of every SCI entry a commit touched (None: removed), in CSCI-ID
+/// order. A few entries are looked up by path; a bulk change (100 000 entries created in
+/// one edit) reads the list once, so the cost follows the list, not entries × lookup.
+fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
+    let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
+    if entries.len() <= WALK_ABOVE {
+        return entries
+            .into_iter()
+            .map(|(entry, key)| {
+                let s = sci(tx.config, &entry);
+                (key, s)
+            })
+            .collect();
+    }
+    let mut found: std::collections::HashMap<String, SciConfig> = std::collections::HashMap::new();
+    let keys: std::collections::HashSet<&str> = entries.iter().map(|(_, k)| k.as_str()).collect();
+    if let Ok(scis) = tx.config.find_path(&format!("{ROOT}/scis")) {
+        for n in scis.children().filter(|n| n.schema().name() == "sci") {
+            let Some(key) = n.list_keys().next().and_then(|k| k.value_canonical()) else { continue };
+            if keys.contains(key.as_str()) {
+                found.insert(key, sci_of(&n));
+            }
+        }
+    }
+    entries
+        .into_iter()
+        .map(|(_, key)| {
+            let s = found.remove(&key);
+            (key, s)
+        })
+        .collect()
 }
 
 /// `/cats-sma:cats-sma/scis/sci[csci-id='x']/cs-id[.='y']` → the entry path and its key.
@@ -435,20 +476,28 @@ impl ConfigConsumer for EngineConfig {
                 self.engine.submit(move |core| crate::engine::discovery::set_config(core, d));
             }
         }
-        let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
-        for (entry, key) in entries {
-            match sci(tx.config, &entry) {
-                Some(s) => {
-                    warn_unauthenticated(&key, &s);
-                    self.engine.submit(move |core| {
+        let updates = sci_updates(tx);
+        if updates.is_empty() {
+            return;
+        }
+        for (key, s) in &updates {
+            if let Some(s) = s {
+                warn_unauthenticated(key, s);
+            }
+        }
+        // One engine job for the whole commit, not one per SCI.
+        self.engine.submit(move |core| {
+            for (key, s) in updates {
+                match s {
+                    Some(s) => {
                         // A configured SCI replaces a discovered one of its CSCI-ID.
                         crate::engine::discovery::configured(core, &key);
                         core.set_sci(&key, s)
-                    })
+                    }
+                    None => core.remove_sci(&key),
                 }
-                None => self.engine.submit(move |core| core.remove_sci(&key)),
             }
-        }
+        });
     }
 }
 

@@ -1,0 +1,145 @@
+//! Issue 22 / issue 14 goal 4: one NETCONF edit-config creating or deleting 100 000 list
+//! entries, against the real agent over SSH. Correctness only (every entry there, every
+//! entry gone, a rejected edit leaves nothing behind); the timing lives in
+//! `examples/bulk_edit.rs` and `docs/performance.md`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NACM: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-acm";
+const CATS: &str = "urn:cats-sma:yang:cats-sma";
+const N: usize = 100_000;
+
+/// One rpc with chunked framing, waiting as long as a debug build needs for 100 000
+/// entries (a deadline, not a timing assertion).
+async fn call(s: &mut RawSession, id: u32, op: &str) -> String {
+    let body = rpc(id, op);
+    let frame = format!("\n#{}\n{}\n##\n", body.len(), body);
+    s.stream.write_all(frame.as_bytes()).await.unwrap();
+    s.stream.flush().await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    tokio::time::timeout(Duration::from_secs(300), async {
+        while !got.ends_with(b"\n##\n") {
+            let n = s.stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the agent closed the session");
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("no reply within the deadline");
+    decode_chunks(&got)
+}
+
+fn groups(range: std::ops::Range<usize>, op: &str) -> String {
+    let mut s = format!("<config><nacm xmlns=\"{NACM}\" xmlns:nc=\"{NC}\"><groups>");
+    for i in range {
+        match op {
+            "delete" => s.push_str(&format!("<group nc:operation=\"delete\"><name>g{i}</name></group>")),
+            _ => s.push_str(&format!("<group><name>g{i}</name><user-name>u{i}</user-name></group>")),
+        }
+    }
+    s.push_str("</groups></nacm></config>");
+    s
+}
+
+fn edit(config: &str) -> String {
+    format!("<edit-config><target><running/></target>{config}</edit-config>")
+}
+
+async fn group_count(s: &mut RawSession, id: u32) -> usize {
+    let reply = call(
+        s,
+        id,
+        &format!("<get-config><source><running/></source><filter type=\"subtree\"><nacm xmlns=\"{NACM}\"><groups/></nacm></filter></get-config>"),
+    )
+    .await;
+    assert!(!reply.contains("rpc-error"), "{}", &reply[..reply.len().min(500)]);
+    reply.matches("<group>").count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue22_bulk_create_100k_nacm_groups_is_linear() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let reply = call(&mut s, 1, &edit(&groups(0..N, "create"))).await;
+    assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(500)]);
+    assert_eq!(group_count(&mut s, 2).await, N, "every entry is there");
+    let probe = call(
+        &mut s,
+        3,
+        &format!("<get-config><source><running/></source><filter type=\"subtree\"><nacm xmlns=\"{NACM}\"><groups><group><name>g{}</name></group></groups></nacm></filter></get-config>", N - 1),
+    )
+    .await;
+    assert!(probe.contains(&format!("<user-name>u{}</user-name>", N - 1)), "{probe}");
+
+    // Deleting every entry and one that does not exist fails whole (RFC 6241 7.2
+    // data-missing, stop-on-error): nothing is removed.
+    let mut bad = groups(0..N, "delete");
+    bad = bad.replace("</groups>", "<group nc:operation=\"delete\"><name>absent</name></group></groups>");
+    let reply = call(&mut s, 4, &edit(&bad)).await;
+    assert!(reply.contains("data-missing"), "{}", &reply[..reply.len().min(500)]);
+    assert_eq!(group_count(&mut s, 5).await, N, "a rejected delete removes nothing");
+
+    // Creating 100 000 new ones and one that exists fails whole (data-exists).
+    let mut bad = groups(N..2 * N, "create");
+    bad = bad.replace("</groups>", "<group nc:operation=\"create\"><name>g7</name></group></groups>");
+    let reply = call(&mut s, 6, &edit(&bad)).await;
+    assert!(reply.contains("data-exists"), "{}", &reply[..reply.len().min(500)]);
+    assert_eq!(group_count(&mut s, 7).await, N, "a rejected create adds nothing");
+
+    let reply = call(&mut s, 8, &edit(&groups(0..N, "delete"))).await;
+    assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(500)]);
+    assert_eq!(group_count(&mut s, 9).await, 0, "every entry is gone");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn issue14_goal4_bulk_create_100k_scis_reaches_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let id = |i: usize| format!("10.{}.{}.{}:8080", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+    let mut cfg = format!("<config><cats-sma xmlns=\"{CATS}\" xmlns:nc=\"{NC}\"><scis>");
+    for i in 0..N {
+        cfg.push_str(&format!("<sci><csci-id>{}</csci-id><cs-id>CS{}</cs-id></sci>", id(i), i % 100));
+    }
+    cfg.push_str("</scis></cats-sma></config>");
+    let reply = call(&mut s, 1, &edit(&cfg)).await;
+    assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(500)]);
+    // The engine registered each SCI: its metric-cache entry (operational state the
+    // engine renders) is there, first, middle and last.
+    let cache_entry = |i: usize| {
+        format!(
+            "<get><filter type=\"subtree\"><cats-sma xmlns=\"{CATS}\"><metric-cache><entry><csci-id>{}</csci-id></entry></metric-cache></cats-sma></filter></get>",
+            id(i)
+        )
+    };
+    for (n, i) in [0, N / 2, N - 1].into_iter().enumerate() {
+        let reply = call(&mut s, 10 + n as u32, &cache_entry(i)).await;
+        assert!(reply.contains(&format!("<csci-id>{}</csci-id>", id(i))), "{}", &reply[..reply.len().min(800)]);
+    }
+    let mut del = format!("<config><cats-sma xmlns=\"{CATS}\" xmlns:nc=\"{NC}\"><scis>");
+    for i in 0..N {
+        del.push_str(&format!("<sci nc:operation=\"delete\"><csci-id>{}</csci-id></sci>", id(i)));
+    }
+    del.push_str("</scis></cats-sma></config>");
+    let reply = call(&mut s, 20, &edit(&del)).await;
+    assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(500)]);
+    let reply = call(
+        &mut s,
+        21,
+        &format!("<get-config><source><running/></source><filter type=\"subtree\"><cats-sma xmlns=\"{CATS}\"><scis/></cats-sma></filter></get-config>"),
+    )
+    .await;
+    assert!(!reply.contains("<sci>"), "{}", &reply[..reply.len().min(500)]);
+    // And the engine dropped them.
+    let reply = call(&mut s, 22, &cache_entry(N / 2)).await;
+    assert!(!reply.contains(&format!("<csci-id>{}</csci-id>", id(N / 2))), "{}", &reply[..reply.len().min(800)]);
+}
