@@ -105,7 +105,19 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
         }
         None => None,
     };
-    let full = super::readable(ctx, ds)?;
+    let sel = match (subtree_filter, &xpath_filter) {
+        (Some(f), _) => crate::datastore::select::Selection::from_subtree(f),
+        (None, Some(x)) => crate::datastore::select::Selection::from_xpath(x),
+        (None, None) => crate::datastore::select::Selection::all(),
+    };
+    // State the typed renderers serve is learned state with no configuration in it, so
+    // only origin annotations and config-filter=true need the libyang path.
+    if ds == Datastore::Operational && !with_origin && origin_filter.is_empty() && config_filter != Some(true) {
+        if let Some(body) = super::get::typed(ctx, &sel, wd, max_depth)? {
+            return Ok(super::Body::Data(nmda_data(&body)));
+        }
+    }
+    let full = super::get::readable_covering(ctx, ds, &sel)?;
     let tree = if let Some(f) = subtree_filter {
         subtree::apply(f, &full).map_err(one)?
     } else if let Some(expr) = &xpath_filter {
@@ -122,12 +134,15 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
         annotate_origin(&tree).map_err(one)?;
     }
     let inner = print_data(&tree, wd, max_depth.is_some())?;
-    // <data> of ietf-netconf-nmda instead of the base namespace.
-    let body = inner.strip_prefix("<data>").and_then(|b| b.strip_suffix("</data>"));
-    Ok(super::Body::Data(match body {
+    Ok(super::Body::Data(nmda_data(&inner)))
+}
+
+/// `<data>` of ietf-netconf-nmda instead of the base namespace.
+fn nmda_data(inner: &str) -> String {
+    match inner.strip_prefix("<data>").and_then(|b| b.strip_suffix("</data>")) {
         Some(b) => format!("<data xmlns=\"{NS_NMDA}\">{b}</data>"),
         None => format!("<data xmlns=\"{NS_NMDA}\"/>"),
-    }))
+    }
 }
 
 fn local(identity: &str) -> String {
