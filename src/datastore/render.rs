@@ -69,11 +69,21 @@ pub struct Writer {
     skip: usize,
     max_depth: Option<usize>,
     top_filled: bool,
+    /// max-depth cut something.
+    cut_something: bool,
 }
 
 impl Writer {
     pub fn new(format: Format, skip: usize, max_depth: Option<usize>, capacity: usize) -> Writer {
-        Writer { out: String::with_capacity(capacity), format, frames: Vec::new(), skip, max_depth, top_filled: false }
+        Writer {
+            out: String::with_capacity(capacity),
+            format,
+            frames: Vec::new(),
+            skip,
+            max_depth,
+            top_filled: false,
+            cut_something: false,
+        }
     }
 
     /// What was written: XML elements, or the JSON members of the top object (without
@@ -211,6 +221,7 @@ impl Writer {
             // Below max-depth nothing is printed but the nodes down to the cut (kept even
             // when emptied), and the keys of an entry at the cut.
             let key_of_cut_entry = key && c + 1 == self.frames.len() && self.frames[c].kind == Kind::Entry;
+            self.cut_something = true;
             if !key_of_cut_entry {
                 self.flush_to(c + 1);
                 return;
@@ -320,9 +331,7 @@ fn without_defaults(steps: &[(&str, &str)]) -> bool {
     if let Some((_, v)) = seen.iter().find(|(p, _)| *p == path) {
         return *v;
     }
-    let v = crate::yang::context()
-        .find_path(&path)
-        .is_ok_and(|n| n.traverse().all(|d| d.default_value_canonical().is_none()));
+    let v = crate::yang::context().find_path(&path).is_ok_and(|n| n.traverse().all(|d| !d.has_default()));
     seen.push((path, v));
     v
 }
@@ -336,10 +345,6 @@ pub fn read_typed(
     opts: Options,
 ) -> Result<Option<String>, RpcError> {
     if !sel.exact || sel.is_all() || sel.targets.is_empty() {
-        return Ok(None);
-    }
-    if opts.max_depth.is_some() && !access.is_unrestricted() {
-        // NACM leaves emptied containers in the libyang tree that max-depth then prints.
         return Ok(None);
     }
     let providers = datastores.providers.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -369,6 +374,9 @@ pub fn read_typed(
     let trie = sel.tree();
     let mut w = Writer::new(opts.format, opts.skip, opts.max_depth, 4096);
     match provider.render(&Sel::root(&trie), access, &mut w) {
+        // libyang marks a container max-depth emptied as a default node and prints it or
+        // not by the with-defaults mode: such reads are left to libyang.
+        Ok(()) if w.cut_something => Ok(None),
         Ok(()) => Ok(Some(w.finish())),
         Err(None) => Ok(None),
         Err(Some(e)) => Err(e),

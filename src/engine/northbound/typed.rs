@@ -253,6 +253,14 @@ impl TypedState for EngineState {
         if !ok.path[0] {
             return Ok(());
         }
+        // A container the reader may read with nothing readable inside stays in the libyang
+        // tree, empty, and libyang prints such a node by its own rules: leave it to libyang.
+        let emptied = (ok.path[1] && !ok.path[2])
+            || (ok.path[4] && !ok.path[5])
+            || (ok.path[7] && !ok.path[8] && !ok.stats.iter().any(|a| *a));
+        if emptied {
+            return Err(None);
+        }
         let cache = top.child(M, "metric-cache").filter(|_| ok.path[1] && ok.path[2]);
         let services = top.child(M, "services").filter(|_| ok.path[4] && ok.path[5]);
         let stats = top.child(M, "statistics").filter(|_| ok.path[7]);
