@@ -38,6 +38,48 @@ pub enum Value<'a> {
     Bool(bool),
     /// An identityref: defining module, its namespace, identity name.
     Ident(&'static str, &'static str, &'static str),
+    /// A yang:date-and-time, written in UTC with milliseconds.
+    Time(chrono::DateTime<chrono::Utc>),
+}
+
+/// Appends a date-and-time (RFC 3339, UTC, milliseconds, as `tree::yang_time` writes it)
+/// without chrono's formatter (two or three per metric-cache entry add up).
+pub fn push_time(out: &mut String, t: chrono::DateTime<chrono::Utc>) {
+    use chrono::{Datelike, Timelike};
+    let (d, tm) = (t.date_naive(), t.time());
+    let nanos = tm.nanosecond();
+    if !(0..=9999).contains(&d.year()) || nanos >= 1_000_000_000 {
+        // Outside the four-digit years, or a leap second: the general formatter.
+        out.push_str(&super::tree::yang_time(t));
+        return;
+    }
+    let mut b = *b"0000-00-00T00:00:00.000Z";
+    let mut two = |at: usize, v: u32| {
+        b[at] = b'0' + (v / 10) as u8;
+        b[at + 1] = b'0' + (v % 10) as u8;
+    };
+    let y = d.year() as u32;
+    two(0, y / 100);
+    two(2, y % 100);
+    two(5, d.month());
+    two(8, d.day());
+    two(11, tm.hour());
+    two(14, tm.minute());
+    two(17, tm.second());
+    let ms = nanos / 1_000_000;
+    b[20] = b'0' + (ms / 100) as u8;
+    b[21] = b'0' + (ms / 10 % 10) as u8;
+    b[22] = b'0' + (ms % 10) as u8;
+    out.push_str(std::str::from_utf8(&b).unwrap_or_default());
+}
+
+fn push_int(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
+}
+
+/// Appends XML character data, escaped.
+fn push_xml_text(out: &mut String, s: &str) {
+    out.push_str(&crate::text::xml(s));
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +138,12 @@ impl Writer {
         self.out.is_empty()
     }
 
+    /// Room for `bytes` more output (a renderer that knows its size saves the copies of a
+    /// growing buffer).
+    pub fn reserve(&mut self, bytes: usize) {
+        self.out.reserve(bytes);
+    }
+
     /// The data-tree depth of the next node (list frames are not nodes).
     fn depth(&self) -> usize {
         self.frames.iter().filter(|f| f.kind != Kind::List).count() + 1
@@ -132,7 +180,9 @@ impl Writer {
         match (self.format, f.kind) {
             (Format::Xml, Kind::List) => {}
             (Format::Xml, _) => {
-                let _ = write!(self.out, "</{}>", f.name);
+                self.out.push_str("</");
+                self.out.push_str(f.name);
+                self.out.push('>');
             }
             (Format::Json, Kind::List) => self.out.push(']'),
             (Format::Json, _) => self.out.push('}'),
@@ -189,11 +239,14 @@ impl Writer {
                         continue;
                     }
                     let own_ns = self.parent_of(i).is_none_or(|p| p.ns != ns);
+                    self.out.push('<');
+                    self.out.push_str(name);
                     if own_ns {
-                        let _ = write!(self.out, "<{name} xmlns=\"{ns}\">");
-                    } else {
-                        let _ = write!(self.out, "<{name}>");
+                        self.out.push_str(" xmlns=\"");
+                        self.out.push_str(ns);
+                        self.out.push('"');
                     }
+                    self.out.push('>');
                 }
                 Format::Json => match kind {
                     Kind::Container => {
@@ -235,44 +288,59 @@ impl Writer {
         match self.format {
             Format::Xml => {
                 let own_ns = self.parent_of(i).is_none_or(|p| p.ns != ns);
-                self.out.push('<');
-                self.out.push_str(name);
+                let out = &mut self.out;
+                out.push('<');
+                out.push_str(name);
                 if own_ns {
-                    let _ = write!(self.out, " xmlns=\"{ns}\"");
+                    out.push_str(" xmlns=\"");
+                    out.push_str(ns);
+                    out.push('"');
                 }
                 match value {
                     Value::Ident(m, ins, id) => {
-                        let _ = write!(self.out, " xmlns:{m}=\"{ins}\">{m}:{id}");
+                        let _ = write!(out, " xmlns:{m}=\"{ins}\">{m}:{id}");
                     }
                     Value::Str(s) => {
-                        self.out.push('>');
-                        self.out.push_str(&crate::text::xml(s));
+                        out.push('>');
+                        push_xml_text(out, s);
                     }
                     Value::U32(n) | Value::U64(n) => {
-                        let _ = write!(self.out, ">{n}");
+                        out.push('>');
+                        push_int(out, n);
                     }
                     Value::Bool(b) => {
-                        let _ = write!(self.out, ">{b}");
+                        out.push('>');
+                        out.push_str(if b { "true" } else { "false" });
+                    }
+                    Value::Time(t) => {
+                        out.push('>');
+                        push_time(out, t);
                     }
                 }
-                let _ = write!(self.out, "</{name}>");
+                out.push_str("</");
+                out.push_str(name);
+                out.push('>');
             }
             Format::Json => {
                 self.json_separator(i);
                 self.json_name(i, module, name);
+                let out = &mut self.out;
                 match value {
                     Value::Ident(m, _, id) => {
-                        let _ = write!(self.out, "\"{m}:{id}\"");
+                        let _ = write!(out, "\"{m}:{id}\"");
                     }
-                    Value::Str(s) => json_string(&mut self.out, s),
-                    Value::U32(n) => {
-                        let _ = write!(self.out, "{n}");
-                    }
+                    Value::Str(s) => json_string(out, s),
+                    Value::U32(n) => push_int(out, n),
                     Value::U64(n) => {
-                        let _ = write!(self.out, "\"{n}\"");
+                        out.push('"');
+                        push_int(out, n);
+                        out.push('"');
                     }
-                    Value::Bool(b) => {
-                        let _ = write!(self.out, "{b}");
+                    Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+                    Value::Time(t) => {
+                        out.push('"');
+                        push_time(out, t);
+                        out.push('"');
                     }
                 }
             }

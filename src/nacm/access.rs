@@ -5,7 +5,12 @@
 //! schema node only, as `collect_unreadable`'s `by_schema` cache already assumes);
 //! otherwise [`Nacm::read_access`] says so and the read takes the libyang path.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+type Decisions = (Option<Arc<Policy>>, HashMap<String, bool>);
+static DECISIONS: std::sync::LazyLock<Mutex<Decisions>> =
+    std::sync::LazyLock::new(|| Mutex::new((None, HashMap::new())));
 
 use super::{Access, Action, Nacm, Policy, Target};
 
@@ -28,10 +33,20 @@ impl ReadAccess<'_> {
     /// May the reader read the node with schema path `path` (`/m:a/b/c`, prefixes where
     /// the module changes), defined by `module`? Its ancestors are checked separately.
     pub fn allows(&self, module: &str, path: &str) -> bool {
-        match &self.rules {
-            None => true,
-            Some((nacm, policy, user)) => nacm.data_decision(policy, user, Access::Read, module, path),
+        let Some((nacm, policy, user)) = &self.rules else { return true };
+        // Decisions are kept per policy (the Arc is held, so a reloaded policy is a new
+        // one) and user: a renderer asks the same few dozen schema paths on every read.
+        let mut cache = DECISIONS.lock().unwrap_or_else(|e| e.into_inner());
+        if !cache.0.as_ref().is_some_and(|p| Arc::ptr_eq(p, policy)) || cache.1.len() > 10_000 {
+            *cache = (Some(policy.clone()), HashMap::new());
         }
+        let key = format!("{user}\0{module}\0{path}");
+        if let Some(d) = cache.1.get(&key) {
+            return *d;
+        }
+        let d = nacm.data_decision(policy, user, Access::Read, module, path);
+        cache.1.insert(key, d);
+        d
     }
 }
 

@@ -10,10 +10,10 @@
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Datelike, Timelike, Utc};
+use chrono::{DateTime, Utc};
 use yang2::data::{DataFormat, DataParserFlags, DataTree, DataValidationFlags};
 
-use crate::datastore::tree::{merge_moving, yang_time as time};
+use crate::datastore::tree::merge_moving;
 use crate::datastore::StateProvider;
 use crate::engine::cache::Flags;
 use crate::engine::core::{Core, Quarantined};
@@ -221,36 +221,9 @@ pub(super) fn snapshot_part(core: &mut Core, want: &Want) -> Snapshot {
     }
 }
 
-/// Appends a date-and-time as `yang_time` writes it (RFC 3339, UTC, milliseconds),
-/// without going through chrono's formatter (two per entry add up at 100 000 entries).
+/// Appends a date-and-time as `yang_time` writes it (RFC 3339, UTC, milliseconds).
 pub(super) fn push_time(out: &mut String, t: DateTime<Utc>) {
-    let (d, tm) = (t.date_naive(), t.time());
-    let nanos = tm.nanosecond();
-    if !(0..=9999).contains(&d.year()) || nanos >= 1_000_000_000 {
-        // Outside the four-digit years, or a leap second: the general formatter.
-        out.push_str(&time(t));
-        return;
-    }
-    let mut two = |v: u32, sep: u8| {
-        out.push((b'0' + (v / 10) as u8) as char);
-        out.push((b'0' + (v % 10) as u8) as char);
-        if sep != 0 {
-            out.push(sep as char);
-        }
-    };
-    let y = d.year() as u32;
-    two(y / 100, 0);
-    two(y % 100, b'-');
-    two(d.month(), b'-');
-    two(d.day(), b'T');
-    two(tm.hour(), b':');
-    two(tm.minute(), b':');
-    two(tm.second(), b'.');
-    let ms = nanos / 1_000_000;
-    out.push((b'0' + (ms / 100) as u8) as char);
-    out.push((b'0' + (ms / 10 % 10) as u8) as char);
-    out.push((b'0' + (ms % 10) as u8) as char);
-    out.push('Z');
+    crate::datastore::render::push_time(out, t)
 }
 
 fn leaf(out: &mut String, name: &str, value: impl std::fmt::Display) {
@@ -449,6 +422,7 @@ impl StateProvider for EngineState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datastore::tree::yang_time as time;
 
     #[test]
     fn fast_time_format_matches_yang_time() {

@@ -3,9 +3,7 @@
 //! XML or JSON (see `datastore::render`), with the selection and the reader's NACM rules
 //! applied per node. A read of one entry copies one entry out of the engine.
 
-use chrono::{DateTime, Utc};
-
-use super::state::{push_time, snapshot_part, EngineState, EntryRow, ServiceRow, Snapshot, Want};
+use super::state::{snapshot_part, EngineState, EntryRow, ServiceRow, Snapshot, Want};
 use crate::datastore::render::{TypedState, Value, Writer};
 use crate::datastore::select::Sel;
 use crate::error::RpcError;
@@ -99,59 +97,53 @@ fn allowed(access: &ReadAccess<'_>) -> Allowed {
     }
 }
 
-fn time(t: DateTime<Utc>) -> String {
-    let mut s = String::with_capacity(24);
-    push_time(&mut s, t);
-    s
-}
-
 /// Whether leaf `name` (of `module`) is selected below `sel`, and allowed.
 fn picked(sel: &Sel<'_>, module: &str, name: &str, allowed: bool) -> bool {
     allowed && (sel.is_all() || sel.child(module, name).is_some())
 }
 
-fn entry_values(e: &EntryRow) -> [Option<(Value<'_>, Option<String>)>; 17] {
+fn entry_values<'a>(e: &'a EntryRow, flags: &'a Option<String>) -> [Option<Value<'a>>; 17] {
     let m = e.reported;
-    let t = |v: Option<DateTime<Utc>>| v.map(|t| (Value::Str(""), Some(time(t))));
     [
-        e.cs_id.as_deref().map(|c| (Value::Str(c), None)),
-        m.map(|m| (Value::U32(m.gas.into()), None)),
-        m.map(|m| (Value::U32(m.computing_time_ms.into()), None)),
-        m.map(|m| (Value::Str(m.health.yang()), None)),
-        m.and_then(|m| m.cost).map(|c| (Value::U32(c.into()), None)),
-        m.and_then(|m| m.reputation).map(|c| (Value::U32(c.into()), None)),
-        m.and_then(|m| m.security_label).map(|c| (Value::U32(c.into()), None)),
-        t(e.timestamp),
-        e.sequence.map(|s| (Value::U64(s), None)),
-        e.authentication.map(|a| (Value::Str(a), None)),
-        e.discovered.as_ref().map(|d| (Value::Str(&d.domain), None)),
-        e.discovered.as_ref().map(|d| (Value::Str(d.proof), None)),
-        t(e.discovered.as_ref().map(|d| d.since)),
-        Some((Value::U32(u64::try_from(e.ttl_remaining_ms).unwrap_or(u64::MAX)), None)),
-        Some((Value::Str(e.state.yang()), None)),
-        e.flags.yang_bits().map(|f| (Value::Str(""), Some(f))),
-        t(Some(e.last_state_change)),
+        e.cs_id.as_deref().map(Value::Str),
+        m.map(|m| Value::U32(m.gas.into())),
+        m.map(|m| Value::U32(m.computing_time_ms.into())),
+        m.map(|m| Value::Str(m.health.yang())),
+        m.and_then(|m| m.cost).map(|c| Value::U32(c.into())),
+        m.and_then(|m| m.reputation).map(|c| Value::U32(c.into())),
+        m.and_then(|m| m.security_label).map(|c| Value::U32(c.into())),
+        e.timestamp.map(Value::Time),
+        e.sequence.map(Value::U64),
+        e.authentication.map(Value::Str),
+        e.discovered.as_ref().map(|d| Value::Str(&d.domain)),
+        e.discovered.as_ref().map(|d| Value::Str(d.proof)),
+        e.discovered.as_ref().map(|d| Value::Time(d.since)),
+        Some(Value::U32(u64::try_from(e.ttl_remaining_ms).unwrap_or(u64::MAX))),
+        Some(Value::Str(e.state.yang())),
+        flags.as_deref().map(Value::Str),
+        Some(Value::Time(e.last_state_change)),
     ]
 }
 
 fn write_entry(w: &mut Writer, e: &EntryRow, sel: &Sel<'_>, ok: &Allowed) {
-    let values = entry_values(e);
-    let chosen: Vec<usize> = (0..ENTRY_LEAVES.len())
-        .filter(|&i| values[i].is_some() && picked(sel, M, ENTRY_LEAVES[i], ok.entry[i]))
-        .collect();
+    let flags = e.flags.yang_bits();
+    let values = entry_values(e, &flags);
+    let whole = sel.is_all();
+    let mut chosen = [false; 17];
+    let mut any = false;
+    for i in 0..ENTRY_LEAVES.len() {
+        chosen[i] = values[i].is_some() && ok.entry[i] && (whole || sel.child(M, ENTRY_LEAVES[i]).is_some());
+        any |= chosen[i];
+    }
     // The entry appears when it is selected whole, its key is, or something below it is.
-    if !sel.is_all() && chosen.is_empty() && sel.child(M, "csci-id").is_none() {
+    if !whole && !any && sel.child(M, "csci-id").is_none() {
         return;
     }
     w.begin_entry();
     w.leaf(M, NS, "csci-id", Value::Str(&e.csci_id), true);
-    for i in chosen {
-        if let Some((v, owned)) = &values[i] {
-            let v = match owned {
-                Some(s) => Value::Str(s),
-                None => *v,
-            };
-            w.leaf(M, NS, ENTRY_LEAVES[i], v, false);
+    for (i, v) in values.iter().enumerate() {
+        if let (true, Some(v)) = (chosen[i], v) {
+            w.leaf(M, NS, ENTRY_LEAVES[i], *v, false);
         }
     }
     w.end();
@@ -199,9 +191,8 @@ fn write_service(w: &mut Writer, s: &ServiceRow, sel: &Sel<'_>, ok: &Allowed) {
 
 fn write_statistics(w: &mut Writer, snap: &Snapshot, sel: &Sel<'_>, ok: &Allowed) {
     w.begin_container(M, NS, "statistics");
-    let d = snap.discontinuity.map(time);
     let values = [
-        d.as_deref().map(Value::Str),
+        snap.discontinuity.map(Value::Time),
         Some(Value::U64(snap.received)),
         Some(Value::U64(snap.accepted)),
         Some(Value::U64(snap.sequence_restarts)),
@@ -216,8 +207,7 @@ fn write_statistics(w: &mut Writer, snap: &Snapshot, sel: &Sel<'_>, ok: &Allowed
     if let Some(es) = sel.entry(M, "rejection", &[]).filter(|_| ok.path[8] && ok.path[9]) {
         w.begin_list(M, NS, "rejection");
         for (reason, count, last) in &snap.rejections {
-            let last = last.map(time);
-            let values = [Some(Value::U64(*count)), last.as_deref().map(Value::Str)];
+            let values = [Some(Value::U64(*count)), last.map(Value::Time)];
             let chosen: Vec<usize> = (0..2)
                 .filter(|&i| values[i].is_some() && picked(&es, M, REJECTION_LEAVES[i], ok.rejection[i]))
                 .collect();
@@ -278,6 +268,7 @@ impl TypedState for EngineState {
             quarantine: false,
         };
         let Some(snap) = self.engine.query_blocking(move |core| snapshot_part(core, &want)) else { return Ok(()) };
+        w.reserve(snap.entries.len() * 420 + snap.services.len() * 500);
         w.begin_container(M, NS, "cats-sma");
         if let Some(c) = &cache {
             w.begin_container(M, NS, "metric-cache");
