@@ -73,6 +73,11 @@ pub fn push_time(out: &mut String, t: chrono::DateTime<chrono::Utc>) {
     out.push_str(std::str::from_utf8(&b).unwrap_or_default());
 }
 
+/// String equality, by address first (names and namespaces are constants).
+fn same(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
 fn push_int(out: &mut String, n: u64) {
     out.push_str(itoa::Buffer::new().format(n));
 }
@@ -208,7 +213,7 @@ impl Writer {
     }
 
     fn json_name(&mut self, i: usize, module: &'static str, name: &'static str) {
-        let qualified = self.parent_of(i).is_none_or(|p| p.module != module);
+        let qualified = self.parent_of(i).is_none_or(|p| !same(p.module, module));
         self.out.push('"');
         if qualified {
             self.out.push_str(module);
@@ -238,7 +243,7 @@ impl Writer {
                     if kind == Kind::List {
                         continue;
                     }
-                    let own_ns = self.parent_of(i).is_none_or(|p| p.ns != ns);
+                    let own_ns = self.parent_of(i).is_none_or(|p| !same(p.ns, ns));
                     self.out.push('<');
                     self.out.push_str(name);
                     if own_ns {
@@ -287,7 +292,7 @@ impl Writer {
         }
         match self.format {
             Format::Xml => {
-                let own_ns = self.parent_of(i).is_none_or(|p| p.ns != ns);
+                let own_ns = self.parent_of(i).is_none_or(|p| !same(p.ns, ns));
                 let out = &mut self.out;
                 out.push('<');
                 out.push_str(name);

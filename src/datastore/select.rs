@@ -374,7 +374,7 @@ fn subtree_node(f: &Element, module: &str, at: &mut Vec<Step>, sel: &mut Selecti
             m.ns.as_deref()
                 .filter(|n| !n.is_empty())
                 .is_none_or(|ns| module_of_ns(Some(ns)).as_deref() == Some(module));
-        let key = keys.iter().any(|k| *k == m.name);
+        let key = keys.contains(&m.name);
         let attrs = m.attrs.iter().any(|a| a.ns.as_deref() != Some(crate::mgmt::ns::NS_BASE));
         let dup = at.last().is_some_and(|s| s.keys.iter().any(|(k, _)| *k == m.name));
         if !key || !same_module || attrs || dup {
@@ -461,10 +461,8 @@ fn path_steps(p: &str) -> Option<(Vec<Step>, bool)> {
             return if steps.is_empty() { None } else { Some((steps, false)) };
         }
         steps.push(Step { module, name: local.to_owned(), keys: Vec::new() });
-        if schema_node(&steps).is_none() {
-            // Not in the schema: libyang refuses the expression; let it say so.
-            return None;
-        }
+        // Not in the schema: libyang refuses the expression; let it say so.
+        schema_node(&steps)?;
         if !preds.is_empty() {
             let keys = key_names(&steps).unwrap_or_default();
             match key_preds(preds, &keys) {

@@ -125,7 +125,7 @@ fn entry_row(core: &Core, e: &crate::engine::cache::Entry, now: tokio::time::Ins
         timestamp: e.timestamp,
         sequence: e.sequence,
         authentication: core.registry.get(&e.csci_id).map(|s| s.authentication()),
-        discovered: core.discovery.get(&e.csci_id).cloned(),
+        discovered: if core.discovery.discovered.is_empty() { None } else { core.discovery.get(&e.csci_id).cloned() },
         ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
         state: e.state,
         flags: e.flags,
@@ -157,7 +157,11 @@ pub(super) fn snapshot_part(core: &mut Core, want: &Want) -> Snapshot {
     let now = core.clock.now();
     let entries = match &want.entries {
         None => Vec::new(),
-        Some(None) => core.cache.entries().map(|e| entry_row(core, e, now)).collect(),
+        Some(None) => {
+            let mut rows = Vec::with_capacity(core.cache.len());
+            rows.extend(core.cache.entries().map(|e| entry_row(core, e, now)));
+            rows
+        }
         Some(Some(keys)) => {
             let mut seen = std::collections::HashSet::new();
             keys.iter()

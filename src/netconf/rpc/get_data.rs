@@ -272,7 +272,6 @@ mod tests {
 
     use super::*;
     use crate::datastore::render::{read_typed, Format, Options};
-    use crate::datastore::select::Selection;
     use crate::datastore::{Datastores, Source};
     use crate::engine::clock::Clock;
     use crate::engine::northbound::{config, state::EngineState};
