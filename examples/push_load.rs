@@ -69,6 +69,10 @@ struct Args {
     /// Periodic: subscriptions, each on a NETCONF session of its own.
     #[arg(long, default_value_t = 1)]
     subscribers: usize,
+    /// Register the SCIs in the startup file instead of one edit-config (a bulk edit of
+    /// 100 000 SCIs takes minutes, issue 14 goal 4).
+    #[arg(long)]
+    startup: bool,
 }
 
 struct AnyHostKey;
@@ -264,14 +268,14 @@ async fn main() {
         sci_plain_http: true,
         ..Default::default()
     };
-    let agent = cats_sma::agent::Agent::start(boot).await.expect("agent");
-    let sci_addr = agent.sci_http.expect("collector");
-    let mut probe = cats_sma::push::probe::enable().expect("probe");
-    let mut nc = Nc::connect(agent.netconf_addrs[0]).await;
-
-    // Configuration: the SCIs, a cache that holds them all, anomaly windows short enough
-    // that every GAS change is accepted.
-    let t = Instant::now();
+    let config_xml = |scis: &str| {
+        format!(
+            "<cats-sma xmlns=\"{CATS}\"><scis>{scis}</scis>\
+             <cache><max-entries>{}</max-entries></cache>\
+             <validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation></cats-sma>",
+            args.scis.max(1)
+        )
+    };
     let mut scis = String::with_capacity(args.scis * 80);
     for i in 0..args.scis {
         scis.push_str(&format!(
@@ -279,13 +283,30 @@ async fn main() {
             csci(i)
         ));
     }
-    nc.rpc(&format!(
-        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis>{scis}</scis>\
-         <cache><max-entries>{}</max-entries></cache>\
-         <validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation></cats-sma></config></edit-config>",
-        args.scis.max(1)
-    ))
-    .await;
+    if args.startup {
+        use std::os::unix::fs::PermissionsExt;
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).expect("state dir");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("state dir mode");
+        let file = state.join("startup.xml");
+        std::fs::write(&file, config_xml(&scis)).expect("startup file");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("startup mode");
+    }
+    let t = Instant::now();
+    let agent = cats_sma::agent::Agent::start(boot).await.expect("agent");
+    let sci_addr = agent.sci_http.expect("collector");
+    let mut probe = cats_sma::push::probe::enable().expect("probe");
+    let mut nc = Nc::connect(agent.netconf_addrs[0]).await;
+
+    // Configuration: the SCIs, a cache that holds them all, anomaly windows short enough
+    // that every GAS change is accepted.
+    if !args.startup {
+        nc.rpc(&format!(
+            "<edit-config><target><running/></target><config>{}</config></edit-config>",
+            config_xml(&scis)
+        ))
+        .await;
+    }
     println!("configured {} SCIs in {:.2} s", args.scis, t.elapsed().as_secs_f64());
     let mut http = Http::connect(sci_addr).await;
     let mut seq = vec![0u64; args.scis];
