@@ -27,6 +27,9 @@ pub struct Agent {
     pub cps: Arc<crate::cps::Adapters>,
     /// The RESTCONF server and where it listens, when enabled.
     pub restconf: Option<(Arc<crate::restconf::Restconf>, crate::restconf::Listening)>,
+    /// NETCONF over TLS (RFC 7589) and Call Home (RFC 8071), configured in the datastore.
+    pub netconf_tls: Arc<netconf::tls::Status>,
+    pub call_home: Arc<netconf::call_home::CallHome>,
     pub state: StateDir,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -76,6 +79,8 @@ impl Agent {
         } else {
             None
         };
+        let ssh_config = Arc::new(netconf::ssh::ssh_config(host_key.clone()));
+        let (netconf_tls, call_home) = netconf::tls::start(&server, ssh_config, state.path.clone())?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(netconf::ssh::serve(server.clone(), host_key, move |addrs| {
             let _ = tx.send(addrs.to_vec());
@@ -104,7 +109,19 @@ impl Agent {
             None => "; RESTCONF disabled".into(),
         };
         info!(state_dir = %state.path.display(), "cats-sma ready: NETCONF over SSH listening on {}{sci}{rc}", list(&addrs));
-        Ok(Agent { core: server, netconf_addrs: addrs, sci_http, sci_tls, engine, cps, restconf, state, task })
+        Ok(Agent {
+            core: server,
+            netconf_addrs: addrs,
+            sci_http,
+            sci_tls,
+            engine,
+            cps,
+            restconf,
+            netconf_tls,
+            call_home,
+            state,
+            task,
+        })
     }
 
     /// Stops accepting, closes sessions and waits for the listeners to end.

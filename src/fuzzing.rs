@@ -587,3 +587,39 @@ pub fn client_cert(data: &[u8]) {
         }
     }
 }
+
+/// The decoders of the notification transports: the UDP-notif header and options
+/// (`notif::udp_notif::packet::decode`, with re-encoding of what decoded) and an
+/// HTTPS-notif receiver's capabilities answer (`notif::https_notif::capabilities::parse`).
+/// Input: a selector byte (even: a UDP-notif datagram; odd: a capabilities body, JSON
+/// when bit 1 is clear, XML when set), then the bytes.
+pub fn notif_decoders(data: &[u8]) {
+    use crate::notif::https_notif::capabilities;
+    use crate::notif::udp_notif::packet;
+    let Some((&sel, rest)) = data.split_first() else { return };
+    if rest.len() > MAX_INPUT {
+        return;
+    }
+    if sel & 1 == 0 {
+        if let Ok((h, payload)) = packet::decode(rest) {
+            assert!(usize::from(h.header_len) + payload.len() == rest.len());
+            // What decodes re-encodes within the limits it declared.
+            let media = match h.media_type {
+                2 => packet::MediaType::Xml,
+                3 => packet::MediaType::Cbor,
+                _ => packet::MediaType::Json,
+            };
+            let max = if h.segment.is_some() { Some(h.message_len.max(17)) } else { None };
+            if let Ok(out) = packet::encode(media, h.generator_id, h.message_id, payload, max) {
+                for d in &out {
+                    assert!(packet::decode(d).is_ok());
+                }
+            }
+        }
+    } else {
+        let ct = if sel & 2 == 0 { "application/json" } else { "application/xml" };
+        if let Ok(c) = capabilities::parse(ct, rest) {
+            let _ = c.choose(None);
+        }
+    }
+}

@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod mgmt;
 pub mod nacm;
 pub mod netconf;
+pub mod notif;
 pub mod push;
 pub mod restconf;
 pub mod text;

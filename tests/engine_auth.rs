@@ -185,7 +185,7 @@ async fn seed_004_metric_integrity_sequence_poisoning_is_harmless() {
     // Issue 12: "an unauthenticated sender can post seq 2^64-1 for such an SCI and lock
     // the real SCI out for good". Against the real agent over HTTP.
     let dir = tempfile::tempdir().unwrap();
-    let agent = start_agent(dir.path(), &[]);
+    let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0"]);
     let sci = agent.sci_addr.expect("sci listener");
     let mut nc = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     nc.hello(true).await;

@@ -94,4 +94,5 @@ corpus_tests!(
     policy,
     rpc,
     client_cert,
+    notif_decoders,
 );

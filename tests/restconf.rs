@@ -433,3 +433,90 @@ async fn oversized_body_is_413_too_big() {
     let r = c.send_json("POST", SCIS, &sci_json("10.7.0.1:80", "AR1"));
     assert_eq!(r.status, 201, "a small body still goes through: {}", r.body);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc8040_3_1_host_meta_answers_the_xrd_to_accept_xrd_xml() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let anon = Curl { user: None, ..Curl::new(&agent) };
+    // The request of RFC 8040 section 3.1's example.
+    let r = anon.call("GET", "//.well-known/host-meta", &["Accept: application/xrd+xml"], None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/xrd+xml"));
+    assert!(r.body.contains("<Link rel=\"restconf\" href=\"/restconf\"/>"), "{}", r.body);
+    // RFC 6415 6.2: a client asking for JSON only gets the JRD; one that takes neither, 406.
+    let r = anon.call("GET", "//.well-known/host-meta", &["Accept: application/json"], None);
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")), "{}", r.body);
+    assert_eq!(r.json()["links"][0]["href"], "/restconf");
+    let r = anon.call("GET", "//.well-known/host-meta", &["Accept: image/png"], None);
+    assert_eq!(r.status, 406, "{}", r.body);
+    let r = anon.call("GET", "//.well-known/host-meta.json", &["Accept: application/xrd+xml"], None);
+    assert_eq!(r.status, 406, "{}", r.body);
+    let r = anon.call("DELETE", "//.well-known/host-meta", &[], None);
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc7231_6_5_5_every_405_carries_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let c = Curl::new(&agent);
+    // RFC 8527 3.2: operational and intended are read-only.
+    for ds in ["operational", "intended"] {
+        let path = format!("/ds/ietf-datastores:{ds}/cats-sma:cats-sma/scis");
+        for method in ["POST", "PUT", "PATCH"] {
+            let r = c.send_json(method, &path, &sci_json("10.0.0.1:80", "AR1"));
+            assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")), "{method} {ds}: {}", r.body);
+            assert_eq!(r.error_tag(), "operation-not-supported");
+        }
+        let r = c.call("DELETE", &format!("{path}/sci=x"), &[], None);
+        assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")), "DELETE {ds}");
+    }
+    // An operation resource is invoked with POST.
+    let r = c.get("/operations/cats-sma:resync");
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST, OPTIONS")), "{}", r.body);
+    let r = c.send_json("POST", "/operations", "{}");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")), "{}", r.body);
+    let r = c.send_json("PUT", "/yang-library-version", "{}");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")), "{}", r.body);
+    let r = c.call("DELETE", "/data", &[], None);
+    assert_eq!(r.status, 405);
+    assert!(!r.header("allow").unwrap().contains("DELETE"), "{:?}", r.header("allow"));
+    let r = c.send_json("POST", "/streams/NETCONF/json", "{}");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET")), "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc8040_3_4_1_2_json_and_xml_representations_have_different_strong_etags() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let c = Curl::new(&agent);
+    assert_eq!(c.send_json("POST", SCIS, &sci_json("10.0.0.1:80", "AR1")).status, 201);
+    let one = format!("{SCIS}/sci=10.0.0.1%3A80");
+    let json = c.get(&one);
+    let xml = c.get_xml(&one);
+    let (jt, xt) = (json.header("etag").unwrap().to_owned(), xml.header("etag").unwrap().to_owned());
+    assert_ne!(jt, xt, "one entity-tag per representation");
+    assert!(!jt.starts_with("W/") && !xt.starts_with("W/"), "strong tags: {jt} {xt}");
+    // If-None-Match compares with the representation being selected.
+    assert_eq!(c.call("GET", &one, &[&format!("If-None-Match: {jt}")], None).status, 304);
+    assert_eq!(
+        c.call("GET", &one, &["Accept: application/yang-data+xml", &format!("If-None-Match: {xt}")], None).status,
+        304
+    );
+    let r = c.call("GET", &one, &["Accept: application/yang-data+xml", &format!("If-None-Match: {jt}")], None);
+    assert_eq!(r.status, 200, "the JSON tag does not validate the XML representation");
+    assert_eq!(r.header("etag"), Some(xt.as_str()));
+    // If-Match: either tag names the current state; after a change neither does.
+    let body = sci_json("10.0.0.1:80", "AR2");
+    let r = c.call("PATCH", &one, &[JSON, &format!("If-Match: {xt}")], Some(&body));
+    assert_eq!(r.status, 204, "{}", r.body);
+    let new = r.header("etag").unwrap().to_owned();
+    assert_ne!(new, jt);
+    for stale in [&jt, &xt] {
+        let r = c.call("PATCH", &one, &[JSON, &format!("If-Match: {stale}")], Some(&body));
+        assert_eq!(r.status, 412, "{stale}: {}", r.body);
+    }
+    let r = c.call("PATCH", &one, &[JSON, &format!("If-Match: {new}")], Some(&body));
+    assert_eq!(r.status, 204, "{}", r.body);
+}

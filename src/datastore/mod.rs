@@ -265,6 +265,12 @@ impl Datastores {
         self.ctx
     }
 
+    /// Whether another thread holds the datastores right now (a commit, a copy, a read in
+    /// progress): a caller that must not wait long on a runtime worker goes elsewhere.
+    pub fn busy(&self) -> bool {
+        matches!(self.inner.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+    }
+
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
         // A panic in a consumer must not make every later request fail too; the trees are
         // only swapped after all checks, so a poisoned guard still holds consistent data.

@@ -113,6 +113,8 @@ pub struct LimitsSettings {
     pub ssh: ListenerLimits,
     pub restconf: ListenerLimits,
     pub sci_http: ListenerLimits,
+    /// NETCONF over TLS (RFC 7589): its listener and TLS Call Home (`[limits.netconf_tls]`).
+    pub netconf_tls: ListenerLimits,
     /// Threads that run argon2 (each holds one argon2 memory block while it works).
     pub password_workers: usize,
     /// Password checks waiting for a worker; over it a login fails at once.
@@ -135,6 +137,7 @@ impl Default for LimitsSettings {
             ssh: ListenerLimits::default(),
             restconf: ListenerLimits::default(),
             sci_http: ListenerLimits::default(),
+            netconf_tls: ListenerLimits::default(),
             password_workers: 2,
             password_queue: 256,
             password_checks_per_source: 128,
@@ -152,6 +155,7 @@ impl LimitsSettings {
         self.ssh.check("limits.ssh")?;
         self.restconf.check("limits.restconf")?;
         self.sci_http.check("limits.sci_http")?;
+        self.netconf_tls.check("limits.netconf_tls")?;
         for (k, v) in [
             ("password_workers", self.password_workers as u64),
             ("password_queue", self.password_queue as u64),
@@ -226,6 +230,7 @@ pub struct Counters {
     pub ssh: ListenerCounters,
     pub restconf: ListenerCounters,
     pub sci_http: ListenerCounters,
+    pub netconf_tls: ListenerCounters,
     pub password: PasswordCounters,
 }
 
@@ -346,6 +351,7 @@ impl Gate {
         match self.listener {
             "ssh" => &self.counters.ssh,
             "restconf" => &self.counters.restconf,
+            "netconf-tls" => &self.counters.netconf_tls,
             _ => &self.counters.sci_http,
         }
     }
@@ -876,6 +882,7 @@ pub struct Limits {
     pub ssh: Arc<Gate>,
     pub restconf: Arc<Gate>,
     pub sci_http: Arc<Gate>,
+    pub netconf_tls: Arc<Gate>,
     pub passwords: PasswordPool,
 }
 
@@ -887,6 +894,7 @@ impl Limits {
             ssh: Gate::new("ssh", settings.ssh.clone(), counters.clone()),
             restconf: Gate::new("restconf", settings.restconf.clone(), counters.clone()),
             sci_http: Gate::new("sci-http", settings.sci_http.clone(), counters.clone()),
+            netconf_tls: Gate::new("netconf-tls", settings.netconf_tls.clone(), counters.clone()),
             passwords,
             counters,
             settings,
@@ -911,7 +919,7 @@ impl crate::datastore::StateProvider for LimitsState {
         }
         let Some(l) = self.limits.upgrade() else { return Ok(()) };
         let base = "/cats-sma:cats-sma/listener-limits";
-        for gate in [&l.ssh, &l.restconf, &l.sci_http] {
+        for gate in [&l.ssh, &l.restconf, &l.sci_http, &l.netconf_tls] {
             let c = gate.counters();
             let entry = format!("{base}/listener[name='{}']", gate.listener);
             set(tree, &format!("{entry}/pending"), Some(&gate.pending().min(u32::MAX as usize).to_string()))?;

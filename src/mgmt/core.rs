@@ -40,6 +40,8 @@ pub struct SessionInfo {
     pub out_notifications: AtomicU64,
     /// Set to the killing session's id to make the session end (kill-session).
     pub kill: watch::Sender<Option<SessionId>>,
+    /// The RFC 6022 transport identity (`netconf-ssh` unless the transport says otherwise).
+    pub transport: Mutex<&'static str>,
 }
 
 /// Global counters (RFC 6022 statistics).
@@ -126,6 +128,7 @@ impl Core {
             out_rpc_errors: AtomicU64::new(0),
             out_notifications: AtomicU64::new(0),
             kill: watch::channel(None).0,
+            transport: Mutex::new("netconf-ssh"),
         });
         sessions.insert(id, info.clone());
         self.stats.in_sessions.fetch_add(1, Ordering::Relaxed);

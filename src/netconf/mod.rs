@@ -1,14 +1,18 @@
-//! The NETCONF front end (RFC 6241) over SSH (RFC 6242): transport in `ssh.rs`, framing in
+//! The NETCONF front end (RFC 6241) over SSH (RFC 6242) and TLS (RFC 7589), listening or
+//! calling home (RFC 8071): transports in `ssh.rs`, `tls.rs` and `call_home.rs`, framing in
 //! `framing.rs`, the session state machine in `session.rs`, one file per operation under
 //! `rpc/`, the RFC 6022 monitoring state in `monitoring.rs`. It depends on the management
 //! core (`crate::mgmt`: datastores, sessions, NACM, events, subscriptions, filters,
 //! rpc-error encoding) and on no other front end.
 
+pub mod call_home;
 pub mod framing;
+pub mod inline;
 pub mod monitoring;
 pub mod rpc;
 pub mod session;
 pub mod ssh;
+pub mod tls;
 
 use std::sync::Arc;
 

@@ -55,7 +55,8 @@ impl StateProvider for Monitoring {
             server.sessions.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(id, s)| (*id, s.clone())).collect();
         for (id, s) in sessions {
             let base = format!("{ROOT}/sessions/session[session-id='{id}']");
-            set(tree, &format!("{base}/transport"), Some("ietf-netconf-monitoring:netconf-ssh"))?;
+            let transport = *s.transport.lock().unwrap_or_else(|e| e.into_inner());
+            set(tree, &format!("{base}/transport"), Some(&format!("ietf-netconf-monitoring:{transport}")))?;
             set(tree, &format!("{base}/username"), Some(&s.username))?;
             if let Some(src) = s.source {
                 set(tree, &format!("{base}/source-host"), Some(&src.ip().to_string()))?;

@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use super::framing::{encode, Decoder, Framing, FramingError};
+use super::inline::{Costs, Kind};
 use super::rpc::{self, After, SessionCtx};
 use super::{server_capabilities, CAP_BASE_10, CAP_BASE_11, NS_BASE};
 use crate::datastore::SessionId;
@@ -72,13 +73,27 @@ pub async fn run<S>(stream: S, server: Arc<Core>, id: SessionId, info: Arc<Sessi
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    run_with_idle(stream, server, id, info, None).await
+}
+
+/// [`run`] with an idle timeout of its own instead of the server's (a periodic Call Home
+/// connection's idle-timeout).
+pub async fn run_with_idle<S>(
+    stream: S,
+    server: Arc<Core>,
+    id: SessionId,
+    info: Arc<SessionInfo>,
+    idle: Option<Duration>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (rd, mut wr) = tokio::io::split(stream);
     let mut out = Vec::new();
     encode(Framing::EndOfMessage, server_hello(id).as_bytes(), &mut out);
     if wr.write_all(&out).await.is_err() {
         return;
     }
-    let end = serve(rd, wr, server.clone(), id, info.clone()).await;
+    let end = serve(rd, wr, server.clone(), id, info.clone(), idle).await;
     let (reason, killer) = match end {
         End::Closed => ("closed", None),
         End::Killed(k) => ("killed", Some(k)),
@@ -90,7 +105,14 @@ where
     notifications::session_end(&server, &info.username, id, info.source, reason, killer);
 }
 
-async fn serve<R, W>(mut rd: R, wr: W, server: Arc<Core>, id: SessionId, info: Arc<SessionInfo>) -> End
+async fn serve<R, W>(
+    mut rd: R,
+    wr: W,
+    server: Arc<Core>,
+    id: SessionId,
+    info: Arc<SessionInfo>,
+    idle: Option<Duration>,
+) -> End
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -136,10 +158,10 @@ where
     let writer = tokio::spawn(write_loop(wr, rx, framing));
     let ctx = SessionCtx::new(id, server.clone(), info.clone(), base11);
     ctx.set_outbox(tx.clone());
-    let idle = match server.settings.idle_timeout {
+    let idle = idle.unwrap_or(match server.settings.idle_timeout {
         0 => Duration::from_secs(u64::MAX / 4),
         s => Duration::from_secs(s),
-    };
+    });
     let mut subscription: Option<tokio::task::JoinHandle<()>> = None;
     let end = 'session: loop {
         // Answer every complete message already buffered, in order.
@@ -147,7 +169,17 @@ where
             match decoder.next_message() {
                 Ok(Some(msg)) => {
                     let text = String::from_utf8_lossy(&msg);
-                    let (reply, after) = tokio::task::block_in_place(|| rpc::handle(&ctx, &text));
+                    // Cheap kinds of RPC run on this task; the others on a blocking thread
+                    // (see inline.rs).
+                    let kind = Kind::of(&text);
+                    let costs = Costs::global();
+                    let started = std::time::Instant::now();
+                    let (reply, after) = if costs.inline(kind.as_ref(), text.len()) && !server.datastores.busy() {
+                        rpc::handle(&ctx, &text)
+                    } else {
+                        tokio::task::block_in_place(|| rpc::handle(&ctx, &text))
+                    };
+                    costs.record(kind, started.elapsed());
                     // A new subscription joins the stream before its reply goes out, so no
                     // event raised after the <ok/> is missed; its task sends them after it.
                     let joined = ctx.take_subscription().map(|spec| {

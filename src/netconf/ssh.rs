@@ -15,6 +15,7 @@ use russh::{Channel, ChannelId, MethodKind, MethodSet};
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
+use super::call_home::Hooks;
 use crate::mgmt::auth_limits::{login_audit, Permit, Timeout, Verdict};
 use crate::mgmt::Core;
 
@@ -42,6 +43,7 @@ struct Connection {
     peer: Option<SocketAddr>,
     user: Option<String>,
     channels: HashMap<ChannelId, Channel<Msg>>,
+    hooks: Hooks,
 }
 
 impl russh::server::Handler for Connection {
@@ -113,10 +115,13 @@ impl russh::server::Handler for Connection {
         };
         session.channel_success(id)?;
         let server = self.server.clone();
+        let hooks = self.hooks.clone();
         tokio::spawn(async move {
             let stream = channel.into_stream();
-            super::session::run(stream, server.clone(), sid, info).await;
+            hooks.started(sid);
+            super::session::run_with_idle(stream, server.clone(), sid, info, hooks.idle).await;
             server.close_session(sid);
+            hooks.ended(sid);
             debug!(session = sid, "NETCONF session ended");
         });
         Ok(())
@@ -175,43 +180,61 @@ async fn accept_loop(listener: TcpListener, server: Arc<Core>, config: Arc<russh
             continue;
         };
         let _ = socket.set_nodelay(true);
-        let handler = Connection {
-            server: server.clone(),
-            permit: permit.clone(),
-            peer: Some(peer),
-            user: None,
-            channels: HashMap::new(),
-        };
-        let config = config.clone();
-        let mut shutdown = server.shutdown.subscribe();
-        tokio::spawn(async move {
-            // run_stream returns after the version exchange, which an idle peer never ends.
-            let handshake = permit.limits().handshake_timeout();
-            let session =
-                match tokio::time::timeout(handshake, russh::server::run_stream(config, socket, handler)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        debug!(?peer, "SSH setup failed: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        permit.gate().timed_out(peer, Timeout::Handshake);
-                        return;
-                    }
-                };
-            let handle = session.handle();
-            tokio::select! {
-                r = session => if let Err(e) = r { debug!(?peer, "SSH connection ended: {e}") },
-                // Key exchange and user authentication not done in time: the connection
-                // (and the session future holding it) is dropped.
-                _ = permit.auth_deadline() => {}
-                _ = shutdown.changed() => {
-                    // Give sessions a moment to flush replies in flight, then disconnect.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    let _ = handle.disconnect(russh::Disconnect::ByApplication, "server shutting down".into(), "en".into()).await;
-                }
-            }
-        });
+        tokio::spawn(serve_stream(server.clone(), config.clone(), socket, peer, permit, Hooks::default()));
         debug!(?peer, "SSH connection accepted");
+    }
+}
+
+/// One SSH connection on any byte stream, the agent being the SSH server: an accepted
+/// socket, or one the agent opened itself (Call Home, RFC 8071: the roles are reversed at
+/// the TCP level only). Bounded by `permit`'s handshake and authentication deadlines; ends
+/// with the connection or at shutdown.
+pub async fn serve_stream<S>(
+    server: Arc<Core>,
+    config: Arc<russh::server::Config>,
+    socket: S,
+    peer: SocketAddr,
+    permit: Arc<Permit>,
+    hooks: Hooks,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let handler = Connection {
+        server: server.clone(),
+        permit: permit.clone(),
+        peer: Some(peer),
+        user: None,
+        channels: HashMap::new(),
+        hooks: hooks.clone(),
+    };
+    let mut shutdown = server.shutdown.subscribe();
+    // run_stream returns after the version exchange, which an idle peer never ends.
+    let handshake = permit.limits().handshake_timeout();
+    let session = match tokio::time::timeout(handshake, russh::server::run_stream(config, socket, handler)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            debug!(?peer, "SSH setup failed: {e}");
+            return;
+        }
+        Err(_) => {
+            permit.gate().timed_out(peer, Timeout::Handshake);
+            return;
+        }
+    };
+    let handle = session.handle();
+    tokio::select! {
+        r = session => if let Err(e) = r { debug!(?peer, "SSH connection ended: {e}") },
+        // Key exchange and user authentication not done in time: the connection (and the
+        // session future holding it) is dropped.
+        _ = permit.auth_deadline() => {}
+        // A called-out connection is for its session: closed when that ends.
+        _ = hooks.wait_session_ended() => {
+            let _ = handle.disconnect(russh::Disconnect::ByApplication, "session ended".into(), "en".into()).await;
+        }
+        _ = shutdown.changed() => {
+            // Give sessions a moment to flush replies in flight, then disconnect.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = handle.disconnect(russh::Disconnect::ByApplication, "server shutting down".into(), "en".into()).await;
+        }
     }
 }

@@ -44,7 +44,9 @@ impl Store {
         match self {
             Store::Unified => Ok(Datastore::Running),
             Store::Nmda(ds @ (Datastore::Running | Datastore::Candidate | Datastore::Startup)) => Ok(ds),
-            Store::Nmda(ds) => Err(Failure::method(format!("{} is read-only (RFC 8527 section 3.2)", ds.identity()))),
+            Store::Nmda(ds) => {
+                Err(Failure::method(self.allow(), format!("{} is read-only (RFC 8527 section 3.2)", ds.identity())))
+            }
         }
     }
 
@@ -82,7 +84,7 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, store: Store, raw
         Method::PATCH => patch(rc, caller, req, store, &target),
         Method::DELETE => delete(rc, caller, req, store, &target),
         other => {
-            let mut f = Failure::method(format!("{other} is not a RESTCONF method"));
+            let mut f = Failure::method(store.allow(), format!("{other} is not a RESTCONF method"));
             f.errors[0].message.push_str(&format!("; allowed: {}", store.allow()));
             Err(f)
         }
@@ -91,8 +93,19 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, store: Store, raw
 
 // ----- validators (RFC 8040 section 3.4.1, RFC 7232) ------------------------------------
 
-fn etag(rc: &Restconf) -> String {
-    format!("\"{}\"", rc.core.datastores.running_version())
+/// The strong entity-tag of a representation: the version of running and the encoding, so
+/// the JSON and the XML representation of one state differ (RFC 8040 section 3.4.1.2, RFC
+/// 7232 section 2.3.3).
+fn etag(rc: &Restconf, enc: Encoding) -> String {
+    etag_of(rc.core.datastores.running_version(), enc)
+}
+
+fn etag_of(version: u64, enc: Encoding) -> String {
+    let suffix = match enc {
+        Encoding::Json => "json",
+        Encoding::Xml => "xml",
+    };
+    format!("\"{version}-{suffix}\"")
 }
 
 fn http_date(t: chrono::DateTime<chrono::Utc>) -> String {
@@ -107,11 +120,11 @@ fn tag_matches(list: &str, current: &str) -> bool {
     list.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == current)
 }
 
-fn add_validators(rc: &Restconf, store: Store, r: &mut Reply) {
+fn add_validators(rc: &Restconf, store: Store, enc: Encoding, r: &mut Reply) {
     if !store.has_validators() {
         return;
     }
-    if let Ok(v) = HeaderValue::from_str(&etag(rc)) {
+    if let Ok(v) = HeaderValue::from_str(&etag(rc, enc)) {
         r.headers_mut().insert("etag", v);
     }
     if let Ok(v) = HeaderValue::from_str(&http_date(rc.last_modified.get())) {
@@ -125,7 +138,8 @@ fn not_modified(rc: &Restconf, req: &Req, store: Store) -> Option<Reply> {
         return None;
     }
     let fresh = if let Some(inm) = req.header("if-none-match") {
-        tag_matches(inm, &etag(rc))
+        // Weak comparison (RFC 7232 3.2), against the representation this GET returns.
+        tag_matches(inm, &etag(rc, req.accept))
     } else if let Some(ims) = req.header("if-modified-since").and_then(parse_http_date) {
         rc.last_modified.get() <= ims
     } else {
@@ -133,7 +147,7 @@ fn not_modified(rc: &Restconf, req: &Req, store: Store) -> Option<Reply> {
     };
     fresh.then(|| {
         let mut r = no_content(304);
-        add_validators(rc, store, &mut r);
+        add_validators(rc, store, req.accept, &mut r);
         r
     })
 }
@@ -148,7 +162,10 @@ fn precondition(rc: &Restconf, req: &Req, store: Store) -> Result<(), Failure> {
         ))
     };
     if let Some(im) = req.header("if-match") {
-        if !store.has_validators() || !tag_matches(im, &etag(rc)) {
+        // Either representation's tag names the current state: an edit does not change
+        // one representation without the other.
+        let current = |enc| tag_matches(im, &etag(rc, enc));
+        if !store.has_validators() || !(current(Encoding::Json) || current(Encoding::Xml)) {
             return failed("If-Match");
         }
     }
@@ -240,7 +257,7 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         print_nodes(&tree, &nodes, req.accept, wd, keep_empty)?
     };
     let mut r = get_reply(req, req.accept, body);
-    add_validators(rc, store, &mut r);
+    add_validators(rc, store, req.accept, &mut r);
     Ok(r)
 }
 
@@ -692,7 +709,7 @@ fn put(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
             rc.core.datastores.parse_config(&text, enc.format()).map_err(body_error)?
         };
         rc.core.datastores.copy(caller.session, Source::Config(&tree), ds)?;
-        return Ok(edited(rc, store, 204));
+        return Ok(edited(rc, req, store, 204));
     }
     if !target.is_single_instance() {
         return Err(Failure::bad(ErrorTag::InvalidValue, "PUT needs the key values of every list in the URI"));
@@ -702,12 +719,13 @@ fn put(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
     add_insert(&tree, &node, p, store)?;
     let existed = exists(rc, ds, &node)?;
     run_edit(rc, caller, ds, &tree)?;
-    Ok(edited(rc, store, if existed { 204 } else { 201 }))
+    Ok(edited(rc, req, store, if existed { 204 } else { 201 }))
 }
 
-fn edited(rc: &Restconf, store: Store, status: u16) -> Reply {
+/// The reply to an edit, with the new entity-tag of the representation the client accepts.
+fn edited(rc: &Restconf, req: &Req, store: Store, status: u16) -> Reply {
     let mut r = no_content(status);
-    add_validators(rc, store, &mut r);
+    add_validators(rc, store, req.accept, &mut r);
     r
 }
 
@@ -725,7 +743,10 @@ fn post(
     candidate_free(rc, caller, ds)?;
     if let Some(s) = target.last() {
         if matches!(s.kind, SchemaNodeKind::Leaf | SchemaNodeKind::LeafList) {
-            return Err(Failure::method("POST creates a child resource: a leaf has none"));
+            return Err(Failure::method(
+                "GET, HEAD, OPTIONS, PUT, PATCH, DELETE",
+                "POST creates a child resource: a leaf has none",
+            ));
         }
         if s.kind == SchemaNodeKind::List && s.keys.is_empty() {
             return Err(Failure::bad(ErrorTag::InvalidValue, "POST of a list entry goes to the list's parent"));
@@ -746,7 +767,7 @@ fn post(
     add_insert(&tree, node, p, store)?;
     let created = target.child_of_node(&tree.find_path(node).map_err(ly)?);
     run_edit(rc, caller, ds, &tree)?;
-    let mut r = edited(rc, store, 201);
+    let mut r = edited(rc, req, store, 201);
     if let Ok(v) = HeaderValue::from_str(&format!("{}{}", store.uri_prefix(), created.uri())) {
         r.headers_mut().insert("location", v);
     }
@@ -767,7 +788,7 @@ fn patch(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Targe
         let inner = unwrap_datastore_body(&req.body, enc)?;
         let (tree, _) = parse_body_under(rc, target, &inner, enc)?;
         run_edit(rc, caller, ds, &tree)?;
-        return Ok(edited(rc, store, 204));
+        return Ok(edited(rc, req, store, 204));
     }
     if !target.is_single_instance() {
         return Err(Failure::bad(ErrorTag::InvalidValue, "PATCH needs the key values of every list in the URI"));
@@ -780,7 +801,7 @@ fn patch(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Targe
     let (tree, node) = parse_target_body(rc, target, &req.body, enc)?;
     super::yangdata::add_meta(&tree, &node, "ietf-netconf:operation", "merge")?;
     run_edit(rc, caller, ds, &tree)?;
-    Ok(edited(rc, store, 204))
+    Ok(edited(rc, req, store, 204))
 }
 
 /// An edit tree deleting `target` (used by DELETE and YANG Patch delete/remove).
@@ -812,7 +833,10 @@ pub fn deletion_tree(rc: &Restconf, ds: Datastore, target: &Target, op: &str) ->
 fn delete(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target) -> Result<Reply, Failure> {
     let ds = store.edit_target()?;
     if target.is_root() {
-        return Err(Failure::method("a datastore cannot be deleted with DELETE"));
+        return Err(Failure::method(
+            "GET, HEAD, OPTIONS, POST, PUT, PATCH",
+            "a datastore cannot be deleted with DELETE",
+        ));
     }
     if !target.is_single_instance() {
         return Err(Failure::bad(ErrorTag::InvalidValue, "DELETE needs the key values of every list in the URI"));
@@ -821,5 +845,5 @@ fn delete(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Targ
     candidate_free(rc, caller, ds)?;
     let tree = deletion_tree(rc, ds, target, "delete")?;
     run_edit(rc, caller, ds, &tree)?;
-    Ok(edited(rc, store, 204))
+    Ok(edited(rc, req, store, 204))
 }

@@ -20,12 +20,15 @@ pub const NS_RESTCONF: &str = "urn:ietf:params:xml:ns:yang:ietf-restconf";
 pub struct Failure {
     pub status: u16,
     pub errors: Vec<RpcError>,
+    /// The methods the resource takes, for the `Allow` header every 405 carries (RFC 7231
+    /// section 6.5.5).
+    pub allow: Option<&'static str>,
 }
 
 impl Failure {
     /// A failure with an explicit status (one the RFC allows for the tag).
     pub fn status(status: u16, tag: ErrorTag, message: impl Into<String>) -> Failure {
-        Failure { status, errors: vec![RpcError::protocol(tag, message)] }
+        Failure { status, errors: vec![RpcError::protocol(tag, message)], allow: None }
     }
     /// 400 with the given tag (protocol layer).
     pub fn bad(tag: ErrorTag, message: impl Into<String>) -> Failure {
@@ -33,11 +36,12 @@ impl Failure {
     }
     /// 404: the target resource does not exist (RFC 8040 section 7: invalid-value).
     pub fn not_found(message: impl Into<String>) -> Failure {
-        Failure { status: 404, errors: vec![RpcError::application(ErrorTag::InvalidValue, message)] }
+        Failure { status: 404, errors: vec![RpcError::application(ErrorTag::InvalidValue, message)], allow: None }
     }
-    /// 405: the resource exists but does not take this method.
-    pub fn method(message: impl Into<String>) -> Failure {
-        Failure::status(405, ErrorTag::OperationNotSupported, message)
+    /// 405: the resource exists but does not take this method; `allow` lists those it
+    /// takes (the `Allow` header).
+    pub fn method(allow: &'static str, message: impl Into<String>) -> Failure {
+        Failure { allow: Some(allow), ..Failure::status(405, ErrorTag::OperationNotSupported, message) }
     }
     pub fn with_path(mut self, path: &str) -> Failure {
         if let Some(e) = self.errors.first_mut() {
@@ -51,14 +55,14 @@ impl Failure {
 
 impl From<RpcError> for Failure {
     fn from(e: RpcError) -> Failure {
-        Failure { status: e.tag.http_status(), errors: vec![e] }
+        Failure { status: e.tag.http_status(), errors: vec![e], allow: None }
     }
 }
 
 impl From<Vec<RpcError>> for Failure {
     fn from(errors: Vec<RpcError>) -> Failure {
         let status = errors.first().map(|e| e.tag.http_status()).unwrap_or(500);
-        Failure { status, errors }
+        Failure { status, errors, allow: None }
     }
 }
 

@@ -144,7 +144,11 @@ pub fn no_content(status: u16) -> Reply {
 }
 
 pub fn error_reply(f: &Failure, enc: Encoding) -> Reply {
-    reply(f.status, enc, error::render(&f.errors, enc))
+    let mut r = reply(f.status, enc, error::render(&f.errors, enc));
+    if let Some(allow) = f.allow {
+        r.headers_mut().insert("allow", HeaderValue::from_static(allow));
+    }
+    r
 }
 
 impl Restconf {
@@ -185,14 +189,15 @@ impl Restconf {
                 media::BodyKind::Data(e) | media::BodyKind::Patch(e) => e,
             });
         let accept_hdr = parts.headers.get("accept").and_then(|v| v.to_str().ok());
+        // Root discovery needs no credentials (RFC 8040 section 3.1 / RFC 6415), and has
+        // media types of its own (XRD, JRD), negotiated before the yang-data ones.
+        if path == "/.well-known/host-meta" || path == "/.well-known/host-meta.json" {
+            return host_meta(&parts.method, path.ends_with(".json"), accept_hdr);
+        }
         let Some(accept) = media::accept(accept_hdr, content_enc) else {
             let f = Failure::status(406, ErrorTag::InvalidValue, "none of the Accept media types can be produced");
             return error_reply(&f, Encoding::Json);
         };
-        // Root discovery needs no credentials (RFC 8040 section 3.1 / RFC 6415).
-        if path == "/.well-known/host-meta" || path == "/.well-known/host-meta.json" {
-            return host_meta(&parts.method, path.ends_with(".json"));
-        }
         let user = match cert_user {
             Some(u) => Some(u),
             None => match parts.headers.get("authorization").and_then(|v| v.to_str().ok()) {
@@ -324,12 +329,46 @@ fn refused_input(caller: &Caller, f: &Failure) {
         .emit_aggregated(format!("restconf-input:{}", caller.user));
 }
 
-fn host_meta(method: &Method, json: bool) -> Reply {
+/// Which host-meta document an Accept header lets us send: `Some(true)` the JRD (JSON),
+/// `Some(false)` the XRD, `None` neither (406). `/.well-known/host-meta` is the XRD unless
+/// the client asks for JSON only (RFC 6415 section 6.2); `host-meta.json` is the JRD.
+fn host_meta_type(json_path: bool, accept: Option<&str>) -> Option<bool> {
+    let Some(h) = accept.filter(|h| !h.trim().is_empty()) else { return Some(json_path) };
+    let (mut xrd, mut jrd) = (false, false);
+    for item in h.split(',') {
+        let mut parts = item.split(';');
+        let ty = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let refused = parts
+            .any(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0));
+        if refused {
+            continue;
+        }
+        match ty.as_str() {
+            "*/*" | "application/*" => (xrd, jrd) = (true, true),
+            "application/xrd+xml" | "application/xml" | "text/xml" => xrd = true,
+            "application/json" | "application/jrd+json" => jrd = true,
+            _ => {}
+        }
+    }
+    match (json_path, xrd, jrd) {
+        (true, _, true) => Some(true),
+        (false, true, _) => Some(false),
+        (false, false, true) => Some(true),
+        _ => None,
+    }
+}
+
+fn host_meta(method: &Method, json_path: bool, accept: Option<&str>) -> Reply {
     if method != Method::GET && method != Method::HEAD {
         let mut r = no_content(405);
         r.headers_mut().insert("allow", HeaderValue::from_static("GET, HEAD"));
         return r;
     }
+    let Some(json) = host_meta_type(json_path, accept) else {
+        let what = if json_path { "application/json" } else { "application/xrd+xml or application/json" };
+        let f = Failure::status(406, ErrorTag::InvalidValue, format!("host-meta is served as {what}"));
+        return error_reply(&f, Encoding::Json);
+    };
     let (ty, body) = if json {
         ("application/json", "{\"links\":[{\"rel\":\"restconf\",\"href\":\"/restconf\"}]}".to_owned())
     } else {
@@ -418,7 +457,10 @@ fn only_get(req: &Req) -> Result<(), (Failure, Encoding)> {
         }
         return Ok(());
     }
-    Err((Failure::method(format!("{} is read-only: allowed are GET, HEAD, OPTIONS", req.path)), req.accept))
+    Err((
+        Failure::method("GET, HEAD, OPTIONS", format!("{} is read-only: allowed are GET, HEAD, OPTIONS", req.path)),
+        req.accept,
+    ))
 }
 
 /// A 200 for GET (or the same headers without body for HEAD; Allow for OPTIONS).

@@ -42,6 +42,7 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
     if tail.is_empty() {
         if !matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return Err(Failure::method(
+                "GET, HEAD, OPTIONS",
                 "the operations resource is read-only; POST to /restconf/operations/<module:rpc>",
             ));
         }
@@ -72,7 +73,7 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
         return Ok(r);
     }
     if req.method != Method::POST {
-        return Err(Failure::method(format!("{name} is invoked with POST")));
+        return Err(Failure::method("POST, OPTIONS", format!("{name} is invoked with POST")));
     }
     if let Some((k, _)) = req.query.first() {
         return Err(Failure::bad(

@@ -142,7 +142,7 @@ pub async fn handle(rc: &Restconf, caller: &Caller, req: &Req, tail: &str) -> Re
         _ => return Err(Failure::not_found(format!("stream {stream} has encodings xml and json, not \"{enc}\""))),
     };
     if req.method != Method::GET {
-        return Err(Failure::method("an event stream is read with GET (text/event-stream)"));
+        return Err(Failure::method("GET", "an event stream is read with GET (text/event-stream)"));
     }
     let p = Params::parse(&req.method, &req.query, true)?;
     if let Some(start) = p.start_time {

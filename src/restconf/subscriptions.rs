@@ -230,7 +230,7 @@ pub fn handle(rc: &Arc<Restconf>, caller: &Caller, req: &Req, tail: &str) -> Res
         .parse()
         .map_err(|_| Failure::not_found(format!("\"{tail}\" is not a subscription of this server")))?;
     if req.method != Method::GET {
-        return Err(Failure::method("a subscription is read with GET (text/event-stream)"));
+        return Err(Failure::method("GET", "a subscription is read with GET (text/event-stream)"));
     }
     if let Some((k, _)) = req.query.first() {
         return Err(Failure::bad(ErrorTag::InvalidValue, format!("query parameter \"{k}\" does not apply here")));
@@ -289,7 +289,7 @@ async fn deliver(sse: SseStream, mut rx: mpsc::Receiver<String>, mut shutdown: t
 /// errors keep their RFC 8040 status.
 fn filter_refusal(e: RpcError) -> Failure {
     if e.tag == ErrorTag::ResourceDenied && e.bad_element.as_deref().is_some_and(|b| b.contains("filter")) {
-        Failure { status: 413, errors: vec![e] }
+        Failure { status: 413, errors: vec![e], allow: None }
     } else {
         e.into()
     }

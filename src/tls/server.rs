@@ -96,12 +96,21 @@ pub struct Listener {
     pub label: &'static str,
     pub generated_cert: &'static str,
     pub generated_key: &'static str,
+    /// Whether ALPN offers h2 and http/1.1 (the HTTP listeners); NETCONF over TLS has no
+    /// ALPN protocol id (RFC 7589).
+    pub http: bool,
 }
 
 pub const RESTCONF: Listener =
-    Listener { label: "RESTCONF", generated_cert: "restconf-cert.pem", generated_key: "restconf-key.pem" };
+    Listener { label: "RESTCONF", generated_cert: "restconf-cert.pem", generated_key: "restconf-key.pem", http: true };
 pub const SCI_HTTP: Listener =
-    Listener { label: "SCI collection", generated_cert: "sci-cert.pem", generated_key: "sci-key.pem" };
+    Listener { label: "SCI collection", generated_cert: "sci-cert.pem", generated_key: "sci-key.pem", http: true };
+pub const NETCONF_TLS: Listener = Listener {
+    label: "NETCONF over TLS",
+    generated_cert: "netconf-tls-cert.pem",
+    generated_key: "netconf-tls-key.pem",
+    http: false,
+};
 
 /// Why a connection did not get past TLS (the `reason` of the handshake-failure counters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -307,7 +316,7 @@ impl ServerTls {
         let (cert_file, key_file, generated) = cert_files(listener, &settings, state_dir)?;
         let names = CertToName::new(settings.cert_to_name.clone())?;
         let seen = files(&settings, &cert_file, &key_file).into_iter().map(stamp).collect();
-        let loaded = build(&settings, &cert_file, &key_file)?;
+        let loaded = build(listener, &settings, &cert_file, &key_file)?;
         note_crls(listener, &loaded);
         Ok(Arc::new(ServerTls {
             listener,
@@ -364,7 +373,7 @@ impl ServerTls {
             }
             *seen = now;
         }
-        match build(&self.settings, &self.cert_file, &self.key_file) {
+        match build(self.listener, &self.settings, &self.cert_file, &self.key_file) {
             Ok(l) => {
                 note_crls(self.listener, &l);
                 let n = l.crls.iter().map(|c| c.revoked).sum::<usize>();
@@ -514,7 +523,7 @@ fn files<'a>(s: &'a TlsSettings, cert: &'a Path, key: &'a Path) -> Vec<&'a Path>
 }
 
 /// Reads every file and builds a configuration.
-fn build(s: &TlsSettings, cert_file: &Path, key_file: &Path) -> Result<Loaded, String> {
+fn build(listener: Listener, s: &TlsSettings, cert_file: &Path, key_file: &Path) -> Result<Loaded, String> {
     let certs = read_certs(cert_file, "certificate")?;
     let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| format!("private key {}: {e}", key_file.display()))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -529,7 +538,9 @@ fn build(s: &TlsSettings, cert_file: &Path, key_file: &Path) -> Result<Loaded, S
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| format!("certificate {} / key {}: {e}", cert_file.display(), key_file.display()))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if listener.http {
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    }
     Ok(Loaded {
         config: Arc::new(config),
         verifier: client.verifier,
@@ -575,7 +586,8 @@ fn client_side(s: &TlsSettings) -> Result<ClientSide, String> {
 pub fn check_files(s: &TlsSettings) -> Result<(), String> {
     s.check()?;
     match (&s.cert_file, &s.key_file) {
-        (Some(c), Some(k)) => build(s, c, k).map(|_| ()),
+        // The listener only decides ALPN, which a check does not look at.
+        (Some(c), Some(k)) => build(RESTCONF, s, c, k).map(|_| ()),
         _ => client_side(s).map(|_| ()),
     }
 }

@@ -64,6 +64,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("cats-sma-cps", &[]),
     ("cats-sma-overload", &[]),
     ("cats-ip-metrics", &[]),
+    ("cats-sma-netconf-server", &[]),
 ];
 
 /// Builds a fresh context with every module of [`IMPLEMENTED`], resolving imports only from

@@ -567,49 +567,11 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> HttpSettings {
 /// collection/http/tls: None when tls/enabled is false.
 pub fn tls_settings(t: &yang2::data::DataTree<'static>) -> Result<Option<TlsSettings>, String> {
     use crate::engine::northbound::{leaf, ROOT};
-    use yang2::data::Data;
     let base = format!("{ROOT}/collection/http/tls");
     if leaf(t, &format!("{base}/enabled")).as_deref() == Some("false") {
         return Ok(None);
     }
-    let path = |l: &str| leaf(t, &format!("{base}/{l}")).map(PathBuf::from);
-    let mut s = TlsSettings {
-        cert_file: path("certificate-file"),
-        key_file: path("private-key-file"),
-        client_ca: path("client-ca-file"),
-        client_auth: match leaf(t, &format!("{base}/client-auth")).as_deref() {
-            Some("required") => ClientAuth::Required,
-            _ => ClientAuth::Optional,
-        },
-        ..TlsSettings::default()
-    };
-    if let Ok(set) = t.find_xpath(&format!("{base}/crl-file")) {
-        s.crl_files = set.filter_map(|n| n.value_canonical()).map(PathBuf::from).collect();
-    }
-    if let Ok(set) = t.find_xpath(&format!("{base}/cert-to-name")) {
-        for e in set {
-            let (mut id, mut fp, mut map, mut name) = (None, None, None, None);
-            for c in e.children() {
-                let v = c.value_canonical();
-                match c.schema().name() {
-                    "id" => id = v.and_then(|v| v.parse::<u32>().ok()),
-                    "fingerprint" => fp = v,
-                    "map-type" => map = v,
-                    "name" => name = v,
-                    _ => {}
-                }
-            }
-            let (Some(id), Some(fp), Some(map)) = (id, fp, map) else {
-                return Err("a cert-to-name entry lacks id, fingerprint or map-type".into());
-            };
-            s.cert_to_name.push(crate::tls::Entry {
-                id,
-                fingerprint: crate::tls::Fingerprint::parse(&fp).map_err(|e| format!("cert-to-name {id}: {e}"))?,
-                map: crate::tls::MapType::from_identity(&map, name.as_deref())
-                    .map_err(|e| format!("cert-to-name {id}: {e}"))?,
-            });
-        }
-    }
+    let s = crate::tls::yang::settings(t, &base)?;
     s.check()?;
     Ok(Some(s))
 }
