@@ -301,7 +301,7 @@ fn typed_get(
         Format::Xml => text,
     };
     let mut r = get_reply(req, req.accept, body);
-    add_validators(rc, store, &mut r);
+    add_validators(rc, store, req.accept, &mut r);
     Ok(Some(r))
 }
 
