@@ -17,7 +17,12 @@
 //! target/release/examples/push_load on-change --scis 1000 --rate 10000 --seconds 10
 //! target/release/examples/push_load on-change --scis 1000 --rate 0 --seconds 10
 //! target/release/examples/push_load periodic --scis 100000 --period-cs 100 --seconds 10
+//! target/release/examples/push_load periodic --scis 10000 --subscribers 10 --period-cs 100 --seconds 20
 //! ```
+//!
+//! `periodic --subscribers N` opens N sessions, each with the same periodic subscription,
+//! and prints the lateness of every push-update against its schedule (the first arrival
+//! plus k periods), p50/p99 over all subscribers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -61,6 +66,13 @@ struct Args {
     /// Dampening period of the on-change subscription, centiseconds.
     #[arg(long, default_value_t = 0)]
     dampening_cs: u32,
+    /// Periodic: subscriptions, each on a NETCONF session of its own.
+    #[arg(long, default_value_t = 1)]
+    subscribers: usize,
+    /// Register the SCIs in the startup file instead of one edit-config (a bulk edit of
+    /// 100 000 SCIs takes minutes, issue 14 goal 4).
+    #[arg(long)]
+    startup: bool,
 }
 
 struct AnyHostKey;
@@ -256,14 +268,14 @@ async fn main() {
         sci_plain_http: true,
         ..Default::default()
     };
-    let agent = cats_sma::agent::Agent::start(boot).await.expect("agent");
-    let sci_addr = agent.sci_http.expect("collector");
-    let mut probe = cats_sma::push::probe::enable().expect("probe");
-    let mut nc = Nc::connect(agent.netconf_addrs[0]).await;
-
-    // Configuration: the SCIs, a cache that holds them all, anomaly windows short enough
-    // that every GAS change is accepted.
-    let t = Instant::now();
+    let config_xml = |scis: &str| {
+        format!(
+            "<cats-sma xmlns=\"{CATS}\"><scis>{scis}</scis>\
+             <cache><max-entries>{}</max-entries></cache>\
+             <validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation></cats-sma>",
+            args.scis.max(1)
+        )
+    };
     let mut scis = String::with_capacity(args.scis * 80);
     for i in 0..args.scis {
         scis.push_str(&format!(
@@ -271,13 +283,30 @@ async fn main() {
             csci(i)
         ));
     }
-    nc.rpc(&format!(
-        "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS}\"><scis>{scis}</scis>\
-         <cache><max-entries>{}</max-entries></cache>\
-         <validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation></cats-sma></config></edit-config>",
-        args.scis.max(1)
-    ))
-    .await;
+    if args.startup {
+        use std::os::unix::fs::PermissionsExt;
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).expect("state dir");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("state dir mode");
+        let file = state.join("startup.xml");
+        std::fs::write(&file, config_xml(&scis)).expect("startup file");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("startup mode");
+    }
+    let t = Instant::now();
+    let agent = cats_sma::agent::Agent::start(boot).await.expect("agent");
+    let sci_addr = agent.sci_http.expect("collector");
+    let mut probe = cats_sma::push::probe::enable().expect("probe");
+    let mut nc = Nc::connect(agent.netconf_addrs[0]).await;
+
+    // Configuration: the SCIs, a cache that holds them all, anomaly windows short enough
+    // that every GAS change is accepted.
+    if !args.startup {
+        nc.rpc(&format!(
+            "<edit-config><target><running/></target><config>{}</config></edit-config>",
+            config_xml(&scis)
+        ))
+        .await;
+    }
     println!("configured {} SCIs in {:.2} s", args.scis, t.elapsed().as_secs_f64());
     let mut http = Http::connect(sci_addr).await;
     let mut seq = vec![0u64; args.scis];
@@ -295,36 +324,65 @@ async fn main() {
 
     match args.mode {
         Mode::Periodic => {
-            let est = nc
-                .rpc(&format!(
-                    "<establish-subscription xmlns=\"{SN}\" xmlns:yp=\"{YP}\"><yp:datastore xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\">ds:operational</yp:datastore>\
-                     <yp:datastore-xpath-filter xmlns:c=\"{CATS}\">/c:cats-sma/c:metric-cache</yp:datastore-xpath-filter>\
-                     <yp:periodic><yp:period>{}</yp:period></yp:periodic></establish-subscription>",
-                    args.period_cs
-                ))
-                .await;
-            println!("established: {}", est.trim());
+            // Every subscriber on a session of its own; lateness of the k-th push-update is
+            // its arrival after the first one's plus k periods (RFC 8641 section 3.1: updates
+            // are sent at the anchor time plus multiples of the period).
+            let period = Duration::from_millis(u64::from(args.period_cs) * 10);
             let end = Instant::now() + Duration::from_secs(args.seconds);
-            let mut last: Option<Instant> = None;
+            let mut tasks = Vec::new();
+            for s in 0..args.subscribers.max(1) {
+                let mut c = Nc::connect(agent.netconf_addrs[0]).await;
+                let est = c
+                    .rpc(&format!(
+                        "<establish-subscription xmlns=\"{SN}\" xmlns:yp=\"{YP}\"><yp:datastore xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\">ds:operational</yp:datastore>\
+                         <yp:datastore-xpath-filter xmlns:c=\"{CATS}\">/c:cats-sma/c:metric-cache</yp:datastore-xpath-filter>\
+                         <yp:periodic><yp:period>{}</yp:period></yp:periodic></establish-subscription>",
+                        args.period_cs
+                    ))
+                    .await;
+                if s == 0 {
+                    println!("established: {}", est.trim());
+                }
+                tasks.push(tokio::spawn(async move {
+                    let mut arrivals: Vec<(Instant, usize, usize)> = Vec::new();
+                    while Instant::now() < end {
+                        let m = match tokio::time::timeout(end - Instant::now(), c.message()).await {
+                            Ok(m) => m,
+                            Err(_) => break,
+                        };
+                        if m.contains("<push-update") {
+                            arrivals.push((Instant::now(), m.len(), m.matches("<entry>").count()));
+                        }
+                    }
+                    arrivals
+                }));
+            }
+            let mut lateness = Vec::new();
             let mut intervals = Vec::new();
-            while Instant::now() < end {
-                let m = nc.message().await;
-                if !m.contains("<push-update") {
+            for (s, t) in tasks.into_iter().enumerate() {
+                let arrivals = t.await.expect("subscriber");
+                let Some(&(first, ..)) = arrivals.first() else {
+                    println!("subscriber {s}: no push-update");
                     continue;
+                };
+                for (k, &(at, len, entries)) in arrivals.iter().enumerate() {
+                    let due = first + period * k as u32;
+                    lateness.push(at.saturating_duration_since(due));
+                    if k > 0 {
+                        intervals.push(at - arrivals[k - 1].0);
+                    }
+                    if s == 0 {
+                        println!(
+                            "push-update {k}: {:.1} MB, {entries} entries, {:.3} s late",
+                            len as f64 / 1e6,
+                            at.saturating_duration_since(due).as_secs_f64()
+                        );
+                    }
                 }
-                let now = Instant::now();
-                let entries = m.matches("<entry>").count();
-                if let Some(l) = last {
-                    intervals.push(now - l);
-                }
-                println!(
-                    "push-update: {:.1} MB, {entries} entries, {:.3} s since the previous",
-                    m.len() as f64 / 1e6,
-                    last.map_or(0.0, |l| (now - l).as_secs_f64())
-                );
-                last = Some(now);
+                println!("subscriber {s}: {} push-updates", arrivals.len());
             }
             summary("push-update interval", &mut intervals);
+            summary("push-update lateness (after the first's anchor)", &mut lateness);
         }
         Mode::OnChange => {
             nc.rpc(&format!(

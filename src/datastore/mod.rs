@@ -10,6 +10,8 @@ pub mod change;
 pub mod edit;
 pub mod memory;
 pub mod persist;
+pub mod render;
+pub mod select;
 pub mod tree;
 mod validate;
 
@@ -151,6 +153,23 @@ pub trait StateProvider: Send + Sync {
     /// Adds this provider's state to `tree`. `xpath`, when given, is the selection the
     /// reader asked for; a provider may use it to render less.
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError>;
+
+    /// Like `render`, for a read that selects (at most) `sel`: `hint` is the selection
+    /// as an XPath for providers that only look at that (None: everything). A provider
+    /// may render less than all of its state, never less than what `sel` covers.
+    fn render_selected(
+        &self,
+        tree: &mut DataTree<'static>,
+        _sel: &select::Selection,
+        hint: Option<&str>,
+    ) -> Result<(), RpcError> {
+        self.render(tree, hint)
+    }
+
+    /// The typed renderer of this provider's state, if it has one (see `render.rs`).
+    fn typed(&self) -> Option<&dyn render::TypedState> {
+        None
+    }
 }
 
 /// The spare copy of running is kept in step by replaying a commit's changes only up to
@@ -357,7 +376,7 @@ impl Datastores {
                 for p in providers {
                     p.render(&mut tree, xpath)?;
                 }
-                let lib = crate::yang::yang_library(self.ctx)?;
+                let lib = select::yang_library_cached(self.ctx)?;
                 self::tree::merge_moving(&mut tree, lib)?;
                 tree
             }

@@ -3,6 +3,10 @@
 //! (exec), data reads (denied nodes are removed, not refused) and data writes
 //! (access-denied). The recovery user and the agent itself bypass NACM (section 3.2).
 
+mod access;
+
+pub use access::ReadAccess;
+
 use crate::yang::PrintText as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -39,9 +39,17 @@ pub fn notification(body: &str) -> String {
 /// NACM-pruned (the children of datastore-contents).
 pub fn push_update(id: u32, contents: &str, incomplete: bool) -> String {
     let inc = if incomplete { "<incomplete-update/>" } else { "" };
-    notification(&format!(
-        "<push-update xmlns=\"{NS_YP}\"><id>{id}</id><datastore-contents>{contents}</datastore-contents>{inc}</push-update>"
-    ))
+    // One buffer, one copy of the contents (a whole metric cache is tens of MB).
+    let mut s = String::with_capacity(contents.len() + 512);
+    let _ = write!(
+        s,
+        "<notification xmlns=\"{NS_NOTIFICATION}\"><eventTime>{}</eventTime>\
+         <push-update xmlns=\"{NS_YP}\"><id>{id}</id><datastore-contents>",
+        now()
+    );
+    s.push_str(contents);
+    let _ = write!(s, "</datastore-contents>{inc}</push-update></notification>");
+    s
 }
 
 /// push-change-update carrying a YANG Patch.
@@ -153,6 +161,20 @@ mod tests {
         assert_eq!(restconf_path("/m:l[a='x,y'][b=\"o'k\"]"), "/m:l=x%2Cy,o%27k");
         assert_eq!(restconf_path("/m:ll[.='a b']"), "/m:ll=a%20b");
         assert_eq!(restconf_path("/m:top"), "/m:top");
+    }
+
+    #[test]
+    fn rfc8641_push_update_wraps_the_contents_in_one_notification() {
+        let n = push_update(3, "<a xmlns=\"urn:m\"/>", true);
+        let body = n.split_once("</eventTime>").map(|(_, b)| b).unwrap();
+        assert!(n.starts_with(&format!("<notification xmlns=\"{NS_NOTIFICATION}\"><eventTime>")));
+        assert_eq!(
+            body,
+            format!(
+                "<push-update xmlns=\"{NS_YP}\"><id>3</id><datastore-contents><a xmlns=\"urn:m\"/>\
+                 </datastore-contents><incomplete-update/></push-update></notification>"
+            )
+        );
     }
 
     #[test]

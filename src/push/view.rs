@@ -159,7 +159,27 @@ impl DatastoreView {
 
 impl View for DatastoreView {
     fn snapshot(&self) -> Result<String, RpcError> {
-        let tree = self.nacm.read(&self.datastores, &self.user, self.datastore, None)?;
+        use crate::datastore::render::{read_typed, Format, Options};
+        use crate::datastore::select::Selection;
+        let sel = match &self.selection {
+            None => Selection::all(),
+            Some(Filter::Subtree(el, _)) => Selection::from_subtree(el),
+            Some(Filter::XPath(x)) => Selection::from_xpath(x),
+        };
+        if self.datastore == Datastore::Operational {
+            if let Some(access) = self.nacm.read_access(&self.user) {
+                let opts = Options {
+                    format: Format::Xml,
+                    skip: 0,
+                    max_depth: None,
+                    with_defaults: crate::mgmt::with_defaults::WithDefaults::Explicit,
+                };
+                if let Some(body) = read_typed(&self.datastores, &sel, &access, opts)? {
+                    return Ok(body);
+                }
+            }
+        }
+        let tree = self.nacm.readable(&self.user, self.datastores.read_covering(self.datastore, &sel)?);
         print(apply(self.selection.as_ref(), tree)?.tree(), true)
     }
 

@@ -200,6 +200,9 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
         Store::Nmda(ds) => ds,
     };
     let xpath = if target.is_root() { None } else { Some(target.data_path()?) };
+    if let Some(r) = typed_get(rc, caller, req, store, target, p, ds, xpath.as_deref())? {
+        return Ok(r);
+    }
     // NACM prunes the snapshot before the target, content, depth and fields look at it, so
     // none of them can tell apart data the caller may not read (issue 11 class 1).
     let mut tree = rc.core.nacm.read(&rc.core.datastores, &caller.user, ds, xpath.as_deref())?.into_tree();
@@ -256,6 +259,50 @@ fn get(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
     let mut r = get_reply(req, req.accept, body);
     add_validators(rc, store, req.accept, &mut r);
     Ok(r)
+}
+
+/// A GET of operational state a typed provider serves (DESIGN decision 2): the target
+/// rendered from typed data, or None for the libyang path (also when there is no data, so
+/// that path says 404 as it does).
+#[allow(clippy::too_many_arguments)]
+fn typed_get(
+    rc: &Restconf,
+    caller: &Caller,
+    req: &Req,
+    store: Store,
+    target: &Target,
+    p: &Params,
+    ds: Datastore,
+    xpath: Option<&str>,
+) -> Result<Option<Reply>, Failure> {
+    use crate::datastore::render::{read_typed, Format, Options};
+    let Some(xpath) = xpath else { return Ok(None) };
+    if ds != Datastore::Operational || p.depth.is_some() || p.fields.is_some() || p.content == Content::Config {
+        return Ok(None);
+    }
+    let Some(access) = rc.core.nacm.read_access(&caller.user) else { return Ok(None) };
+    let sel = crate::datastore::select::Selection::from_instance_path(xpath);
+    // The ancestors of the target are not printed: a container is one level, a list
+    // entry two (the list and the entry).
+    let n = target.steps.len();
+    let skip = target.steps[..n.saturating_sub(1)].iter().map(|s| if s.keys.is_empty() { 1 } else { 2 }).sum();
+    let format = match req.accept {
+        Encoding::Json => Format::Json,
+        Encoding::Xml => Format::Xml,
+    };
+    let wd = p.with_defaults.unwrap_or(WithDefaults::Explicit);
+    let opts = Options { format, skip, max_depth: None, with_defaults: wd };
+    let Some(text) = read_typed(&rc.core.datastores, &sel, &access, opts)? else { return Ok(None) };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let body = match format {
+        Format::Json => format!("{{{text}}}"),
+        Format::Xml => text,
+    };
+    let mut r = get_reply(req, req.accept, body);
+    add_validators(rc, store, req.accept, &mut r);
+    Ok(Some(r))
 }
 
 fn remove_all(tree: &mut DataTree<'static>, mut doomed: Vec<String>) {

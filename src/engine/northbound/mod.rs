@@ -5,6 +5,7 @@
 pub mod config;
 pub mod rpc;
 pub mod state;
+pub mod typed;
 pub mod update_status;
 
 use yang2::data::{Data, DataTree};

@@ -10,10 +10,10 @@
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Datelike, Timelike, Utc};
+use chrono::{DateTime, Utc};
 use yang2::data::{DataFormat, DataParserFlags, DataTree, DataValidationFlags};
 
-use crate::datastore::tree::{merge_moving, yang_time as time};
+use crate::datastore::tree::merge_moving;
 use crate::datastore::StateProvider;
 use crate::engine::cache::Flags;
 use crate::engine::core::{Core, Quarantined};
@@ -32,94 +32,172 @@ pub struct EngineState {
 }
 
 /// One cache entry as shown.
-struct EntryRow {
-    csci_id: String,
-    cs_id: Option<String>,
-    reported: Option<Metrics>,
-    timestamp: Option<DateTime<Utc>>,
-    sequence: Option<u64>,
-    authentication: Option<&'static str>,
+pub(super) struct EntryRow {
+    pub(super) csci_id: String,
+    pub(super) cs_id: Option<String>,
+    pub(super) reported: Option<Metrics>,
+    pub(super) timestamp: Option<DateTime<Utc>>,
+    pub(super) sequence: Option<u64>,
+    pub(super) authentication: Option<&'static str>,
     /// How it was discovered (trust domain, proof, when), if it was.
-    discovered: Option<crate::engine::discovery::Discovered>,
-    ttl_remaining_ms: u128,
-    state: SciState,
-    flags: Flags,
-    last_state_change: DateTime<Utc>,
+    pub(super) discovered: Option<crate::engine::discovery::Discovered>,
+    pub(super) ttl_remaining_ms: u128,
+    pub(super) state: SciState,
+    pub(super) flags: Flags,
+    pub(super) last_state_change: DateTime<Utc>,
 }
 
 /// One service as shown.
-struct ServiceRow {
-    cs_id: String,
+pub(super) struct ServiceRow {
+    pub(super) cs_id: String,
     /// What is advertised: the site metrics after site-scope policy.
-    reported: Option<SiteMetrics>,
-    site_gas: u32,
-    computing_time: u32,
-    function: &'static str,
-    health: Health,
-    sci_count: u32,
-    healthy: usize,
+    pub(super) reported: Option<SiteMetrics>,
+    pub(super) site_gas: u32,
+    pub(super) computing_time: u32,
+    pub(super) function: &'static str,
+    pub(super) health: Health,
+    pub(super) sci_count: u32,
+    pub(super) healthy: usize,
     /// The lowest cost, reputation and security label of the contributing SCIs.
-    cost: Option<u32>,
-    reputation: Option<u8>,
-    security_label: Option<u8>,
+    pub(super) cost: Option<u32>,
+    pub(super) reputation: Option<u8>,
+    pub(super) security_label: Option<u8>,
 }
 
 /// A plain copy of what is shown, taken inside the engine task.
-struct Snapshot {
-    entries: Vec<EntryRow>,
-    services: Vec<ServiceRow>,
-    discontinuity: Option<DateTime<Utc>>,
-    received: u64,
-    accepted: u64,
-    sequence_restarts: u64,
-    rejections: Vec<(&'static str, u64, Option<DateTime<Utc>>)>,
-    quarantine: Vec<Quarantined>,
+pub(super) struct Snapshot {
+    pub(super) entries: Vec<EntryRow>,
+    pub(super) services: Vec<ServiceRow>,
+    pub(super) discontinuity: Option<DateTime<Utc>>,
+    pub(super) received: u64,
+    pub(super) accepted: u64,
+    pub(super) sequence_restarts: u64,
+    pub(super) rejections: Vec<(&'static str, u64, Option<DateTime<Utc>>)>,
+    pub(super) quarantine: Vec<Quarantined>,
     /// The update controller's statistics (filled outside the engine task).
-    updates: Option<crate::engine::update::UpdateStats>,
+    pub(super) updates: Option<crate::engine::update::UpdateStats>,
+    /// Whether the statistics were taken (the counters above are zero when not).
+    pub(super) statistics: bool,
 }
 
-fn snapshot(core: &mut Core) -> Snapshot {
+/// Which parts of the state a read wants: per list None for none, Some(None) for every
+/// entry, Some(Some(keys)) for those entries only.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Want {
+    pub(super) entries: Option<Option<Vec<String>>>,
+    pub(super) services: Option<Option<Vec<String>>>,
+    pub(super) statistics: bool,
+    pub(super) quarantine: bool,
+}
+
+impl Want {
+    fn everything() -> Want {
+        Want { entries: Some(None), services: Some(None), statistics: true, quarantine: true }
+    }
+
+    /// What `sel` can reach (at least).
+    pub(super) fn of(sel: &crate::datastore::select::Selection) -> Want {
+        use crate::datastore::select::Sel;
+        let trie = sel.tree();
+        let root = Sel::root(&trie);
+        let Some(top) = root.child("cats-sma", "cats-sma") else { return Want::default() };
+        if top.is_all() {
+            return Want::everything();
+        }
+        let list = |container: &str, list: &str, key: &str| {
+            top.child("cats-sma", container)
+                .map(|c| c.wanted_keys("cats-sma", list, key).map(|k| k.into_iter().map(str::to_owned).collect()))
+        };
+        Want {
+            entries: list("metric-cache", "entry", "csci-id"),
+            services: list("services", "service", "cs-id"),
+            statistics: top.child("cats-sma", "statistics").is_some(),
+            quarantine: top.child("cats-sma", "quarantine").is_some(),
+        }
+    }
+}
+
+fn entry_row(core: &Core, e: &crate::engine::cache::Entry, now: tokio::time::Instant) -> EntryRow {
+    EntryRow {
+        csci_id: e.csci_id.to_string(),
+        cs_id: e.cs_id().map(str::to_owned),
+        reported: e.reported,
+        timestamp: e.timestamp(),
+        sequence: e.sequence(),
+        authentication: e.registration().map(|s| s.authentication()),
+        discovered: if core.discovery.discovered.is_empty() { None } else { core.discovery.get(&e.csci_id).cloned() },
+        ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
+        state: e.state,
+        flags: e.flags,
+        last_state_change: e.last_state_change,
+    }
+}
+
+fn service_row(core: &Core, cs: &str, function: &'static str) -> Option<ServiceRow> {
+    let site = core.cache.site(cs)?;
+    let healthy = core.cache.members(cs).filter(|e| e.reported.is_some_and(|m| m.health == Health::Healthy)).count();
+    Some(ServiceRow {
+        cs_id: cs.to_owned(),
+        reported: core.reported.get(cs).map(|(r, _)| r.clone()),
+        site_gas: site.gas,
+        computing_time: site.computing_time_ms,
+        function,
+        health: site.health,
+        sci_count: site.sci_count,
+        healthy,
+        cost: site.cost,
+        reputation: site.reputation,
+        security_label: site.security_label,
+    })
+}
+
+/// The wanted part of the state, copied inside the engine task: a lookup per named entry,
+/// a pass over a list only when all of it is wanted.
+pub(super) fn snapshot_part(core: &mut Core, want: &Want) -> Snapshot {
     let now = core.clock.now();
-    let entries = core
-        .cache
-        .entries()
-        .map(|e| EntryRow {
-            csci_id: e.csci_id.to_string(),
-            cs_id: e.cs_id().map(str::to_owned),
-            reported: e.reported,
-            timestamp: e.timestamp(),
-            sequence: e.sequence(),
-            authentication: e.registration().map(|s| s.authentication()),
-            discovered: core.discovery.get(&e.csci_id).cloned(),
-            ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
-            state: e.state,
-            flags: e.flags,
-            last_state_change: e.last_state_change,
-        })
-        .collect();
+    let entries = match &want.entries {
+        None => Vec::new(),
+        Some(None) => {
+            let mut rows = Vec::with_capacity(core.cache.len());
+            rows.extend(core.cache.entries().map(|e| entry_row(core, e, now)));
+            rows
+        }
+        Some(Some(keys)) => {
+            let mut seen = std::collections::HashSet::new();
+            keys.iter()
+                .filter(|k| seen.insert(k.as_str()))
+                .filter_map(|k| core.cache.get(k))
+                .map(|e| entry_row(core, e, now))
+                .collect()
+        }
+    };
     let function = core.cache.function.yang();
-    let services = core
-        .cache
-        .services()
-        .filter_map(|cs| {
-            let site = core.cache.site(cs)?;
-            let healthy =
-                core.cache.members(cs).filter(|e| e.reported.is_some_and(|m| m.health == Health::Healthy)).count();
-            Some(ServiceRow {
-                cs_id: cs.to_owned(),
-                reported: core.reported.get(cs).map(|(r, _)| r.clone()),
-                site_gas: site.gas,
-                computing_time: site.computing_time_ms,
-                function,
-                health: site.health,
-                sci_count: site.sci_count,
-                healthy,
-                cost: site.cost,
-                reputation: site.reputation,
-                security_label: site.security_label,
-            })
-        })
-        .collect();
+    let services = match &want.services {
+        None => Vec::new(),
+        Some(None) => core.cache.services().filter_map(|cs| service_row(core, cs, function)).collect(),
+        Some(Some(keys)) => {
+            let mut seen = std::collections::HashSet::new();
+            keys.iter()
+                .filter(|k| seen.insert(k.as_str()))
+                .filter(|k| core.cache.services().any(|cs| cs == k.as_str()))
+                .filter_map(|k| service_row(core, k, function))
+                .collect()
+        }
+    };
+    if !want.statistics {
+        return Snapshot {
+            entries,
+            services,
+            discontinuity: None,
+            received: 0,
+            accepted: 0,
+            sequence_restarts: 0,
+            rejections: Vec::new(),
+            quarantine: if want.quarantine { core.quarantine.iter().cloned().collect() } else { Vec::new() },
+            updates: None,
+            statistics: false,
+        };
+    }
     let s = &core.stats;
     // Messages refused per source never reached the engine: they are added here.
     let (by_source, by_source_at) = core.rate.counters.source_refusals();
@@ -141,41 +219,15 @@ fn snapshot(core: &mut Core) -> Snapshot {
         accepted: s.accepted,
         sequence_restarts: s.sequence_restarts,
         rejections,
-        quarantine: core.quarantine.iter().cloned().collect(),
+        quarantine: if want.quarantine { core.quarantine.iter().cloned().collect() } else { Vec::new() },
         updates: None,
+        statistics: true,
     }
 }
 
-/// Appends a date-and-time as `yang_time` writes it (RFC 3339, UTC, milliseconds),
-/// without going through chrono's formatter (two per entry add up at 100 000 entries).
-fn push_time(out: &mut String, t: DateTime<Utc>) {
-    let (d, tm) = (t.date_naive(), t.time());
-    let nanos = tm.nanosecond();
-    if !(0..=9999).contains(&d.year()) || nanos >= 1_000_000_000 {
-        // Outside the four-digit years, or a leap second: the general formatter.
-        out.push_str(&time(t));
-        return;
-    }
-    let mut two = |v: u32, sep: u8| {
-        out.push((b'0' + (v / 10) as u8) as char);
-        out.push((b'0' + (v % 10) as u8) as char);
-        if sep != 0 {
-            out.push(sep as char);
-        }
-    };
-    let y = d.year() as u32;
-    two(y / 100, 0);
-    two(y % 100, b'-');
-    two(d.month(), b'-');
-    two(d.day(), b'T');
-    two(tm.hour(), b':');
-    two(tm.minute(), b':');
-    two(tm.second(), b'.');
-    let ms = nanos / 1_000_000;
-    out.push((b'0' + (ms / 100) as u8) as char);
-    out.push((b'0' + (ms / 10 % 10) as u8) as char);
-    out.push((b'0' + (ms % 10) as u8) as char);
-    out.push('Z');
+/// Appends a date-and-time as `yang_time` writes it (RFC 3339, UTC, milliseconds).
+pub(super) fn push_time(out: &mut String, t: DateTime<Utc>) {
+    crate::datastore::render::push_time(out, t)
 }
 
 fn leaf(out: &mut String, name: &str, value: impl std::fmt::Display) {
@@ -284,22 +336,24 @@ fn to_xml(snap: &Snapshot) -> String {
         }
         out.push_str("</services>");
     }
-    out.push_str("<statistics>");
-    if let Some(d) = snap.discontinuity {
-        time_leaf(&mut out, "discontinuity-time", d);
-    }
-    leaf(&mut out, "reports-received", snap.received);
-    leaf(&mut out, "reports-accepted", snap.accepted);
-    leaf(&mut out, "sequence-restarts", snap.sequence_restarts);
-    for (reason, count, last) in &snap.rejections {
-        let _ = write!(out, "<rejection><reason xmlns:t=\"{NS_TYPES}\">t:{reason}</reason>");
-        leaf(&mut out, "count", count);
-        if let Some(t) = last {
-            time_leaf(&mut out, "last-occurrence", *t);
+    if snap.statistics {
+        out.push_str("<statistics>");
+        if let Some(d) = snap.discontinuity {
+            time_leaf(&mut out, "discontinuity-time", d);
         }
-        out.push_str("</rejection>");
+        leaf(&mut out, "reports-received", snap.received);
+        leaf(&mut out, "reports-accepted", snap.accepted);
+        leaf(&mut out, "sequence-restarts", snap.sequence_restarts);
+        for (reason, count, last) in &snap.rejections {
+            let _ = write!(out, "<rejection><reason xmlns:t=\"{NS_TYPES}\">t:{reason}</reason>");
+            leaf(&mut out, "count", count);
+            if let Some(t) = last {
+                time_leaf(&mut out, "last-occurrence", *t);
+            }
+            out.push_str("</rejection>");
+        }
+        out.push_str("</statistics>");
     }
-    out.push_str("</statistics>");
     for q in &snap.quarantine {
         out.push_str("<quarantine>");
         leaf(&mut out, "id", q.id);
@@ -332,19 +386,47 @@ fn parse(xml: &str) -> Result<DataTree<'static>, RpcError> {
 
 impl StateProvider for EngineState {
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
-        if crate::datastore::tree::outside_cats_sma(xpath) {
+        // The XPath covers at least what the reader selects: render only that.
+        let sel = xpath.map(crate::datastore::select::Selection::from_xpath);
+        self.render_selected(tree, &sel.unwrap_or_else(crate::datastore::select::Selection::all), xpath)
+    }
+
+    fn render_selected(
+        &self,
+        tree: &mut DataTree<'static>,
+        sel: &crate::datastore::select::Selection,
+        hint: Option<&str>,
+    ) -> Result<(), RpcError> {
+        if crate::datastore::tree::outside_cats_sma(hint) {
             return Ok(());
         }
-        let Some(mut snap) = self.engine.query_blocking(snapshot) else { return Ok(()) };
-        snap.updates = Some(self.engine.updates.stats());
+        let want = Want::of(sel);
+        let policy =
+            sel.is_all()
+                || sel.tree().children.iter().any(|(s, c)| {
+                    s.name == "cats-sma" && (c.whole || c.children.iter().any(|(s, _)| s.name == "policy"))
+                });
+        let nothing = want.entries.is_none() && want.services.is_none() && !want.statistics && !want.quarantine;
+        if nothing && !policy {
+            return Ok(());
+        }
+        let Some(mut snap) = self.engine.query_blocking(move |core| snapshot_part(core, &want)) else { return Ok(()) };
+        if policy {
+            snap.updates = Some(self.engine.updates.stats());
+        }
         let state = parse(&to_xml(&snap))?;
         merge_moving(tree, state)
+    }
+
+    fn typed(&self) -> Option<&dyn crate::datastore::render::TypedState> {
+        Some(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::datastore::tree::yang_time as time;
 
     #[test]
     fn fast_time_format_matches_yang_time() {

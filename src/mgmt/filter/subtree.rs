@@ -59,8 +59,13 @@ fn value_matches(n: &DataNodeRef<'_, '_>, f: &Element) -> bool {
     let want = f.trimmed();
     match n.value_canonical() {
         Some(v) if v == want => true,
-        // identityref content written with an XML prefix: compare the identity names.
-        Some(v) => want.contains(':') && v.rsplit(':').next() == want.rsplit(':').next(),
+        // identityref content written with an XML prefix: compare the identity names
+        // (only for identityrefs: a string such as a CSCI-ID `10.0.0.1:80` may hold ':').
+        Some(v) => {
+            let identity =
+                n.schema().leaf_type().is_some_and(|t| t.base_type() == yang2::schema::DataValueType::IdentityRef);
+            identity && want.contains(':') && v.rsplit(':').next() == want.rsplit(':').next()
+        }
         None => false,
     }
 }
