@@ -22,6 +22,7 @@ PEER=../shared/peers/netconfd-peer.sh
 NC_PORT=${NC_PORT:-18830}
 WORK=$(mktemp -d /tmp/cats-bench.XXXXXX)
 ROWS=()
+EXTRA=()
 PIDS=()
 
 cleanup() {
@@ -87,6 +88,21 @@ if want netconf; then
   row "100 sessions × 100 small get-config (RPC/s)" "$o" "netconfd $p" "$(ratio "$o" "$p")" "≥ 3×"
 fi
 
+if want reads; then
+  echo "reads: typed reads of engine state at 100 000 SCIs, get-config beside them ..." >&2
+  EXTRA+=("" "Typed reads (\`target/release/examples/typed_read --scis 100000 --repeat 20\`; goals: one entry and \`statistics\` ≤ 1 ms, the whole metric-cache ≤ 100 ms and no slower than the get-config row):" "")
+  EXTRA+=("$(target/release/examples/typed_read --scis 100000 --repeat 20 2>/dev/null)")
+fi
+
+if want push; then
+  echo "push: periodic YANG-Push, 1 s period ..." >&2
+  late() { sed -n 's/^push-update lateness.*p99=\([0-9.]*\) ms.*/\1/p' | head -1; }
+  p=$(target/release/examples/push_load periodic --startup --scis 100000 --period-cs 100 --seconds 20 2>/dev/null | late)
+  row "periodic push, 1 subscriber × 100 000 SCIs, 1 s: p99 lateness (ms)" "${p:-n/a}" "—" "—" "≤ 100 ms"
+  p=$(target/release/examples/push_load periodic --scis 10000 --subscribers 10 --period-cs 100 --seconds 20 2>/dev/null | late)
+  row "periodic push, 10 subscribers × 10 000 SCIs, 1 s: p99 lateness (ms)" "${p:-n/a}" "—" "—" "≤ 100 ms"
+fi
+
 if want edits; then
   echo "edits: one edit-config of N NACM groups, create and delete, vs netconfd ..." >&2
   start_peer
@@ -131,3 +147,4 @@ echo
 echo "| benchmark | cats-sma | baseline (same run) | ratio | goal |"
 echo "|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+printf '%s\n' "${EXTRA[@]:-}"
