@@ -688,3 +688,43 @@ fn issue22_random_edits_match_a_model_and_failures_change_nothing() {
         assert_eq!(got, model, "round {round}");
     }
 }
+
+/// Review of issue 22's in-place deletes: libyang's validation frees the data of a choice's
+/// other case, which may be the parent of a subtree the edit removed; when the edit is then
+/// refused, the rollback must put that subtree back under a parent looked up again (created
+/// anew), never under the freed one (before the fix: SIGSEGV).
+#[test]
+fn issue22_rollback_after_validation_removed_the_other_case_puts_the_deleted_leaf_back() {
+    const NCS: &str = "urn:cats-sma:yang:cats-sma-netconf-server";
+    let ds = open();
+    let client = |inner: &str| {
+        cfg(&format!(
+            "<netconf-server xmlns=\"{NCS}\"><call-home><netconf-client><name>c</name>{inner}</netconf-client>\
+             </call-home></netconf-server>"
+        ))
+    };
+    edit(
+        &ds,
+        Datastore::Running,
+        &client(
+            "<endpoint><name>e</name><transport>ssh</transport><remote-address>127.0.0.1</remote-address></endpoint>\
+             <periodic><period>60</period></periodic>",
+        ),
+    )
+    .unwrap();
+    let period =
+        "/cats-sma:cats-sma/cats-sma-netconf-server:netconf-server/call-home/netconf-client[name='c']/periodic/period";
+    assert_eq!(value(&ds, Datastore::Running, period).as_deref(), Some("60"));
+    // Delete the period, choose the persistent case, and add a TLS endpoint without the TLS
+    // trust anchors its must asks for: validation removes `periodic`, then refuses the edit.
+    let refused = client(
+        "<periodic><period nc:operation=\"delete\">60</period></periodic><persistent/>\
+         <endpoint><name>t</name><transport>tls</transport><remote-address>127.0.0.1</remote-address></endpoint>",
+    );
+    let err = edit(&ds, Datastore::Running, &refused).unwrap_err();
+    assert_eq!(err[0].app_tag.as_deref(), Some("must-violation"), "refused by validation: {err:?}");
+    assert_eq!(value(&ds, Datastore::Running, period).as_deref(), Some("60"), "the deleted leaf is back");
+    // The tree is whole: a later edit and a full validation work on it.
+    edit(&ds, Datastore::Running, &client("<periodic><period>120</period></periodic>")).unwrap();
+    assert_eq!(value(&ds, Datastore::Running, period).as_deref(), Some("120"));
+}

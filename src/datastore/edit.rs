@@ -65,6 +65,18 @@ enum Undo {
     /// A user-ordered instance moved: put it back after `after` (its previous
     /// same-schema sibling), or first when there was none.
     Moved { path: String, after: Option<String> },
+    /// An `Unlinked` step pinned before libyang's validation ([`Editor::pin`]): validation
+    /// may free nodes of the live tree (the other case of a choice, `when`-false data), so
+    /// a parent or anchor still in the live tree is kept as its path and looked up again
+    /// (the parent created if validation removed it); one inside a subtree the log owns is
+    /// kept as a pointer, validation never sees it.
+    Pinned { node: *mut yang2::ffi::lyd_node, parent: Place, anchor: Option<(Place, bool)> },
+}
+
+/// Where a pinned subtree goes back: a node the undo log owns, or a path in the live tree.
+enum Place {
+    Owned(*mut yang2::ffi::lyd_node),
+    Path(String),
 }
 
 /// Where an edit node's counterpart is looked for in the target.
@@ -109,11 +121,55 @@ impl<'t> Editor<'t> {
     /// anything: the edit is kept.
     fn forget(&mut self) {
         for u in self.undo.drain(..) {
-            if let Undo::Unlinked { node, .. } = u {
+            if let Undo::Unlinked { node, .. } | Undo::Pinned { node, .. } = u {
                 // SAFETY: the unlinked subtree is owned by the log alone.
                 unsafe { yang2::ffi::lyd_free_tree(node) };
             }
         }
+    }
+
+    /// Makes the undo log safe against libyang's validation of the target, which may free
+    /// nodes of the live tree: every parent and anchor of an unlinked subtree that is in the
+    /// live tree is kept as its path from now on. Called before a full validation; O(number
+    /// of unlinked subtrees × depth).
+    pub fn pin(&mut self) {
+        let owned: std::collections::HashSet<usize> = self
+            .undo
+            .iter()
+            .filter_map(|u| match u {
+                Undo::Unlinked { node, .. } | Undo::Pinned { node, .. } => Some(*node as usize),
+                _ => None,
+            })
+            .collect();
+        let target: &DataTree<'static> = self.target;
+        // SAFETY (both closures): called on nodes that are alive right now, before
+        // validation: an unlinked step's parent and anchor are live (see `rollback`).
+        let in_log = |n: *mut yang2::ffi::lyd_node| unsafe {
+            let mut top = n;
+            while !(*top).parent.is_null() {
+                top = (*top).parent as *mut yang2::ffi::lyd_node;
+            }
+            owned.contains(&(top as usize))
+        };
+        let place = |n: *mut yang2::ffi::lyd_node| {
+            if in_log(n) {
+                Place::Owned(n)
+            } else {
+                Place::Path(unsafe { DataNodeRef::from_raw(target, n) }.path())
+            }
+        };
+        let pinned: Vec<Undo> = std::mem::take(&mut self.undo)
+            .into_iter()
+            .map(|u| match u {
+                Undo::Unlinked { node, parent, anchor } => Undo::Pinned {
+                    node,
+                    parent: if parent.is_null() { Place::Path(String::new()) } else { place(parent) },
+                    anchor: anchor.map(|(a, after)| (place(a), after)),
+                },
+                other => other,
+            })
+            .collect();
+        self.undo = pinned;
     }
 
     /// Puts the target back as it was before the first change.
@@ -146,6 +202,55 @@ impl<'t> Editor<'t> {
                             None => super::tree::relink(self.target, node, parent),
                         }
                         if parent.is_null() {
+                            super::tree::after_move(self.target);
+                        }
+                    }
+                }
+                Undo::Pinned { node, parent, anchor } => {
+                    let resolve = |t: &mut DataTree<'static>, p: &Place| -> Option<*mut yang2::ffi::lyd_node> {
+                        match p {
+                            Place::Owned(n) => Some(*n),
+                            Place::Path(path) if path.is_empty() => Some(std::ptr::null_mut()),
+                            Place::Path(path) => t.find_path(path).ok().map(|n| n.as_raw()),
+                        }
+                    };
+                    let anchor = anchor.as_ref().and_then(|(a, after)| resolve(self.target, a).map(|a| (a, *after)));
+                    let parent = match resolve(self.target, &parent) {
+                        Some(p) => Some(p),
+                        // Validation removed the parent (another case won): create it again.
+                        None => match &parent {
+                            Place::Path(path) => {
+                                let made = self.target.new_path(path, None, false).is_ok();
+                                if made {
+                                    self.target.find_path(path).ok().map(|n| n.as_raw())
+                                } else {
+                                    None
+                                }
+                            }
+                            Place::Owned(_) => None,
+                        },
+                    };
+                    // SAFETY: `node` is owned by the log; `parent` and `anchor` were just
+                    // looked up in the live tree, or are subtrees the log owned and earlier
+                    // (later-recorded) steps linked back.
+                    unsafe {
+                        match (anchor, parent) {
+                            (Some((a, true)), _) => {
+                                yang2::ffi::lyd_insert_after(a, node);
+                            }
+                            (Some((a, false)), _) => {
+                                yang2::ffi::lyd_insert_before(a, node);
+                            }
+                            (None, Some(p)) => super::tree::relink(self.target, node, p),
+                            (None, None) => {
+                                tracing::warn!(
+                                    "rollback: the parent of a removed subtree is gone; the subtree is dropped"
+                                );
+                                yang2::ffi::lyd_free_tree(node);
+                                continue;
+                            }
+                        }
+                        if parent == Some(std::ptr::null_mut()) {
                             super::tree::after_move(self.target);
                         }
                     }

@@ -558,6 +558,10 @@ impl Datastores {
             return outcome(changes);
         }
         if !changes.is_empty() {
+            if !self.fast_path.covers(&changes) {
+                // libyang's validation may free nodes the undo log points at.
+                ed.pin();
+            }
             if let Err(e) = self.validate_changed(ed.target, &changes) {
                 ed.rollback();
                 return Err(whole(vec![e]));
