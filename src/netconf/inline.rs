@@ -12,6 +12,8 @@
 //!   worker does it at once. A datastore busy with a commit also sends the RPC to a blocking
 //!   thread (the session checks `Datastores::busy` first), so an inline read does not hold a
 //!   worker for the length of a commit.
+//!   The scan that finds the operation's name before parsing is only a hint: after the
+//!   parse, `rpc::handle_on` sends any operation outside the list to a blocking thread.
 //! - **Only cheap kinds**: the session keeps a running estimate of what each kind of RPC
 //!   costs — the operation's name and whether it carries a filter, which is what separates a
 //!   small read from a whole-tree one. A kind never seen before, a large message, or a kind

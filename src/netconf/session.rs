@@ -175,7 +175,7 @@ where
                     let costs = Costs::global();
                     let started = std::time::Instant::now();
                     let (reply, after) = if costs.inline(kind.as_ref(), text.len()) && !server.datastores.busy() {
-                        rpc::handle(&ctx, &text)
+                        rpc::handle_on(&ctx, &text, true)
                     } else {
                         tokio::task::block_in_place(|| rpc::handle(&ctx, &text))
                     };

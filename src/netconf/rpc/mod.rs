@@ -116,6 +116,14 @@ pub type OpResult = Result<Body, Vec<RpcError>>;
 
 /// Handles one received message and returns the complete `<rpc-reply>`.
 pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
+    handle_on(ctx, src, false)
+}
+
+/// Like [`handle`], called on a runtime worker (`inline`, see `netconf/inline.rs`): once the
+/// message is parsed, an operation that is not one of `inline::INLINE_OPS` in the base
+/// namespace still runs on a blocking thread, whatever the cheap scan before the parse took
+/// it for (an attribute value holding `>` can make the scan see another operation).
+pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
     let stats = &ctx.server.stats;
     stats.in_rpcs.fetch_add(1, Ordering::Relaxed);
     ctx.info.in_rpcs.fetch_add(1, Ordering::Relaxed);
@@ -180,6 +188,12 @@ pub fn handle(ctx: &SessionCtx, src: &str) -> (String, After) {
         }
     };
     let result = match exec_allowed(ctx, op) {
+        Ok(())
+            if inline
+                && !(op.ns.as_deref() == Some(NS_BASE) && super::inline::INLINE_OPS.contains(&op.name.as_str())) =>
+        {
+            tokio::task::block_in_place(|| dispatch(ctx, op, src))
+        }
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
     };
