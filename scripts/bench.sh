@@ -21,6 +21,7 @@ SECTIONS=("$@")
 PEER=../shared/peers/netconfd-peer.sh
 NC_PORT=${NC_PORT:-18830}
 WORK=$(mktemp -d /tmp/cats-bench.XXXXXX)
+chmod 755 "$WORK"   # the netconfd peer runs as its own user and keeps its files below
 ROWS=()
 EXTRA=()
 PIDS=()
@@ -48,15 +49,16 @@ start_agent() {
   local dir="$WORK/agent-$1"
   mkdir -p "$dir"
   AGENT_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  CATS_SMA_ADMIN_PASSWORD=bench RUST_LOG=warn target/release/cats-sma run --state-dir "$dir" \
-    --netconf-listen "127.0.0.1:$AGENT_PORT" --restconf-listen 127.0.0.1:0 --sci-listen 127.0.0.1:0 \
-    >"$dir/log" 2>&1 &
+  # The ready line is logged at info; everything else at warn.
+  CATS_SMA_ADMIN_PASSWORD=bench RUST_LOG=warn,cats_sma::agent=info NO_COLOR=1 target/release/cats-sma run \
+    --state-dir "$dir" --netconf-listen "127.0.0.1:$AGENT_PORT" --restconf-listen 127.0.0.1:0 \
+    --sci-listen 127.0.0.1:0 >"$dir.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do
-    grep -q "cats-sma ready" "$dir/log" 2>/dev/null && return 0
+    grep -q "cats-sma ready" "$dir.log" 2>/dev/null && return 0
     sleep 0.1
   done
-  echo "agent did not start: $(cat "$dir/log")" >&2
+  echo "agent did not start: $(cat "$dir.log")" >&2
   exit 1
 }
 
