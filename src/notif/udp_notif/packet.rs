@@ -70,7 +70,7 @@ pub struct Header {
 /// Why a message cannot be encoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
-    #[error("a {len}-octet message does not fit one UDP-notif message (65535 octets) and segmentation is disabled")]
+    #[error("a {len}-octet message does not fit one UDP datagram (65507 octets) and segmentation is disabled")]
     TooLarge { len: usize },
     #[error("a {len}-octet message needs more than 32768 segments of {max_segment_size} octets")]
     TooManySegments { len: usize, max_segment_size: u16 },
@@ -121,6 +121,10 @@ fn header(
     buf.extend_from_slice(payload);
 }
 
+/// The largest UDP payload over IPv4 (65 535 − 20 octets of IP header − 8 of UDP): a
+/// UDP-notif message or segment is never larger.
+pub const MAX_DATAGRAM: usize = 65_507;
+
 /// The datagrams of one message. With `max_segment_size` (the draft's leaf, header and
 /// options included) a message longer than it is cut into segments of at most that size,
 /// all with `message_id`; a message that fits is sent whole, without the option. Without
@@ -133,7 +137,9 @@ pub fn encode(
     max_segment_size: Option<u16>,
 ) -> Result<Vec<Vec<u8>>, EncodeError> {
     let whole = FIXED_HEADER_LEN + payload.len();
-    let limit = max_segment_size.map_or(u16::MAX as usize, usize::from);
+    // No datagram is larger than what UDP over IPv4 carries, whatever is configured.
+    let max_segment_size = max_segment_size.map(|m| m.min(MAX_DATAGRAM as u16));
+    let limit = max_segment_size.map_or(MAX_DATAGRAM, usize::from);
     if whole <= limit {
         let mut d = Vec::with_capacity(whole);
         header(&mut d, media, generator_id, message_id, None, payload);
@@ -219,6 +225,18 @@ pub fn decode(datagram: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_datagram_is_larger_than_udp_over_ipv4_carries() {
+        let fits = vec![b'x'; MAX_DATAGRAM - FIXED_HEADER_LEN];
+        assert_eq!(encode(MediaType::Json, 1, 1, &fits, None).unwrap()[0].len(), MAX_DATAGRAM);
+        let over = vec![b'x'; MAX_DATAGRAM - FIXED_HEADER_LEN + 1];
+        assert!(matches!(encode(MediaType::Json, 1, 1, &over, None), Err(EncodeError::TooLarge { .. })));
+        // A configured segment size above it is clamped: every segment still fits.
+        let big = vec![b'x'; 200_000];
+        let segments = encode(MediaType::Json, 1, 1, &big, Some(u16::MAX)).unwrap();
+        assert!(segments.iter().all(|d| d.len() <= MAX_DATAGRAM));
+    }
 
     #[test]
     fn section_3_2_fixed_header_fields_in_network_order() {
