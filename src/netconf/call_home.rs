@@ -233,6 +233,9 @@ fn update(state: &Mutex<ClientState>, f: impl FnOnce(&mut ClientState)) {
     f(&mut state.lock().unwrap_or_else(|e| e.into_inner()));
 }
 
+/// A persistent session shorter than this is followed by initial-backoff before the next call.
+const SHORT_SESSION: Duration = Duration::from_secs(5);
+
 /// Resolves when `stop` says so (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -266,6 +269,7 @@ async fn run(ch: Arc<CallHome>, client: Client, state: Arc<Mutex<ClientState>>, 
                 st.endpoint = Some(ep.name.clone());
                 st.next_attempt = None;
             });
+            let started = Instant::now();
             let result = attempt(&ch, &client, ep, &state, &mut stop).await;
             if *stop.borrow() {
                 return;
@@ -274,6 +278,18 @@ async fn run(ch: Arc<CallHome>, client: Client, state: Arc<Mutex<ClientState>>, 
                 Ok(()) => {
                     backoff = s.initial_backoff;
                     failures_here = 0;
+                    // A persistent client whose sessions end at once (closed right after the
+                    // hello) is called again after initial-backoff, not in a tight loop.
+                    if client.periodic.is_none() && started.elapsed() < SHORT_SESSION {
+                        update(&state, |st| {
+                            st.next_attempt =
+                                Some(Utc::now() + chrono::Duration::from_std(s.initial_backoff).unwrap_or_default())
+                        });
+                        tokio::select! {
+                            _ = tokio::time::sleep(s.initial_backoff) => {}
+                            _ = stopped(&mut stop) => return,
+                        }
+                    }
                     break;
                 }
                 Err(e) => {
