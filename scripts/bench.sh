@@ -20,6 +20,11 @@ SECTIONS=("$@")
 [[ ${#SECTIONS[@]} -gt 0 ]] || SECTIONS=(netconf reads push edits engine)
 PEER=../shared/peers/netconfd-peer.sh
 NC_PORT=${NC_PORT:-18830}
+# netconfd writes ~/.yuma in the passwd home of its user, which the peer script sets only
+# when it creates the user: reuse the directory of an existing one.
+PEER_DIR=$(getent passwd ncpeer | cut -d: -f6 || true)
+PEER_DIR=${PEER_DIR:+$(dirname "$PEER_DIR")}
+PEER_DIR=${PEER_DIR:-/tmp/netconfd-peer}
 WORK=$(mktemp -d /tmp/cats-bench.XXXXXX)
 chmod 755 "$WORK"   # the netconfd peer runs as its own user and keeps its files below
 ROWS=()
@@ -28,7 +33,7 @@ PIDS=()
 
 cleanup() {
   for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill "$p" 2>/dev/null || true; done
-  [[ -x $PEER ]] && "$PEER" stop "$NC_PORT" "$WORK/netconfd" >/dev/null 2>&1 || true
+  [[ -x $PEER ]] && "$PEER" stop "$NC_PORT" "$PEER_DIR" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -64,7 +69,7 @@ start_agent() {
 
 start_peer() {
   [[ -n ${PEER_UP:-} ]] && return 0
-  "$PEER" start "$NC_PORT" "$WORK/netconfd" >/dev/null
+  "$PEER" start "$NC_PORT" "$PEER_DIR" >/dev/null
   PEER_UP=1
 }
 
@@ -114,7 +119,7 @@ if want edits; then
   ours=$(target/release/examples/bulk_edit --port "$AGENT_PORT" --user admin --password bench --pid "$apid" \
     --label cats-sma --kind nacm-groups --sizes 10000 --sizes 30000 --sizes 100000)
   peer=$(target/release/examples/bulk_edit --port "$NC_PORT" --user ncpeer --password ncpeer \
-    --pid "$(cat "$WORK/netconfd/netconfd.pid")" --label netconfd --kind nacm-groups --sizes 10000)
+    --pid "$(cat "$PEER_DIR/netconfd.pid")" --label netconfd --kind nacm-groups --sizes 10000)
   for n in 10000 30000 100000; do
     for op in create delete; do
       o=$(sed -n "s/^cats-sma $op *$n: *\([0-9.]*\) s.*/\1/p" <<<"$ours")
