@@ -316,7 +316,7 @@ def test_modify_delete_and_kill(m, agent, nc):
             "ietf-subscribed-notifications:encoding-unsupported",
         ),
         (
-            "<stream>NETCONF</stream><stream-filter-name>f1</stream-filter-name>",
+            "<stream>NETCONF</stream><stream-filter-name>no-such-filter</stream-filter-name>",
             "invalid-value",
             "ietf-subscribed-notifications:filter-unavailable",
         ),

@@ -42,4 +42,16 @@ for f in yang/*.yang; do
     fi
 done
 
-exec "$PYANG" -f tree -p "$ietf_dir" -p yang "${modules[@]}"
+"$PYANG" -f tree -p "$ietf_dir" -p yang "${modules[@]}"
+
+# Project modules that augment IETF modules instead (the receivers of configured
+# subscriptions), each as its own tree.
+for f in yang/*.yang; do
+    case " ${modules[*]} " in
+        *" $f "*) continue ;;
+    esac
+    if grep -q '^  augment "/' "$f"; then
+        echo
+        "$PYANG" -f tree -p "$ietf_dir" -p yang "$f"
+    fi
+done

@@ -74,6 +74,12 @@ impl Agent {
         let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path, boot.cps.signing_algorithm)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
+        // Configured subscriptions (RFC 8639 section 2.5) once the engine feeds on-change.
+        let configured = datastores
+            .with_tree(crate::datastore::Datastore::Running, |t| crate::push::configured::Configured::start(&server, t))
+            .map_err(|e| e.to_string())?;
+        datastores.register_consumer(configured.clone());
+        datastores.register_state_provider(Arc::new(crate::push::configured::ConfiguredState { configured }));
         let restconf = if boot.restconf.enabled {
             Some(crate::restconf::start(server.clone(), boot.restconf.clone(), &state.path).await?)
         } else {

@@ -475,8 +475,8 @@ pub fn cps_wire(data: &[u8]) {
 pub fn push_params(data: &[u8]) {
     let Some(s) = text(data).filter(|s| !skip_known_open(s)) else { return };
     let Ok(op) = crate::xml::parse(s) else { return };
-    let _ = crate::push::params::establish(&op, s);
-    let _ = crate::push::params::modify(&op, s);
+    let _ = crate::push::params::establish(&op, s, &Default::default());
+    let _ = crate::push::params::modify(&op, s, &Default::default());
     let _ = crate::push::params::id(&op, crate::push::NS_SN);
 }
 

@@ -2,7 +2,12 @@
 //! real sockets): what the UDP-notif sender puts on the wire is decoded by NetGauze's
 //! `netgauze-udp-notif-pkt` (header, segment reassembly, payload) as a collector would,
 //! and the HTTPS-notif client discovers a real HTTPS receiver's capabilities and POSTs to
-//! it over TLS (hyper + rustls in the test, a test CA).
+//! it over TLS (hyper + rustls in the test, a test CA). Phase 2: configured subscriptions
+//! of the real agent (RFC 8639 section 2.5), configured over NETCONF, delivered to a
+//! UDP-notif collector (decoded by NetGauze) and to an HTTPS-notif receiver, surviving a
+//! restart.
+
+mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -382,5 +387,219 @@ async fn https_notif_refusals_are_counted_and_an_unreachable_receiver_fills_a_bo
     while !matches!(c.link(), Link::Down(_)) || c.counters.failures.load(Ordering::Relaxed) < 2 {
         assert!(Instant::now() < deadline, "retried with backoff: {:?}", c.link());
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ------------------------------------------------- configured subscriptions (agent) ---
+
+const SN: &str = "urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications";
+const YP: &str = "urn:ietf:params:xml:ns:yang:ietf-yang-push";
+const CSNR: &str = "urn:cats-sma:yang:cats-sma-notif-receivers";
+const NCM: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-monitoring";
+
+async fn nc_rpc(s: &mut common::RawSession, id: u32, op: &str) -> String {
+    s.rpc11(&common::rpc(id, op)).await
+}
+
+/// A configured periodic subscription of the agent's schema list (about 20 kB: it takes
+/// many segments at the instance's max-segment-size).
+fn udp_subscription(port: u16, encoding: &str) -> String {
+    format!(
+        r#"<edit-config><target><running/></target><config>
+<subscriptions xmlns="{SN}">
+ <receiver-instances xmlns="{CSNR}"><receiver-instance><name>collector</name><access-as>admin</access-as>
+  <udp-notif-receiver><remote-address>127.0.0.1</remote-address><remote-port>{port}</remote-port>
+   <message-generator-id>77</message-generator-id><max-segment-size>600</max-segment-size></udp-notif-receiver>
+ </receiver-instance></receiver-instances>
+ <subscription><id>100</id>
+  <datastore xmlns="{YP}" xmlns:ds="urn:ietf:params:xml:ns:yang:ietf-datastores">ds:operational</datastore>
+  <datastore-xpath-filter xmlns="{YP}" xmlns:ncm="{NCM}">/ncm:netconf-state/ncm:schemas</datastore-xpath-filter>
+  <periodic xmlns="{YP}"><period>50</period></periodic>
+  <transport xmlns:csnr="{CSNR}">csnr:udp-notif</transport>
+  <encoding>{encoding}</encoding>
+  <purpose>telemetry collector</purpose>
+  <receivers><receiver><name>r1</name><receiver-instance-ref xmlns="{CSNR}">collector</receiver-instance-ref></receiver></receivers>
+ </subscription>
+</subscriptions></config></edit-config>"#
+    )
+}
+
+/// The next whole UDP-notif message as JSON, with how many datagrams it took.
+async fn next_json(socket: &UdpSocket, codec: &mut UdpPacketCodec) -> (Value, usize, UdpNotifPacket) {
+    let (pkt, datagrams, _) = next_message(socket, codec).await;
+    let v: Value = serde_json::from_slice(&pkt.payload()).expect("a JSON payload");
+    (v, datagrams, pkt)
+}
+
+/// The notification's name inside the RFC 8040 envelope.
+fn name_of(v: &Value) -> String {
+    v["ietf-restconf:notification"]
+        .as_object()
+        .and_then(|o| o.keys().find(|k| *k != "eventTime").cloned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn rfc8639_2_5_configured_subscription_over_udp_notif_started_segmented_push_update_terminated_netgauze() {
+    let collector = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = collector.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::start_agent(&dir.path().join("state"), &[]);
+    let mut s = common::connect(agent.addr, "admin", common::PASSWORD).await.expect("login");
+    s.hello(true).await;
+    let r = nc_rpc(&mut s, 1, &udp_subscription(port, "encode-json")).await;
+    assert!(r.contains("<ok/>"), "{r}");
+
+    let mut codec = UdpPacketCodec::default();
+    // RFC 8639 section 2.7.1: subscription-started first, with the terms.
+    let (started, _, pkt) = next_json(&collector, &mut codec).await;
+    assert_eq!(name_of(&started), "ietf-subscribed-notifications:subscription-started", "{started}");
+    let body = &started["ietf-restconf:notification"]["ietf-subscribed-notifications:subscription-started"];
+    assert_eq!(body["id"], 100);
+    assert_eq!(body["transport"], "cats-sma-notif-receivers:udp-notif");
+    assert_eq!(body["purpose"], "telemetry collector");
+    assert_eq!(pkt.media_type(), MediaType::YangDataJson);
+    assert_eq!(pkt.publisher_id(), 77);
+    // Then periodic push-updates, each split into segments and reassembled by NetGauze.
+    let (update, datagrams, _) = next_json(&collector, &mut codec).await;
+    assert_eq!(name_of(&update), "ietf-yang-push:push-update", "{update}");
+    assert!(datagrams > 5, "a 20 kB push-update in 600-octet segments took {datagrams} datagrams");
+    let contents = &update["ietf-restconf:notification"]["ietf-yang-push:push-update"]["datastore-contents"];
+    let schemas = contents["ietf-netconf-monitoring:netconf-state"]["schemas"]["schema"].as_array().expect("schemas");
+    assert!(schemas.len() > 10, "{} schemas", schemas.len());
+    let _ = netgauze_variant(&update);
+
+    // The receiver's state (RFC 8639 section 3.3) and the instance's counters.
+    let r = nc_rpc(
+        &mut s,
+        2,
+        &format!(
+            r#"<get><filter type="subtree"><subscriptions xmlns="{SN}"><subscription><id>100</id><configured-subscription-state/><receivers/></subscription><receiver-instances xmlns="{CSNR}"/></subscriptions></filter></get>"#
+        ),
+    )
+    .await;
+    assert!(r.contains("<configured-subscription-state>valid</configured-subscription-state>"), "{r}");
+    assert!(r.contains("<state>active</state>"), "{r}");
+    assert!(r.contains("<link>up</link>"), "{r}");
+    assert!(r.contains("<encoding xmlns:sn=") || r.contains("encode-json</encoding>"), "{r}");
+
+    // Deleting the subscription ends it for the receiver with subscription-terminated.
+    let r = nc_rpc(
+        &mut s,
+        3,
+        &format!(
+            r#"<edit-config><target><running/></target><config><subscriptions xmlns="{SN}"><subscription xmlns:nc="urn:ietf:params:xml:ns:netconf:base:1.0" nc:operation="delete"><id>100</id></subscription></subscriptions></config></edit-config>"#
+        ),
+    )
+    .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < end, "no subscription-terminated");
+        let (m, _, _) = next_json(&collector, &mut codec).await;
+        if name_of(&m) == "ietf-subscribed-notifications:subscription-terminated" {
+            let body = &m["ietf-restconf:notification"]["ietf-subscribed-notifications:subscription-terminated"];
+            assert_eq!(body["id"], 100);
+            assert_eq!(body["reason"], "ietf-subscribed-notifications:no-such-subscription");
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn rfc8639_2_5_configured_subscriptions_survive_a_restart_and_cbor_and_bad_ones_are_refused() {
+    let collector = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = collector.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    {
+        let agent = common::start_agent(&state, &[]);
+        let mut s = common::connect(agent.addr, "admin", common::PASSWORD).await.expect("login");
+        s.hello(true).await;
+        // A receiver without its instance reference cannot run: refused, nothing kept.
+        let bad = udp_subscription(port, "encode-json")
+            .replace(&format!(r#"<receiver-instance-ref xmlns="{CSNR}">collector</receiver-instance-ref>"#), "");
+        let r = nc_rpc(&mut s, 1, &bad).await;
+        assert!(r.contains("<rpc-error>") && r.contains("receiver-instance-ref"), "{r}");
+        let r = nc_rpc(
+            &mut s,
+            2,
+            &udp_subscription(port, "csnr:encode-cbor")
+                .replace("<encoding>", &format!("<encoding xmlns:csnr=\"{CSNR}\">")),
+        )
+        .await;
+        assert!(r.contains("<ok/>"), "{r}");
+        let r = nc_rpc(&mut s, 3, "<copy-config><target><startup/></target><source><running/></source></copy-config>")
+            .await;
+        assert!(r.contains("<ok/>"), "{r}");
+        let mut codec = UdpPacketCodec::default();
+        let (pkt, _, _) = next_message(&collector, &mut codec).await;
+        assert_eq!(pkt.media_type(), MediaType::YangDataCbor);
+    }
+    // Drain what the first agent sent, then restart: the subscription is configuration.
+    let mut buf = vec![0u8; 65_536];
+    while tokio::time::timeout(Duration::from_millis(300), collector.recv(&mut buf)).await.is_ok() {}
+    let _agent = common::start_agent(&state, &[]);
+    let mut codec = UdpPacketCodec::default();
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < end, "no subscription-started after the restart");
+        let (pkt, _, _) = next_message(&collector, &mut codec).await;
+        assert_eq!(pkt.media_type(), MediaType::YangDataCbor);
+        let v: Value = ciborium::from_reader(pkt.payload().as_ref()).expect("a CBOR payload");
+        if name_of(&v) == "ietf-subscribed-notifications:subscription-started" {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn rfc8639_2_5_configured_subscription_over_https_notif_posts_json_over_tls_after_capabilities() {
+    let pki = pki();
+    let (addr, mut got) = receiver(&pki, ("application/json", ALL_CAPS.into()), 204).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::start_agent(&dir.path().join("state"), &[]);
+    let mut s = common::connect(agent.addr, "admin", common::PASSWORD).await.expect("login");
+    s.hello(true).await;
+    let edit = format!(
+        r#"<edit-config><target><running/></target><config>
+<subscriptions xmlns="{SN}">
+ <receiver-instances xmlns="{CSNR}"><receiver-instance><name>rx</name><access-as>admin</access-as>
+  <https-receiver><remote-address>127.0.0.1</remote-address><remote-port>{}</remote-port><path>/notif</path>
+   <trusted-ca-file>{}</trusted-ca-file></https-receiver>
+ </receiver-instance></receiver-instances>
+ <subscription><id>7</id><stream>NETCONF</stream>
+  <receivers><receiver><name>r</name><receiver-instance-ref xmlns="{CSNR}">rx</receiver-instance-ref></receiver></receivers>
+ </subscription>
+</subscriptions></config></edit-config>"#,
+        addr.port(),
+        pki.ca_file
+    );
+    let r = nc_rpc(&mut s, 1, &edit).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    // Capabilities first, then subscription-started in JSON under the HTTPS-notif envelope.
+    let (method, path, _, _) = next(&mut got).await;
+    assert_eq!((method.as_str(), path.as_str()), ("GET", "/notif/capabilities"));
+    let (method, path, ct, body) = next(&mut got).await;
+    assert_eq!((method.as_str(), path.as_str()), ("POST", "/notif/relay-notification"));
+    assert!(ct.starts_with("application/json"), "{ct}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["ietf-https-notif:notification"]["ietf-subscribed-notifications:subscription-started"]["id"] == 7, "{v}");
+    // An event on the NETCONF stream reaches the receiver: a configuration change.
+    let r = nc_rpc(
+        &mut s,
+        2,
+        r#"<edit-config><target><running/></target><config><cats-sma xmlns="urn:cats-sma:yang:cats-sma"><agent><site-id>site-z</site-id></agent></cats-sma></config></edit-config>"#,
+    )
+    .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < end, "no netconf-config-change");
+        let (_, _, _, body) = next(&mut got).await;
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        if v["ietf-https-notif:notification"].get("ietf-netconf-notifications:netconf-config-change").is_some() {
+            break;
+        }
     }
 }

@@ -73,7 +73,7 @@ fn on_change(dampening_cs: u32, sync_on_start: bool, stop: Option<Instant>) -> H
     let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
     let (tx, rx) = mpsc::channel(QUEUE);
     let counters = Arc::new(Counters::default());
-    let out = Outbox { id: 7, tx, counters: counters.clone() };
+    let out = Outbox { id: 7, tx, counters: counters.clone(), encoding: cats_sma::notif::Encoding::Xml };
     let view: Arc<dyn View> = Arc::new(FakeView { snapshots: AtomicU32::new(0) });
     let trigger = Trigger::OnChange { dampening_cs, sync_on_start, excluded: vec![] };
     let feeds = Feeds { engine: Some(feed), running: None };
@@ -244,7 +244,7 @@ async fn kill_sends_subscription_terminated_and_delete_is_silent() {
 async fn periodic_pushes_align_to_the_anchor_time() {
     let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
     let (tx, mut rx) = mpsc::channel(QUEUE);
-    let out = Outbox { id: 3, tx, counters: Arc::new(Counters::default()) };
+    let out = Outbox { id: 3, tx, counters: Arc::new(Counters::default()), encoding: cats_sma::notif::Encoding::Xml };
     let view: Arc<dyn View> = Arc::new(FakeView { snapshots: AtomicU32::new(0) });
     // Anchored 250 ms ago with a 1 s period: pushes at +750 ms, +1750 ms, ...
     let anchor = chrono::Utc::now() - chrono::Duration::milliseconds(250);
@@ -280,7 +280,7 @@ async fn stream_replay_then_replay_completed_then_live() {
     let (ctrl, ctrl_rx) = mpsc::unbounded_channel();
     let (tx, mut rx) = mpsc::channel(QUEUE);
     let counters = Arc::new(Counters::default());
-    let out = Outbox { id: 9, tx, counters: counters.clone() };
+    let out = Outbox { id: 9, tx, counters: counters.clone(), encoding: cats_sma::notif::Encoding::Xml };
     // The cats-sma stream: only that module's notifications.
     let selector = Arc::new(Mutex::new(StreamSelector {
         module: Some("cats-sma".into()),

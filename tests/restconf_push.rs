@@ -116,7 +116,8 @@ async fn yang_push_over_restconf() {
     let on_change = r#"{"ietf-subscribed-notifications:input":{
         "ietf-yang-push:datastore":"ietf-datastores:operational",
         "ietf-yang-push:datastore-xpath-filter":"/cats-sma:cats-sma/metric-cache",
-        "ietf-yang-push:on-change":{"dampening-period":0}}}"#;
+        "ietf-yang-push:on-change":{"dampening-period":0},
+        "encoding":"encode-xml"}}"#;
     let r = c.send_json("POST", ESTABLISH, on_change);
     assert_eq!(r.status, 200, "{}", r.body);
     let out = &r.json()["ietf-subscribed-notifications:output"];
@@ -213,7 +214,11 @@ async fn yang_push_over_restconf() {
 
     // An event stream subscription carries the stream's notifications; kill-subscription
     // (an operator's RPC) ends it with subscription-terminated, then the stream ends.
-    let r = c.send_json("POST", ESTABLISH, r#"{"ietf-subscribed-notifications:input":{"stream":"NETCONF"}}"#);
+    let r = c.send_json(
+        "POST",
+        ESTABLISH,
+        r#"{"ietf-subscribed-notifications:input":{"stream":"NETCONF","encoding":"encode-xml"}}"#,
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let sid = r.json()["ietf-subscribed-notifications:output"]["id"].as_u64().unwrap();
     let (status, _, mut stream_body) =
@@ -246,7 +251,7 @@ async fn yang_push_over_restconf() {
     let r = c.send_json(
         "POST",
         ESTABLISH,
-        r#"{"ietf-subscribed-notifications:input":{"stream":"NETCONF","encoding":"ietf-subscribed-notifications:encode-json"}}"#,
+        r#"{"ietf-subscribed-notifications:input":{"stream":"NETCONF","encoding":"cats-sma-notif-receivers:encode-cbor"}}"#,
     );
     assert_eq!(r.status, 400, "{}", r.body);
     let v = r.json();
@@ -280,4 +285,55 @@ async fn a_subscription_nobody_attaches_to_is_deleted() {
     assert!(gone(&c, id).await, "subscription {id} outlived its attach timeout");
     let (status, _, _) = open_sse(&agent, &format!("/restconf/subscriptions/{id}"), "admin", PASSWORD).await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc8650_encode_json_subscription_sends_rfc7951_notifications_over_sse() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let sci = agent.sci_addr.unwrap();
+    let c = Curl::new(&agent);
+    let r = c.send_json(
+        "POST",
+        "/data/cats-sma:cats-sma/scis",
+        r#"{"cats-sma:sci":[{"csci-id":"10.7.0.9:80","cs-id":["LLM1"],"authentication":"none"}]}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    // No encoding: RFC 8639's `encoding` is then that of the RPC, here JSON.
+    let on_change = r#"{"ietf-subscribed-notifications:input":{
+        "ietf-yang-push:datastore":"ietf-datastores:operational",
+        "ietf-yang-push:datastore-xpath-filter":"/cats-sma:cats-sma/metric-cache",
+        "ietf-yang-push:on-change":{"dampening-period":0}}}"#;
+    let r = c.send_json("POST", ESTABLISH, on_change);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["ietf-subscribed-notifications:output"]["id"].as_u64().unwrap();
+    let listed = c.get(&format!("/data/ietf-subscribed-notifications:subscriptions/subscription={id}/encoding"));
+    assert!(listed.body.contains("encode-json"), "{}", listed.body);
+    let (status, _, mut body) = open_sse(&agent, &format!("/restconf/subscriptions/{id}"), "admin", PASSWORD).await;
+    assert_eq!(status, 200);
+    let mut seen = String::new();
+    assert!(read_until(&mut body, &mut seen, "\"ietf-yang-push:push-update\"", 1).await, "{seen}");
+    let (status, reply) =
+        http_post(sci, "/reports", "application/json", report("10.7.0.9:80", 1, 4321).as_bytes()).await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(read_until(&mut body, &mut seen, "\"ietf-yang-push:push-change-update\"", 1).await, "{seen}");
+    // Every SSE data line is one RFC 7951 notification in the RFC 8040 6.4 envelope.
+    let messages: Vec<serde_json::Value> = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).expect("each event is JSON"))
+        .collect();
+    let change = messages
+        .iter()
+        .find_map(|m| m["ietf-restconf:notification"].get("ietf-yang-push:push-change-update"))
+        .expect("a push-change-update");
+    assert_eq!(change["id"], id);
+    let edit = &change["datastore-changes"]["yang-patch"]["edit"][0];
+    assert_eq!(edit["operation"], "replace");
+    assert_eq!(edit["target"], "/cats-sma:cats-sma/metric-cache/entry=10.7.0.9%3A80");
+    let entry = &edit["value"]["cats-sma:entry"][0];
+    // uint32 leaves are JSON numbers (RFC 7951 section 6.1), as libyang would print them.
+    assert_eq!(entry["gas"], 4321, "{edit}");
+    assert_eq!(entry["csci-id"], "10.7.0.9:80");
+    assert!(change["datastore-changes"]["yang-patch"]["patch-id"].is_string());
 }

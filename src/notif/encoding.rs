@@ -14,7 +14,7 @@ pub enum Encoding {
     Json,
     /// XML as RFC 5277 writes it (`sn:encode-xml`), application/yang-data+xml.
     Xml,
-    /// CBOR (RFC 9254) with names as identifiers (`unt:encode-cbor`, the `id=name` form of
+    /// CBOR (RFC 9254) with names as identifiers (`csnr:encode-cbor`, the `id=name` form of
     /// application/yang-data+cbor): the JSON tree in CBOR's data model; YANG SIDs are not
     /// supported.
     Cbor,
@@ -31,13 +31,13 @@ impl Encoding {
         }
     }
 
-    /// The identity of ietf-subscribed-notifications (or ietf-udp-notif-transport for
+    /// The identity of ietf-subscribed-notifications (or cats-sma-notif-receivers for
     /// CBOR) that names this encoding in the `encoding` leaf.
     pub fn identity(self) -> &'static str {
         match self {
             Encoding::Json => "ietf-subscribed-notifications:encode-json",
             Encoding::Xml => "ietf-subscribed-notifications:encode-xml",
-            Encoding::Cbor => "ietf-udp-notif-transport:encode-cbor",
+            Encoding::Cbor => "cats-sma-notif-receivers:encode-cbor",
         }
     }
 

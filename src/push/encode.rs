@@ -1,7 +1,11 @@
-//! Wire format of YANG-Push on NETCONF (RFC 8640): the notification envelope, push-update
-//! and push-change-update (RFC 8641 section 3.7, a YANG Patch of RFC 8072 with RESTCONF
-//! targets), and the subscription state notifications (RFC 8639 section 2.7). Pure text,
-//! no I/O.
+//! Wire format of YANG-Push: the notification envelope, push-update and push-change-update
+//! (RFC 8641 section 3.7, a YANG Patch of RFC 8072 with RESTCONF targets), and the
+//! subscription state notifications (RFC 8639 section 2.7), in XML as NETCONF carries them
+//! (RFC 8640: RFC 5277's `<notification>`) and in JSON (RFC 7951, wrapped as RFC 8040
+//! section 6.4 wraps an event: `{"ietf-restconf:notification": {"eventTime": ..., ...}}`).
+//! The high-volume messages are written straight from their parts in either encoding; the
+//! rare ones (state notifications with terms, stream events) are written as XML and
+//! converted through the schema. Pure text, no I/O.
 
 use std::fmt::Write as _;
 
@@ -10,7 +14,9 @@ use chrono::{DateTime, Utc};
 use super::params::EditOp;
 use super::{NS_SN, NS_YP};
 use crate::mgmt::events::NS_NOTIFICATION;
+pub use crate::notif::Encoding;
 use crate::text::xml as escape_text;
+use yang2::data::{DataFormat, DataOperation, DataPrinterFlags, DataTree};
 
 /// One YANG Patch edit.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,8 +24,51 @@ pub struct Edit {
     /// RESTCONF data resource identifier (RFC 8040 section 3.5.3).
     pub target: String,
     pub op: EditOp,
-    /// The target node itself, as XML (for create/replace).
+    /// The target node itself (for create/replace), in the subscription's encoding: XML,
+    /// or a JSON object with the node as its one member (RFC 8072 section 2.3's `value`).
     pub value: Option<String>,
+}
+
+/// The member that wraps a JSON notification (RFC 8040 section 6.4).
+pub const JSON_ENVELOPE: &str = "ietf-restconf:notification";
+
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+/// The start of a JSON notification, up to the content member's value.
+fn json_head(name: &str, capacity: usize) -> String {
+    let mut s = String::with_capacity(capacity + 128);
+    let _ = write!(s, "{{\"{JSON_ENVELOPE}\":{{\"eventTime\":\"{}\",\"{name}\":", now());
+    s
+}
+
+/// A complete message from the XML content element of a notification (`<name xmlns=..>`),
+/// in `enc`: XML as it is, JSON through the schema (None if the schema refuses it).
+pub fn message(enc: Encoding, time: DateTime<Utc>, body: &str) -> Option<String> {
+    let stamp = time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    if enc == Encoding::Xml {
+        return Some(format!(
+            "<notification xmlns=\"{NS_NOTIFICATION}\"><eventTime>{stamp}</eventTime>{body}</notification>"
+        ));
+    }
+    let ctx = crate::yang::context();
+    let mut text = body.as_bytes().to_vec();
+    text.push(0);
+    let tree = DataTree::parse_op_string(ctx, &text, DataFormat::XML, DataOperation::NotificationYang).ok()?;
+    let printed = crate::yang::PrintText::print_text(
+        &tree,
+        DataFormat::JSON,
+        DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::SHRINK,
+    )
+    .ok()??;
+    let content: serde_json::Value = serde_json::from_str(&printed).ok()?;
+    let mut obj = serde_json::Map::new();
+    obj.insert("eventTime".into(), stamp.into());
+    if let serde_json::Value::Object(o) = content {
+        obj.extend(o);
+    }
+    Some(serde_json::json!({ JSON_ENVELOPE: obj }).to_string())
 }
 
 pub fn now() -> String {
@@ -38,6 +87,22 @@ pub fn notification(body: &str) -> String {
 /// push-update (RFC 8641): `contents` is the selected data, already filtered and
 /// NACM-pruned (the children of datastore-contents).
 pub fn push_update(id: u32, contents: &str, incomplete: bool) -> String {
+    push_update_in(Encoding::Xml, id, contents, incomplete)
+}
+
+/// push-update in `enc`; `contents` is in that encoding (JSON: one object whose members
+/// are the selected top-level nodes, `{}` when nothing is selected).
+pub fn push_update_in(enc: Encoding, id: u32, contents: &str, incomplete: bool) -> String {
+    if enc != Encoding::Xml {
+        let mut s = json_head("ietf-yang-push:push-update", contents.len());
+        let _ = write!(s, "{{\"id\":{id},\"datastore-contents\":");
+        s.push_str(if contents.trim().is_empty() { "{}" } else { contents });
+        if incomplete {
+            s.push_str(",\"incomplete-update\":[null]");
+        }
+        s.push_str("}}}");
+        return s;
+    }
     let inc = if incomplete { "<incomplete-update/>" } else { "" };
     // One buffer, one copy of the contents (a whole metric cache is tens of MB).
     let mut s = String::with_capacity(contents.len() + 512);
@@ -54,6 +119,39 @@ pub fn push_update(id: u32, contents: &str, incomplete: bool) -> String {
 
 /// push-change-update carrying a YANG Patch.
 pub fn push_change_update(id: u32, patch_id: u64, edits: &[Edit], incomplete: bool) -> String {
+    push_change_update_in(Encoding::Xml, id, patch_id, edits, incomplete)
+}
+
+/// push-change-update in `enc` (the edits' values are in that encoding).
+pub fn push_change_update_in(enc: Encoding, id: u32, patch_id: u64, edits: &[Edit], incomplete: bool) -> String {
+    if enc != Encoding::Xml {
+        let size = edits.iter().map(|e| e.value.as_ref().map_or(0, |v| v.len()) + 96).sum::<usize>();
+        let mut s = json_head("ietf-yang-push:push-change-update", size);
+        let _ =
+            write!(s, "{{\"id\":{id},\"datastore-changes\":{{\"yang-patch\":{{\"patch-id\":\"{patch_id}\",\"edit\":[");
+        for (i, e) in edits.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                "{{\"edit-id\":\"edit{}\",\"operation\":\"{}\",\"target\":{}",
+                i + 1,
+                e.op.yang(),
+                json_str(&e.target)
+            );
+            if let Some(v) = &e.value {
+                let _ = write!(s, ",\"value\":{v}");
+            }
+            s.push('}');
+        }
+        s.push_str("]}}");
+        if incomplete {
+            s.push_str(",\"incomplete-update\":[null]");
+        }
+        s.push_str("}}}");
+        return s;
+    }
     let mut s =
         String::with_capacity(256 + edits.iter().map(|e| e.value.as_ref().map_or(0, |v| v.len()) + 96).sum::<usize>());
     let _ = write!(
@@ -83,12 +181,30 @@ pub fn push_change_update(id: u32, patch_id: u64, edits: &[Edit], incomplete: bo
 
 /// A state notification with just the id (replay-completed, subscription-resumed).
 pub fn state(name: &str, id: u32) -> String {
+    state_in(Encoding::Xml, name, id)
+}
+
+pub fn state_in(enc: Encoding, name: &str, id: u32) -> String {
+    if enc != Encoding::Xml {
+        let mut s = json_head(&format!("ietf-subscribed-notifications:{name}"), 16);
+        let _ = write!(s, "{{\"id\":{id}}}}}}}");
+        return s;
+    }
     notification(&format!("<{name} xmlns=\"{NS_SN}\"><id>{id}</id></{name}>"))
 }
 
 /// subscription-suspended / subscription-terminated with a reason identity of
 /// ietf-subscribed-notifications.
 pub fn state_with_reason(name: &str, id: u32, reason: &str) -> String {
+    state_with_reason_in(Encoding::Xml, name, id, reason)
+}
+
+pub fn state_with_reason_in(enc: Encoding, name: &str, id: u32, reason: &str) -> String {
+    if enc != Encoding::Xml {
+        let mut s = json_head(&format!("ietf-subscribed-notifications:{name}"), 64);
+        let _ = write!(s, "{{\"id\":{id},\"reason\":\"ietf-subscribed-notifications:{reason}\"}}}}}}");
+        return s;
+    }
     notification(&format!(
         "<{name} xmlns=\"{NS_SN}\"><id>{id}</id><reason xmlns:sn=\"{NS_SN}\">sn:{reason}</reason></{name}>"
     ))

@@ -6,6 +6,7 @@
 //! registry here owns every live subscription; the RPC handlers under `netconf/rpc/` call
 //! it.
 
+pub mod configured;
 pub mod encode;
 pub mod params;
 pub mod probe;
@@ -61,6 +62,10 @@ pub struct Push {
     running: broadcast::Sender<Arc<Vec<RunningEdit>>>,
     /// The engine's typed change stream, once the engine runs.
     engine: OnceLock<ChangeTap>,
+    /// The configured filters (`/sn:filters` of running), for subscriptions that name one.
+    filters: std::sync::RwLock<Arc<params::Filters>>,
+    /// The ids of configured subscriptions (in running): dynamic ids skip them.
+    configured_ids: std::sync::RwLock<std::collections::HashSet<u32>>,
 }
 
 impl Default for Push {
@@ -70,8 +75,17 @@ impl Default for Push {
             next_id: AtomicU32::new(1),
             running: broadcast::channel(RUNNING_FEED).0,
             engine: OnceLock::new(),
+            filters: Default::default(),
+            configured_ids: Default::default(),
         }
     }
+}
+
+/// A subscription task, built but not spawned.
+pub(crate) struct Built {
+    pub task: std::pin::Pin<Box<dyn std::future::Future<Output = subscription::End> + Send>>,
+    pub selector: Option<Arc<Mutex<StreamSelector>>>,
+    pub revision: Option<DateTime<Utc>>,
 }
 
 /// What establish-subscription answers.
@@ -91,6 +105,37 @@ impl Push {
     /// The consumer that feeds running's changes to on-change subscriptions.
     pub fn running_feed(self: &Arc<Self>) -> Arc<dyn ConfigConsumer> {
         Arc::new(RunningFeed { push: Arc::downgrade(self) })
+    }
+
+    /// The configured filters, as of the last commit.
+    pub fn filters(&self) -> Arc<params::Filters> {
+        self.filters.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_filters(&self, f: params::Filters) {
+        *self.filters.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(f);
+    }
+
+    /// Records the ids configured subscriptions hold.
+    pub fn set_configured_ids(&self, ids: std::collections::HashSet<u32>) {
+        *self.configured_ids.write().unwrap_or_else(|e| e.into_inner()) = ids;
+    }
+
+    /// Whether a dynamic subscription has id `id` now.
+    pub fn is_dynamic(&self, id: u32) -> bool {
+        self.lock().contains_key(&id)
+    }
+
+    /// The next dynamic id: not one a configured subscription or a live one holds.
+    fn allocate_id(&self) -> u32 {
+        let configured = self.configured_ids.read().unwrap_or_else(|e| e.into_inner());
+        let subs = self.lock();
+        loop {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            if id != 0 && !configured.contains(&id) && !subs.contains_key(&id) {
+                return id;
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Entry>>> {
@@ -131,7 +176,7 @@ impl Push {
                 ));
             }
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.allocate_id();
         let counters = Arc::new(Counters::default());
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let info = {
@@ -149,48 +194,8 @@ impl Push {
                 s.stats.out_notifications.fetch_add(1, Ordering::Relaxed);
             }
         };
-        let outbox = subscription::outbox(id, counters.clone(), out, on_sent);
-        let stop = params.stop_time.map(subscription::instant_at);
-        let mut revision = None;
-        let mut selector = None;
-        let task: std::pin::Pin<Box<dyn std::future::Future<Output = subscription::End> + Send>> = match &params.target
-        {
-            Target::Stream { stream, filter, replay_start } => {
-                let (nacm, nacm2) = (server.nacm.clone(), server.nacm.clone());
-                let (u, u2) = (user.to_owned(), user.to_owned());
-                let sel = Arc::new(Mutex::new(StreamSelector {
-                    module: (stream != "NETCONF").then(|| stream.clone()),
-                    filter: filter.clone(),
-                    allowed: Box::new(move |m, n| nacm.may_notify(&u, m, n)),
-                    content: Box::new(move |ev| nacm2.event_for(&u2, ev)),
-                }));
-                selector = Some(sel.clone());
-                let (replay, live) = server.events.subscribe(*replay_start);
-                if let Some(start) = replay_start {
-                    let oldest = server.events.oldest();
-                    if *start < oldest {
-                        revision = Some(oldest);
-                    }
-                }
-                Box::pin(subscription::run_stream(sel, replay, replay_start.is_some(), live, stop, ctrl_rx, outbox))
-            }
-            Target::Datastore { datastore, selection, trigger } => {
-                let view: Arc<dyn View> = Arc::new(DatastoreView::new(
-                    server.datastores.clone(),
-                    server.nacm.clone(),
-                    user.to_owned(),
-                    *datastore,
-                    selection.clone(),
-                ));
-                let feeds = Feeds {
-                    engine: (*datastore == Datastore::Operational)
-                        .then(|| self.engine.get().map(|t| t.subscribe()))
-                        .flatten(),
-                    running: Some(self.running.subscribe()),
-                };
-                Box::pin(subscription::run_datastore(view, trigger.clone(), stop, feeds, ctrl_rx, outbox))
-            }
-        };
+        let built = self.build(server, id, user, &params, out, counters.clone(), ctrl_rx, on_sent);
+        let (task, selector, revision) = (built.task, built.selector, built.revision);
         let entry = Arc::new(Entry {
             id,
             session,
@@ -216,6 +221,70 @@ impl Push {
                 let _ = ctrl_tx.send(Control::Start);
             }),
         })
+    }
+
+    /// The task of one subscription (dynamic, or one receiver of a configured one) writing
+    /// its messages to `out` in the params' encoding, controlled through `ctrl_rx`; not
+    /// yet spawned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build(
+        &self,
+        server: &Arc<Core>,
+        id: u32,
+        user: &str,
+        params: &Params,
+        out: mpsc::Sender<String>,
+        counters: Arc<Counters>,
+        ctrl_rx: mpsc::UnboundedReceiver<Control>,
+        on_sent: impl Fn() + Send + 'static,
+    ) -> Built {
+        let encoding = params.encoding.unwrap_or(encode::Encoding::Xml);
+        let outbox = subscription::outbox(id, counters.clone(), out, encoding, on_sent);
+        let stop = params.stop_time.map(subscription::instant_at);
+        let mut revision = None;
+        let mut selector = None;
+        let task: std::pin::Pin<Box<dyn std::future::Future<Output = subscription::End> + Send>> = match &params.target
+        {
+            Target::Stream { stream, filter, replay_start } => {
+                let (nacm, nacm2) = (server.nacm.clone(), server.nacm.clone());
+                let (u, u2) = (user.to_owned(), user.to_owned());
+                let sel = Arc::new(Mutex::new(StreamSelector {
+                    module: (stream != "NETCONF").then(|| stream.clone()),
+                    filter: filter.clone(),
+                    allowed: Box::new(move |m, n| nacm.may_notify(&u, m, n)),
+                    content: Box::new(move |ev| nacm2.event_for(&u2, ev)),
+                }));
+                selector = Some(sel.clone());
+                let (replay, live) = server.events.subscribe(*replay_start);
+                if let Some(start) = replay_start {
+                    let oldest = server.events.oldest();
+                    if *start < oldest {
+                        revision = Some(oldest);
+                    }
+                }
+                Box::pin(subscription::run_stream(sel, replay, replay_start.is_some(), live, stop, ctrl_rx, outbox))
+            }
+            Target::Datastore { datastore, selection, trigger } => {
+                let view: Arc<dyn View> = Arc::new(
+                    DatastoreView::new(
+                        server.datastores.clone(),
+                        server.nacm.clone(),
+                        user.to_owned(),
+                        *datastore,
+                        selection.clone(),
+                    )
+                    .with_encoding(encoding),
+                );
+                let feeds = Feeds {
+                    engine: (*datastore == Datastore::Operational)
+                        .then(|| self.engine.get().map(|t| t.subscribe()))
+                        .flatten(),
+                    running: Some(self.running.subscribe()),
+                };
+                Box::pin(subscription::run_datastore(view, trigger.clone(), stop, feeds, ctrl_rx, outbox))
+            }
+        };
+        Built { task, selector, revision }
     }
 
     fn own(&self, id: u32, session: SessionId) -> Option<Arc<Entry>> {
@@ -299,13 +368,16 @@ impl Push {
                 }
                 if let Some(f) = &m.filter {
                     *selection = f.clone();
-                    new_view = Some(Arc::new(DatastoreView::new(
-                        server.datastores.clone(),
-                        server.nacm.clone(),
-                        entry.user.clone(),
-                        *datastore,
-                        f.clone(),
-                    )));
+                    new_view = Some(Arc::new(
+                        DatastoreView::new(
+                            server.datastores.clone(),
+                            server.nacm.clone(),
+                            entry.user.clone(),
+                            *datastore,
+                            f.clone(),
+                        )
+                        .with_encoding(params.encoding.unwrap_or(encode::Encoding::Xml)),
+                    ));
                 }
             }
         }
@@ -316,7 +388,9 @@ impl Push {
             // Applied by the task too; set here so the state shows it at once.
             sel.lock().unwrap_or_else(|e| e.into_inner()).filter = f.clone();
         }
-        let notice = encode::notification(&policy_xml("subscription-modified", entry.id, &params));
+        let enc = params.encoding.unwrap_or(encode::Encoding::Xml);
+        let notice = encode::message(enc, Utc::now(), &policy_xml("subscription-modified", entry.id, &params))
+            .unwrap_or_else(|| encode::state_in(enc, "subscription-modified", entry.id));
         drop(params);
         let ctrl = entry.ctrl.clone();
         Ok(Box::new(move || {
@@ -456,6 +530,11 @@ pub fn policy_xml(name: &str, id: u32, p: &Params) -> String {
     }
     if let Some(t) = p.stop_time {
         let _ = write!(s, "<stop-time>{}</stop-time>", encode::time(t));
+    }
+    if let Some(e) = p.encoding {
+        let (module, identity) = e.identity().split_once(':').unwrap_or(("", ""));
+        let ns = crate::yang::context().get_module_latest(module).map(|m| m.namespace().to_owned()).unwrap_or_default();
+        let _ = write!(s, "<encoding xmlns:e=\"{ns}\">e:{identity}</encoding>");
     }
     let _ = write!(s, "</{name}>");
     s

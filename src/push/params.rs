@@ -9,6 +9,7 @@ use crate::datastore::Datastore;
 use crate::error::{ErrorTag, RpcError};
 use crate::mgmt::events::parse_time;
 use crate::mgmt::filter::xpath::to_json_prefixes;
+use crate::notif::Encoding;
 use crate::xml::Element;
 
 /// The event streams: NETCONF (every notification the agent raises) and cats-sma (the
@@ -86,11 +87,68 @@ pub enum Target {
     Datastore { datastore: Datastore, selection: Option<Filter>, trigger: Trigger },
 }
 
-/// An accepted establish-subscription.
+/// An accepted establish-subscription (or a configured subscription's terms).
 #[derive(Clone, Debug)]
 pub struct Params {
     pub target: Target,
     pub stop_time: Option<DateTime<Utc>>,
+    /// The `encoding` asked for (None: the transport's default).
+    pub encoding: Option<Encoding>,
+}
+
+/// The configured filters (`/sn:filters`, RFC 8639 section 2.4.2 and RFC 8641 section
+/// 4.4.1: a subscription may name a filter instead of carrying one).
+#[derive(Clone, Debug, Default)]
+pub struct Filters {
+    /// stream-filter, by name.
+    pub stream: std::collections::HashMap<String, Filter>,
+    /// yp:selection-filter, by filter-id.
+    pub selection: std::collections::HashMap<String, Filter>,
+}
+
+impl Filters {
+    fn resolve(&self, el: &Element, stream: bool) -> Result<Filter, RpcError> {
+        let name = el.trimmed();
+        let found = if stream { self.stream.get(name) } else { self.selection.get(name) };
+        found.cloned().ok_or_else(|| {
+            let kind = if stream { "stream filter" } else { "selection filter" };
+            error(ErrorTag::InvalidValue, &sn("filter-unavailable"), format!("no {kind} \"{name}\" is configured"))
+                .with_bad_element(el.name.clone())
+        })
+    }
+
+    /// Reads `/sn:filters` from its XML (`<filters>` element, as printed from running).
+    pub fn parse(filters: &Element, src: &str) -> Result<Filters, RpcError> {
+        let mut out = Filters::default();
+        for f in &filters.children {
+            let stream = in_ns(f, NS_SN, "stream-filter");
+            if !stream && !in_ns(f, NS_YP, "selection-filter") {
+                continue;
+            }
+            let key = if stream { "name" } else { "filter-id" };
+            let mut name = None;
+            let mut filter = None;
+            for c in &f.children {
+                if c.name == key {
+                    name = Some(c.trimmed().to_owned());
+                } else if c.name.ends_with("-subtree-filter") {
+                    crate::mgmt::filter::check_subtree(c)?;
+                    filter =
+                        Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::mgmt::error::too_big)?));
+                } else if c.name.ends_with("-xpath-filter") {
+                    filter = Some(xpath(c, &c.name)?);
+                }
+            }
+            if let (Some(n), Some(f)) = (name, filter) {
+                if stream {
+                    out.stream.insert(n, f);
+                } else {
+                    out.selection.insert(n, f);
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// What a modify-subscription asks to change.
@@ -182,8 +240,32 @@ fn xpath(el: &Element, name: &str) -> Result<Filter, RpcError> {
     Ok(Filter::XPath(x))
 }
 
-/// Reads establish-subscription's input.
-pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
+/// Reads establish-subscription's input; filters named by reference come from `filters`.
+pub fn establish(op: &Element, src: &str, filters: &Filters) -> Result<Params, RpcError> {
+    read_terms(op, src, filters, false)
+}
+
+/// The leaves of a configured subscription (RFC 8639 section 2.5) that are not terms of
+/// what is sent: they are read by the configured-subscription runner itself.
+const CONFIGURED_ONLY: &[&str] = &[
+    "id",
+    "transport",
+    "purpose",
+    "receivers",
+    "configured-replay",
+    "source-address",
+    "source-vrf",
+    "source-interface",
+    "dscp",
+];
+
+/// Reads the terms of a configured subscription from its `<subscription>` element.
+pub fn configured(sub: &Element, src: &str, filters: &Filters) -> Result<Params, RpcError> {
+    read_terms(sub, src, filters, true)
+}
+
+fn read_terms(op: &Element, src: &str, filters: &Filters, configured: bool) -> Result<Params, RpcError> {
+    let mut encoding = None;
     let mut stream = None;
     let mut stream_filter = None;
     let mut replay_start = None;
@@ -192,6 +274,9 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
     let mut trigger = None;
     let mut stop_time = None;
     for c in &op.children {
+        if configured && c.ns.as_deref() == Some(NS_SN) && CONFIGURED_ONLY.contains(&c.name.as_str()) {
+            continue;
+        }
         if in_ns(c, NS_SN, "stream") {
             stream = Some(c.trimmed().to_owned());
         } else if in_ns(c, NS_SN, "stream-subtree-filter") {
@@ -201,26 +286,21 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
         } else if in_ns(c, NS_SN, "stream-xpath-filter") {
             stream_filter = Some(xpath(c, "stream-xpath-filter")?);
         } else if in_ns(c, NS_SN, "stream-filter-name") {
-            return Err(error(
-                ErrorTag::InvalidValue,
-                &sn("filter-unavailable"),
-                format!("no stream filter \"{}\": this server has no configured filters", c.trimmed()),
-            )
-            .with_bad_element("stream-filter-name"));
+            stream_filter = Some(filters.resolve(c, true)?);
         } else if in_ns(c, NS_SN, "replay-start-time") {
             replay_start = Some(parse_time(&c.text, "replay-start-time")?);
         } else if in_ns(c, NS_SN, "stop-time") {
             stop_time = Some(parse_time(&c.text, "stop-time")?);
         } else if in_ns(c, NS_SN, "encoding") {
             let (_, name) = identity(c);
-            if name != "encode-xml" {
-                return Err(error(
+            encoding = Some(Encoding::from_identity(&name).ok_or_else(|| {
+                error(
                     ErrorTag::InvalidValue,
                     &sn("encoding-unsupported"),
-                    format!("encoding {} is not supported (NETCONF, and RESTCONF per subscription, send XML); use encode-xml", c.trimmed()),
+                    format!("encoding {} is not supported; encode-xml and encode-json are", c.trimmed()),
                 )
-                .with_bad_element("encoding"));
-            }
+                .with_bad_element("encoding")
+            })?);
         } else if in_ns(c, NS_YP, "datastore") {
             let (_, name) = identity(c);
             let ds = Datastore::from_identity(&name).ok_or_else(|| invalid("datastore", "unknown datastore"))?;
@@ -239,12 +319,7 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
         } else if in_ns(c, NS_YP, "datastore-xpath-filter") {
             selection = Some(xpath(c, "datastore-xpath-filter")?);
         } else if in_ns(c, NS_YP, "selection-filter-ref") {
-            return Err(error(
-                ErrorTag::InvalidValue,
-                &sn("filter-unavailable"),
-                format!("no selection filter \"{}\": this server has no configured filters", c.trimmed()),
-            )
-            .with_bad_element("selection-filter-ref"));
+            selection = Some(filters.resolve(c, false)?);
         } else if in_ns(c, NS_YP, "periodic") {
             trigger = Some(periodic(c)?);
         } else if in_ns(c, NS_YP, "on-change") {
@@ -302,10 +377,13 @@ pub fn establish(op: &Element, src: &str) -> Result<Params, RpcError> {
             Target::Datastore { datastore, selection, trigger }
         }
     };
-    if stop_time.is_some_and(|s| s <= Utc::now()) && !matches!(target, Target::Stream { replay_start: Some(_), .. }) {
+    if !configured
+        && stop_time.is_some_and(|s| s <= Utc::now())
+        && !matches!(target, Target::Stream { replay_start: Some(_), .. })
+    {
         return Err(invalid("stop-time", "stop-time is in the past"));
     }
-    Ok(Params { target, stop_time })
+    Ok(Params { target, stop_time, encoding })
 }
 
 fn periodic(el: &Element) -> Result<Trigger, RpcError> {
@@ -361,7 +439,7 @@ fn on_change(el: &Element) -> Result<Trigger, RpcError> {
 }
 
 /// Reads modify-subscription's input.
-pub fn modify(op: &Element, src: &str) -> Result<Modify, RpcError> {
+pub fn modify(op: &Element, src: &str, filters: &Filters) -> Result<Modify, RpcError> {
     let mut m = Modify::default();
     let mut id = None;
     for c in &op.children {
@@ -373,13 +451,10 @@ pub fn modify(op: &Element, src: &str) -> Result<Modify, RpcError> {
                 Some(Some(Filter::Subtree(c.clone(), c.children_text(src).map_err(crate::mgmt::error::too_big)?)));
         } else if in_ns(c, NS_SN, "stream-xpath-filter") || in_ns(c, NS_YP, "datastore-xpath-filter") {
             m.filter = Some(Some(xpath(c, &c.name)?));
-        } else if in_ns(c, NS_SN, "stream-filter-name") || in_ns(c, NS_YP, "selection-filter-ref") {
-            return Err(error(
-                ErrorTag::InvalidValue,
-                &sn("filter-unavailable"),
-                format!("no filter \"{}\": this server has no configured filters", c.trimmed()),
-            )
-            .with_bad_element(c.name.clone()));
+        } else if in_ns(c, NS_SN, "stream-filter-name") {
+            m.filter = Some(Some(filters.resolve(c, true)?));
+        } else if in_ns(c, NS_YP, "selection-filter-ref") {
+            m.filter = Some(Some(filters.resolve(c, false)?));
         } else if in_ns(c, NS_SN, "stop-time") {
             m.stop_time = Some(parse_time(&c.text, "stop-time")?);
         } else if in_ns(c, NS_YP, "datastore") {

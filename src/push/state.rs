@@ -78,7 +78,8 @@ impl StateProvider for PushState {
             if let Some(t) = p.stop_time {
                 set(tree, &format!("{base}/stop-time"), Some(&yang_time(t)))?;
             }
-            set(tree, &format!("{base}/encoding"), Some("ietf-subscribed-notifications:encode-xml"))?;
+            let encoding = p.encoding.unwrap_or(crate::notif::Encoding::Xml);
+            set(tree, &format!("{base}/encoding"), Some(encoding.identity()))?;
             // A dynamic subscription's receiver is its session (RFC 8639 section 2.4).
             let r = format!("{base}/receivers/receiver[name='session-{}']", e.session);
             let c = &e.counters;

@@ -15,7 +15,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 use yang2::data::{DataFormat, DataOperation, DataTree};
 
-use super::encode::{self, Edit};
+use super::encode::{self, Edit, Encoding};
 use super::params::{EditOp, Filter, Modify, Trigger};
 use super::view::{Batch, RunningEdit, View};
 use crate::engine::changes::ChangeSet;
@@ -72,6 +72,9 @@ pub struct Outbox {
     pub id: u32,
     pub tx: mpsc::Sender<String>,
     pub counters: Arc<Counters>,
+    /// What every message is written in (XML or JSON; CBOR is JSON converted by the
+    /// transport).
+    pub encoding: Encoding,
 }
 
 enum Sent {
@@ -120,7 +123,12 @@ impl Flow {
             self.suspended_at = Some(Instant::now());
             out.counters.suspended.store(true, Ordering::Relaxed);
             tracing::warn!(id = out.id, "subscription suspended: the receiver does not keep up");
-            out.state(encode::state_with_reason("subscription-suspended", out.id, "insufficient-resources"));
+            out.state(encode::state_with_reason_in(
+                out.encoding,
+                "subscription-suspended",
+                out.id,
+                "insufficient-resources",
+            ));
         }
     }
 
@@ -130,7 +138,7 @@ impl Flow {
         if out.drained() {
             self.suspended_at = None;
             out.counters.suspended.store(false, Ordering::Relaxed);
-            out.state(encode::state("subscription-resumed", out.id));
+            out.state(encode::state_in(out.encoding, "subscription-resumed", out.id));
             return Ok(true);
         }
         if since.elapsed() >= SUSPENSION_TIMEOUT {
@@ -158,7 +166,7 @@ async fn started(ctrl: &mut mpsc::UnboundedReceiver<Control>) -> bool {
 
 fn finish(out: &Outbox, end: End) -> End {
     if let End::Terminated(reason) = end {
-        out.state(encode::state_with_reason("subscription-terminated", out.id, reason));
+        out.state(encode::state_with_reason_in(out.encoding, "subscription-terminated", out.id, reason));
     }
     end
 }
@@ -229,7 +237,7 @@ async fn snapshot(view: &Arc<dyn View>) -> Result<String, crate::error::RpcError
 /// Sends a push-update with the full selection; false when the receiver is gone.
 async fn push_full(view: &Arc<dyn View>, out: &Outbox, flow: &mut Flow) -> bool {
     match snapshot(view).await {
-        Ok(contents) => match out.data(encode::push_update(out.id, &contents, false)) {
+        Ok(contents) => match out.data(encode::push_update_in(out.encoding, out.id, &contents, false)) {
             Sent::Ok => true,
             Sent::Full => {
                 flow.suspend(out);
@@ -372,7 +380,7 @@ pub async fn run_datastore(
                 continue;
             }
             last_push = Some(Instant::now());
-            match out.data(encode::push_change_update(out.id, patch_id, &edits, false)) {
+            match out.data(encode::push_change_update_in(out.encoding, out.id, patch_id, &edits, false)) {
                 Sent::Ok => {
                     patch_id += 1;
                     if let Some(t) = oldest {
@@ -528,13 +536,14 @@ pub async fn run_stream(
             out.counters.excluded.fetch_add(1, Ordering::Relaxed);
             continue;
         };
+        let Some(text) = event_message(&out, &ev) else { continue };
         // Replay waits for room rather than suspending: the log is bounded.
-        if out.tx.send(ev.message()).await.is_err() {
+        if out.tx.send(text).await.is_err() {
             return End::ReceiverGone;
         }
         out.counters.sent.fetch_add(1, Ordering::Relaxed);
     }
-    if replaying && !out.state(encode::state("replay-completed", out.id)) {
+    if replaying && !out.state(encode::state_in(out.encoding, "replay-completed", out.id)) {
         return End::ReceiverGone;
     }
     let end = loop {
@@ -573,7 +582,8 @@ pub async fn run_stream(
                         out.counters.excluded.fetch_add(1, Ordering::Relaxed);
                         continue;
                     };
-                    match out.data(ev.message()) {
+                    let Some(text) = event_message(&out, &ev) else { continue };
+                    match out.data(text) {
                         Sent::Ok => {}
                         Sent::Full => flow.suspend(&out),
                         Sent::Gone => break End::ReceiverGone,
@@ -587,11 +597,26 @@ pub async fn run_stream(
     finish(&out, end)
 }
 
+/// One event in the subscription's encoding; None (counted as excluded) when it has no
+/// form in it.
+fn event_message(out: &Outbox, ev: &Event) -> Option<String> {
+    if out.encoding == Encoding::Xml {
+        return Some(ev.message());
+    }
+    let m = encode::message(out.encoding, ev.time, &ev.body);
+    if m.is_none() {
+        out.counters.excluded.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(id = out.id, event = %ev.name, "event has no JSON form under the schema: not sent");
+    }
+    m
+}
+
 /// A queue plus a task that drains it into the session's writer, counting notifications.
 pub fn outbox(
     id: u32,
     counters: Arc<Counters>,
     session: mpsc::Sender<String>,
+    encoding: Encoding,
     on_sent: impl Fn() + Send + 'static,
 ) -> Outbox {
     let (tx, mut rx) = mpsc::channel::<String>(QUEUE);
@@ -603,7 +628,8 @@ pub fn outbox(
             on_sent();
         }
     });
-    Outbox { id, tx, counters }
+    let encoding = if encoding == Encoding::Cbor { Encoding::Json } else { encoding };
+    Outbox { id, tx, counters, encoding }
 }
 
 /// A oneshot used to wait for a subscription task's end (tests, kill).

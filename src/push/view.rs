@@ -10,7 +10,7 @@ use yang2::data::{Data, DataFormat, DataPrinterFlags, DataTree};
 
 use std::fmt::Write as _;
 
-use super::encode::{percent_encode, restconf_path, Edit};
+use super::encode::{percent_encode, restconf_path, Edit, Encoding};
 use super::params::{EditOp, Filter};
 use crate::datastore::tree::{quote, set};
 use crate::datastore::{ChangeOp, Datastore, Datastores};
@@ -62,9 +62,11 @@ pub struct DatastoreView {
     /// The selection takes every metric-cache entry / service whole, so their edits can
     /// be written straight from the typed change when NACM does not restrict the reader.
     whole: (bool, bool),
+    /// XML or JSON (what snapshots and edit values are written in).
+    pub encoding: Encoding,
 }
 
-fn print(tree: &DataTree<'static>, siblings: bool) -> Result<String, RpcError> {
+fn print(tree: &DataTree<'static>, siblings: bool, enc: Encoding) -> Result<String, RpcError> {
     let mut flags = DataPrinterFlags::SHRINK | DataPrinterFlags::WD_EXPLICIT;
     if siblings {
         flags |= DataPrinterFlags::WITH_SIBLINGS;
@@ -72,7 +74,37 @@ fn print(tree: &DataTree<'static>, siblings: bool) -> Result<String, RpcError> {
     if tree.reference().is_none() {
         return Ok(String::new());
     }
-    Ok(tree.print_text(DataFormat::XML, flags).map_err(|e| RpcError::from_libyang(&e))?.unwrap_or_default())
+    let format = if enc == Encoding::Xml { DataFormat::XML } else { DataFormat::JSON };
+    Ok(tree.print_text(format, flags).map_err(|e| RpcError::from_libyang(&e))?.unwrap_or_default())
+}
+
+/// How a leaf of a metric-cache entry or service is written in JSON (RFC 7951 section 6).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum JsonKind {
+    /// A number or boolean, bare.
+    Bare,
+    /// A string (also 64-bit integers and decimal64, section 6.1).
+    Str,
+    /// Anything else (unions, identityrefs, empty): written by libyang.
+    Other,
+}
+
+/// The JSON kind of leaf `name` of `list` (`metric-cache/entry` or `services/service`).
+fn json_kind(list: &str, name: &str) -> JsonKind {
+    use yang2::schema::DataValueType as T;
+    static SEEN: std::sync::Mutex<Vec<(String, JsonKind)>> = std::sync::Mutex::new(Vec::new());
+    let path = format!("{ROOT}/{list}/{name}");
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, k)) = seen.iter().find(|(p, _)| *p == path) {
+        return *k;
+    }
+    let kind = match crate::yang::context().find_path(&path).ok().and_then(|n| n.leaf_type().map(|t| t.base_type())) {
+        Some(T::Uint8 | T::Uint16 | T::Uint32 | T::Int8 | T::Int16 | T::Int32 | T::Bool) => JsonKind::Bare,
+        Some(T::Uint64 | T::Int64 | T::Dec64 | T::String | T::Enum | T::Bits) => JsonKind::Str,
+        _ => JsonKind::Other,
+    };
+    seen.push((path, kind));
+    kind
 }
 
 impl DatastoreView {
@@ -87,7 +119,41 @@ impl DatastoreView {
             None => (true, true),
             Some(f) => selects_whole_objects(f),
         };
-        DatastoreView { datastores, nacm, user, datastore, selection, whole }
+        DatastoreView { datastores, nacm, user, datastore, selection, whole, encoding: Encoding::Xml }
+    }
+
+    /// The same view writing `encoding` (XML; JSON for JSON and CBOR receivers).
+    pub fn with_encoding(mut self, encoding: Encoding) -> Self {
+        self.encoding = if encoding == Encoding::Xml { Encoding::Xml } else { Encoding::Json };
+        self
+    }
+
+    /// The edit of an engine change written directly as JSON (the fast path), when every
+    /// leaf has a plain JSON form.
+    fn direct_edit_json(change: &StateChange) -> Option<Edit> {
+        let (base, list, key, id, leaves) = match change {
+            StateChange::Sci { csci_id, leaves } => ("metric-cache/entry", "entry", "csci-id", csci_id, leaves),
+            StateChange::Service { cs_id, leaves } => ("services/service", "service", "cs-id", cs_id, leaves),
+        };
+        let mut target = format!("{ROOT}/{base}=");
+        percent_encode(id, &mut target);
+        let Some(leaves) = leaves else { return Some(Edit { target, op: EditOp::Delete, value: None }) };
+        let quote = |v: &str| serde_json::Value::String(v.to_owned()).to_string();
+        let mut v = String::with_capacity(64 + leaves.len() * 40);
+        let _ = write!(v, "{{\"cats-sma:{list}\":[{{\"{key}\":{}", quote(id));
+        for (name, value) in leaves {
+            match json_kind(base, name) {
+                JsonKind::Bare => {
+                    let _ = write!(v, ",\"{name}\":{value}");
+                }
+                JsonKind::Str => {
+                    let _ = write!(v, ",\"{name}\":{}", quote(value));
+                }
+                JsonKind::Other => return None,
+            }
+        }
+        v.push_str("}]}");
+        Some(Edit { target, op: EditOp::Replace, value: Some(v) })
     }
 
     /// The edit of an engine change written directly as XML (the fast path).
@@ -128,7 +194,7 @@ impl DatastoreView {
         let node = tree.find_path(path).ok()?;
         let value = match op {
             EditOp::Delete => None,
-            _ => Some(print(&node.duplicate(false).ok()?, false).ok()?),
+            _ => Some(print(&node.duplicate(false).ok()?, false, self.encoding).ok()?),
         };
         Some(Edit { target: restconf_path(path), op, value })
     }
@@ -168,19 +234,20 @@ impl View for DatastoreView {
         };
         if self.datastore == Datastore::Operational {
             if let Some(access) = self.nacm.read_access(&self.user) {
+                let json = self.encoding != Encoding::Xml;
                 let opts = Options {
-                    format: Format::Xml,
+                    format: if json { Format::Json } else { Format::Xml },
                     skip: 0,
                     max_depth: None,
                     with_defaults: crate::mgmt::with_defaults::WithDefaults::Explicit,
                 };
                 if let Some(body) = read_typed(&self.datastores, &sel, &access, opts)? {
-                    return Ok(body);
+                    return Ok(if json { format!("{{{body}}}") } else { body });
                 }
             }
         }
         let tree = self.nacm.readable(&self.user, self.datastores.read_covering(self.datastore, &sel)?);
-        print(apply(self.selection.as_ref(), tree)?.tree(), true)
+        print(apply(self.selection.as_ref(), tree)?.tree(), true, self.encoding)
     }
 
     fn edits(&self, batch: &Batch) -> Vec<Edit> {
@@ -197,8 +264,10 @@ impl View for DatastoreView {
                             StateChange::Sci { .. } => self.whole.0,
                             StateChange::Service { .. } => self.whole.1,
                         };
-                        if whole && unrestricted {
+                        if whole && unrestricted && self.encoding == Encoding::Xml {
                             Some(Self::direct_edit(c))
+                        } else if whole && unrestricted {
+                            Self::direct_edit_json(c).or_else(|| self.engine_edit(c))
                         } else {
                             self.engine_edit(c)
                         }

@@ -6,7 +6,6 @@
 //! subscriptions (push-update / push-change-update from YANG-Push) can use it as another
 //! source.
 
-use crate::yang::PrintText as _;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -14,7 +13,7 @@ use chrono::Utc;
 use hyper::header::HeaderValue;
 use hyper::{Method, Response};
 use tokio::sync::{broadcast, mpsc};
-use yang2::data::{DataFormat, DataOperation, DataPrinterFlags, DataTree};
+use yang2::data::DataTree;
 
 use super::body::RcBody;
 use super::error::Failure;
@@ -104,19 +103,7 @@ pub fn encode(ev: &Event, json: bool) -> Option<String> {
     if !json {
         return Some(ev.message());
     }
-    let ctx = crate::yang::context();
-    let mut text = ev.body.clone().into_bytes();
-    text.push(0);
-    let tree = DataTree::parse_op_string(ctx, &text, DataFormat::XML, DataOperation::NotificationYang).ok()?;
-    let printed =
-        tree.print_text(DataFormat::JSON, DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::SHRINK).ok()??;
-    let content: serde_json::Value = serde_json::from_str(&printed).ok()?;
-    let mut obj = serde_json::Map::new();
-    obj.insert("eventTime".into(), ev.time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true).into());
-    if let serde_json::Value::Object(o) = content {
-        obj.extend(o);
-    }
-    Some(serde_json::json!({ "ietf-restconf:notification": obj }).to_string())
+    crate::push::encode::message(crate::notif::Encoding::Json, ev.time, &ev.body)
 }
 
 fn marker(name: &str, json: bool) -> String {

@@ -112,7 +112,7 @@ pub fn operation(
     match rpc {
         "establish-subscription" => establish(rc, caller, req, &op, &xml),
         "modify-subscription" => {
-            let m = params::modify(&op, &xml).map_err(filter_refusal)?;
+            let m = params::modify(&op, &xml, &rc.core.push.filters()).map_err(filter_refusal)?;
             let session = rc.subscriptions.session_of(m.id, &caller.user).ok_or_else(|| no_such(m.id))?;
             let apply = push.modify(&rc.core, session, m)?;
             apply();
@@ -156,7 +156,26 @@ fn establish(
     op: &crate::xml::Element,
     xml: &str,
 ) -> Result<Reply, Failure> {
-    let p = params::establish(op, xml).map_err(filter_refusal)?;
+    let mut p = params::establish(op, xml, &rc.core.push.filters()).map_err(filter_refusal)?;
+    // RFC 8650 section 3: without an encoding, notifications come in the encoding of the
+    // RPC (its reply's media type); CBOR is for UDP-notif receivers only.
+    match p.encoding {
+        None => {
+            p.encoding = Some(match req.accept {
+                Encoding::Json => crate::notif::Encoding::Json,
+                Encoding::Xml => crate::notif::Encoding::Xml,
+            })
+        }
+        Some(crate::notif::Encoding::Cbor) => {
+            return Err(RpcError::application(
+                ErrorTag::InvalidValue,
+                "encode-cbor is for UDP-notif receivers of configured subscriptions; RESTCONF sends XML or JSON",
+            )
+            .with_app_tag(params::sn("encoding-unsupported"))
+            .into())
+        }
+        Some(_) => {}
+    }
     // The subscription's own identity, held until it ends (released with `release`).
     let session = rc
         .core

@@ -52,7 +52,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("ietf-origin", &[]),
     ("ietf-yang-library", &[]),
     ("ietf-datastores", &[]),
-    ("ietf-subscribed-notifications", &["encode-xml", "replay", "subtree", "xpath"]),
+    ("ietf-subscribed-notifications", &["configured", "encode-json", "encode-xml", "replay", "subtree", "xpath"]),
     ("ietf-yang-push", &["on-change"]),
     ("ietf-yang-patch", &[]),
     ("ietf-restconf-monitoring", &[]),
@@ -65,6 +65,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("cats-sma-overload", &[]),
     ("cats-ip-metrics", &[]),
     ("cats-sma-netconf-server", &[]),
+    ("cats-sma-notif-receivers", &[]),
 ];
 
 /// Builds a fresh context with every module of [`IMPLEMENTED`], resolving imports only from

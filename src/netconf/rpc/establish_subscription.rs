@@ -8,7 +8,16 @@ use crate::push::{self, params, NS_SN};
 use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
-    let params = params::establish(op, src).map_err(one)?;
+    let params = params::establish(op, src, &ctx.server.push.filters()).map_err(one)?;
+    // RFC 8640 carries notifications as RFC 5277 `<notification>` elements: XML only.
+    if params.encoding.is_some_and(|e| e != push::encode::Encoding::Xml) {
+        return Err(one(params::error(
+            ErrorTag::InvalidValue,
+            &params::sn("encoding-unsupported"),
+            "NETCONF sends notifications as XML (RFC 8640); encode-json is served over RESTCONF (RFC 8650) and to configured receivers",
+        )
+        .with_bad_element("encoding")));
+    }
     let out = ctx.outbox().ok_or_else(|| {
         one(RpcError::application(ErrorTag::OperationFailed, "this session cannot receive notifications"))
     })?;

@@ -7,7 +7,7 @@ use crate::push::params;
 use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
-    let m = params::modify(op, src).map_err(one)?;
+    let m = params::modify(op, src, &ctx.server.push.filters()).map_err(one)?;
     let apply = ctx.server.push.modify(&ctx.server, ctx.id, m).map_err(one)?;
     ctx.after_reply(apply);
     Ok(Body::Ok)

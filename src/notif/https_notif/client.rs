@@ -76,8 +76,17 @@ pub enum Link {
     Down(String),
 }
 
+/// What one POST carries.
+enum Payload {
+    /// Rendered in whichever encoding the connection negotiated.
+    Notification(Arc<Notification>),
+    /// Already written in one encoding (a configured subscription's messages: XML, or JSON
+    /// in the RFC 8040 envelope, renamed for HTTPS-notif here).
+    Encoded(Encoding, Arc<str>),
+}
+
 struct Item {
-    notification: Arc<Notification>,
+    payload: Payload,
     /// A subscription state notification (RFC 8639 section 2.7), sent only to receivers
     /// that announce `sub-notif`.
     state: bool,
@@ -93,16 +102,37 @@ pub struct Client {
 
 impl Client {
     pub fn spawn(config: ClientConfig) -> Client {
+        Self::start(config, false)
+    }
+
+    /// Like [`Client::spawn`], connecting (and reading the capabilities) at once rather
+    /// than at the first message: a configured subscription starts for this receiver only
+    /// once the encoding is known.
+    pub fn spawn_eager(config: ClientConfig) -> Client {
+        Self::start(config, true)
+    }
+
+    fn start(config: ClientConfig, eager: bool) -> Client {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let counters = Arc::new(ClientCounters::default());
         let link = Arc::new(Mutex::new(Link::Connecting));
-        tokio::spawn(run(config, rx, counters.clone(), link.clone()));
+        tokio::spawn(run(config, rx, counters.clone(), link.clone(), eager));
         Client { tx, counters, link }
     }
 
     /// Queues one notification; false (and counted) when the queue is full.
     pub fn send(&self, notification: Arc<Notification>, state: bool) -> bool {
-        match self.tx.try_send(Item { notification, state }) {
+        self.queue(Item { payload: Payload::Notification(notification), state })
+    }
+
+    /// Queues a message already written in `encoding`; false (and counted) when the queue
+    /// is full.
+    pub fn send_encoded(&self, encoding: Encoding, text: Arc<str>, state: bool) -> bool {
+        self.queue(Item { payload: Payload::Encoded(encoding, text), state })
+    }
+
+    fn queue(&self, item: Item) -> bool {
+        match self.tx.try_send(item) {
             Ok(()) => true,
             Err(_) => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -219,9 +249,21 @@ enum Posted {
 }
 
 async fn post(conn: &mut Connection, path: &str, item: &Item) -> Posted {
-    let Some(body) = item.notification.render(conn.encoding, Envelope::HttpsNotif) else {
-        // A producer without an XML form: nothing this receiver could take.
-        return Posted::Unencodable;
+    let body = match &item.payload {
+        Payload::Notification(n) => match n.render(conn.encoding, Envelope::HttpsNotif) {
+            Some(b) => b,
+            // A producer without an XML form: nothing this receiver could take.
+            None => return Posted::Unencodable,
+        },
+        Payload::Encoded(enc, _) if *enc != conn.encoding => return Posted::Unencodable,
+        Payload::Encoded(Encoding::Json, text) => {
+            let restconf = format!("{{\"{}\":", Envelope::Restconf.member());
+            match text.strip_prefix(restconf.as_str()) {
+                Some(rest) => format!("{{\"{}\":{rest}", Envelope::HttpsNotif.member()).into_bytes(),
+                None => text.as_bytes().to_vec(),
+            }
+        }
+        Payload::Encoded(_, text) => text.as_bytes().to_vec(),
     };
     let content_type = match conn.encoding {
         Encoding::Xml => "application/xml",
@@ -257,13 +299,20 @@ fn set(link: &Mutex<Link>, l: Link) {
     *link.lock().unwrap_or_else(|e| e.into_inner()) = l;
 }
 
-async fn run(cfg: ClientConfig, mut rx: mpsc::Receiver<Item>, counters: Arc<ClientCounters>, link: Arc<Mutex<Link>>) {
+async fn run(
+    cfg: ClientConfig,
+    mut rx: mpsc::Receiver<Item>,
+    counters: Arc<ClientCounters>,
+    link: Arc<Mutex<Link>>,
+    mut eager: bool,
+) {
     let mut loader = Loader::new(cfg.tls.clone(), &[b"http/1.1"]);
     let mut backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
     let mut pending: Option<Item> = None;
     loop {
-        // Connect only when there is something to send (or a retry is owed).
-        if pending.is_none() {
+        // Connect only when there is something to send (or a retry is owed), unless eager
+        // (then until the first connection).
+        if pending.is_none() && !eager {
             match rx.recv().await {
                 Some(item) => pending = Some(item),
                 None => return,
@@ -282,6 +331,7 @@ async fn run(cfg: ClientConfig, mut rx: mpsc::Receiver<Item>, counters: Arc<Clie
         };
         counters.connects.fetch_add(1, Ordering::Relaxed);
         backoff.reset();
+        eager = false;
         // The capabilities are read again on every connection: show what they said now.
         set(&link, Link::Up { capabilities: conn.capabilities.clone(), encoding: conn.encoding });
         loop {
