@@ -290,7 +290,7 @@ async fn a_subscription_nobody_attaches_to_is_deleted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn rfc8650_encode_json_subscription_sends_rfc7951_notifications_over_sse() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = start_agent(&dir.path().join("state"), &[]);
+    let agent = start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0"]);
     let sci = agent.sci_addr.unwrap();
     let c = Curl::new(&agent);
     let r = c.send_json(
@@ -307,7 +307,7 @@ async fn rfc8650_encode_json_subscription_sends_rfc7951_notifications_over_sse()
     let r = c.send_json("POST", ESTABLISH, on_change);
     assert_eq!(r.status, 200, "{}", r.body);
     let id = r.json()["ietf-subscribed-notifications:output"]["id"].as_u64().unwrap();
-    let listed = c.get(&format!("/data/ietf-subscribed-notifications:subscriptions/subscription={id}/encoding"));
+    let listed = c.get(&format!("/data/ietf-subscribed-notifications:subscriptions/subscription={id}"));
     assert!(listed.body.contains("encode-json"), "{}", listed.body);
     let (status, _, mut body) = open_sse(&agent, &format!("/restconf/subscriptions/{id}"), "admin", PASSWORD).await;
     assert_eq!(status, 200);
