@@ -782,3 +782,40 @@ async fn issue11_class3_filter_limits_are_configurable() {
     assert!(r.contains("sci-a") && !r.contains("sci-b"), "{r}");
     admin_still_served(&agent).await;
 }
+
+/// RFC 8341 section 3.5.1.1: with write-default permit, bob still cannot write the nodes
+/// marked `nacm:default-deny-write` (a receiver instance of configured subscriptions, a
+/// NETCONF listen endpoint) until a rule permits it; reads stay as they were.
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc8341_3_5_1_1_default_deny_write_data_needs_an_explicit_permit() {
+    const SN: &str = "urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications";
+    const CSNR: &str = "urn:cats-sma:yang:cats-sma-notif-receivers";
+    let instance = format!(
+        r#"<subscriptions xmlns="{SN}"><receiver-instances xmlns="{CSNR}"><receiver-instance><name>mine</name>
+        <access-as>admin</access-as><udp-notif-receiver><remote-address>192.0.2.1</remote-address>
+        <remote-port>9999</remote-port></udp-notif-receiver></receiver-instance></receiver-instances></subscriptions>"#
+    );
+    let (_d, agent) = agent("permit", "", "").await;
+    let mut bob = Nc::open(&agent, "bob", BOB_PW).await;
+    let r = bob.call(&edit(&instance)).await;
+    assert_eq!(tag(&r), "access-denied", "{r}");
+    // An ordinary write is still allowed by write-default permit.
+    let r =
+        bob.call(&edit(&format!(r#"<cats-sma xmlns="{CATS}"><agent><site-id>s2</site-id></agent></cats-sma>"#))).await;
+    assert!(ok(&r), "{r}");
+    let trail = audit(&agent);
+    assert!(trail.iter().any(|r| r["category"] == "nacm-denial" && r["user"] == "bob"), "{trail:#?}");
+    // With a permit rule for the container, bob may write it, but only as himself.
+    let permit = format!(
+        r#"<nacm xmlns="{NACM}"><rule-list><name>ops</name><rule><name>receivers</name>
+        <module-name>cats-sma-notif-receivers</module-name><access-operations>*</access-operations>
+        <action>permit</action></rule></rule-list></nacm>"#
+    );
+    let mut admin = Nc::open(&agent, "admin", PASSWORD).await;
+    let r = admin.call(&edit(&permit)).await;
+    assert!(ok(&r), "{r}");
+    let r = bob.call(&edit(&instance)).await;
+    assert!(r.contains("<rpc-error>") && r.contains("access-as"), "bob may not send as admin: {r}");
+    let r = bob.call(&edit(&instance.replace("<access-as>admin</access-as>", "<access-as>bob</access-as>"))).await;
+    assert!(ok(&r), "{r}");
+}

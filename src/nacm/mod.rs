@@ -74,17 +74,27 @@ fn rpc_denied_by_default(module: &str, rpc: &str) -> bool {
 /// schema (so a module that marks a secret is protected without a list to keep in step).
 fn deny_all_data() -> &'static [String] {
     static PATHS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    PATHS.get_or_init(|| {
-        // Top-level data nodes and their subtrees only: the whole-context traversal also
-        // meets extension-defined nodes (yang-data) that the bindings cannot represent.
-        crate::yang::context()
-            .modules(true)
-            .flat_map(|m| m.data().collect::<Vec<_>>())
-            .flat_map(|top| top.traverse().collect::<Vec<_>>())
-            .filter(|n| has_nacm_extension(n, "default-deny-all"))
-            .map(|n| n.path(yang2::schema::SchemaPathFormat::DATA))
-            .collect()
-    })
+    PATHS.get_or_init(|| data_with_extension("default-deny-all"))
+}
+
+/// The data nodes marked `nacm:default-deny-write` (RFC 8341 section 3.5.1.1): without a
+/// rule that permits it, nobody but the recovery session writes them, whatever
+/// write-default says.
+fn deny_write_data() -> &'static [String] {
+    static PATHS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    PATHS.get_or_init(|| data_with_extension("default-deny-write"))
+}
+
+fn data_with_extension(name: &str) -> Vec<String> {
+    // Top-level data nodes and their subtrees only: the whole-context traversal also
+    // meets extension-defined nodes (yang-data) that the bindings cannot represent.
+    crate::yang::context()
+        .modules(true)
+        .flat_map(|m| m.data().collect::<Vec<_>>())
+        .flat_map(|top| top.traverse().collect::<Vec<_>>())
+        .filter(|n| has_nacm_extension(n, name))
+        .map(|n| n.path(yang2::schema::SchemaPathFormat::DATA))
+        .collect()
 }
 
 /// Whether a schema node carries the extension `ietf-netconf-acm:<name>`.
@@ -564,6 +574,11 @@ impl Nacm {
         Readable::pruned(tree)
     }
 
+    /// Whether NACM does not apply to `user` (enforcement off, or the recovery user).
+    pub fn is_unrestricted(&self, user: &str) -> bool {
+        self.unrestricted(user, &self.policy())
+    }
+
     /// Users NACM does not apply to: the recovery user (section 3.2) when enforcement is on.
     fn unrestricted(&self, user: &str, policy: &Policy) -> bool {
         !policy.enabled || self.recovery_user.as_deref() == Some(user)
@@ -639,6 +654,7 @@ impl Nacm {
         match decision {
             Some(a) => a == Action::Permit,
             None if deny_all_data().iter().any(|d| covers(d, path, true)) => false,
+            None if access != Access::Read && deny_write_data().iter().any(|d| covers(d, path, true)) => false,
             None => {
                 let default = if access == Access::Read { policy.read_default } else { policy.write_default };
                 default == Action::Permit

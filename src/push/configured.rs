@@ -183,6 +183,9 @@ fn read(t: &DataTree<'static>) -> Result<Desired, String> {
             else {
                 continue;
             };
+            if name.contains('\'') && name.contains('"') {
+                return Err(format!("receiver-instance name {name:?} holds both quote characters"));
+            }
             let base = format!("{INSTANCES}[name={}]", quote(&name));
             let spec = read_instance(t, &base).map_err(|e| format!("receiver-instance {name}: {e}"))?;
             d.instances.insert(name, spec);
@@ -213,6 +216,10 @@ fn read(t: &DataTree<'static>) -> Result<Desired, String> {
                     }
                 }
                 let Some(name) = name else { continue };
+                if name.contains('\'') && name.contains('"') {
+                    problem.get_or_insert(format!("receiver name {name:?} holds both quote characters"));
+                    continue;
+                }
                 match instance {
                     Some(i) => {
                         receivers.insert(name, i);
@@ -224,7 +231,13 @@ fn read(t: &DataTree<'static>) -> Result<Desired, String> {
             }
         }
         let mut sub_tree = n.duplicate(false).map_err(|e| e.to_string())?;
-        let _ = crate::datastore::tree::remove(&mut sub_tree, &format!("{base}/receivers"));
+        // The copy has no parents: its receivers are found from its own root.
+        let receivers_path = sub_tree
+            .reference()
+            .and_then(|root| root.children().find(|c| c.schema().name() == "receivers").map(|c| c.path()));
+        if let Some(p) = receivers_path {
+            let _ = crate::datastore::tree::remove(&mut sub_tree, &p);
+        }
         let terms = print_xml(&sub_tree);
         let params = match crate::xml::parse(&terms)
             .map_err(|e| e.0)
@@ -272,6 +285,8 @@ fn read(t: &DataTree<'static>) -> Result<Desired, String> {
             problem.get_or_insert("encode-cbor is for UDP-notif receivers; HTTPS-notif sends XML or JSON".into());
         }
         let purpose = leaf(t, &format!("{base}/purpose"));
+        // A change of a named filter's content is a change of terms too.
+        let terms = format!("{terms}\n{:?}", params.target);
         d.subs.insert(id, SubSpec { params, terms, kind, purpose, receivers, problem });
     }
     Ok(d)
@@ -300,8 +315,13 @@ impl Sink {
     fn ready(&self, configured: Option<Encoding>) -> Option<Encoding> {
         match self {
             Sink::Udp(_) => Some(configured.unwrap_or(Encoding::Json)),
+            // The subscription's encoding if the receiver takes it (else it waits, shown
+            // connecting), or what the capabilities chose.
             Sink::Https(c) => match c.link() {
-                Link::Up { encoding, .. } => Some(configured.unwrap_or(encoding)),
+                Link::Up { encoding, capabilities } => match configured {
+                    None => Some(encoding),
+                    Some(e) => capabilities.choose(Some(e)).ok(),
+                },
                 _ => None,
             },
             Sink::Failed(_) => None,
@@ -349,12 +369,18 @@ impl Sink {
 }
 
 /// Whether a message is a subscription state notification (RFC 8639 section 2.7): its
-/// content element or member is of ietf-subscribed-notifications.
+/// content element (XML) or member (JSON), the first after eventTime, is of
+/// ietf-subscribed-notifications.
 fn is_state_notification(text: &str) -> bool {
-    let head = &text[..text.len().min(256)];
-    let head = head.split_once("</eventTime>").map_or(head, |(_, rest)| rest);
-    let head = head.split_once("\"eventTime\":").map_or(head, |(_, rest)| rest);
-    head.contains("ietf-subscribed-notifications")
+    const SN_NS: &str = "urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications\"";
+    if let Some((_, rest)) = text.split_once("</eventTime>") {
+        // `<name xmlns="...">`: the namespace of the content element itself.
+        let tag = rest.split_once('>').map_or(rest, |(t, _)| t);
+        return tag.starts_with('<') && tag.contains(SN_NS);
+    }
+    let Some((_, rest)) = text.split_once("\"eventTime\":\"") else { return false };
+    let Some((_, rest)) = rest.split_once('"') else { return false };
+    rest.trim_start_matches([',', ' ']).starts_with("\"ietf-subscribed-notifications:")
 }
 
 /// What the operational state shows of one receiver.
@@ -410,6 +436,9 @@ pub struct Configured {
     tx: mpsc::UnboundedSender<Desired>,
     status: Arc<Mutex<Status>>,
     push: Weak<Push>,
+    core: Weak<Core>,
+    /// The receiver instances of the last applied commit.
+    instances: Mutex<BTreeMap<String, InstanceSpec>>,
 }
 
 impl Configured {
@@ -419,7 +448,13 @@ impl Configured {
         let status = Arc::new(Mutex::new(Status::default()));
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(apply_loop(Arc::downgrade(core), rx, status.clone()));
-        let c = Arc::new(Configured { tx, status, push: Arc::downgrade(&core.push) });
+        let c = Arc::new(Configured {
+            tx,
+            status,
+            push: Arc::downgrade(&core.push),
+            core: Arc::downgrade(core),
+            instances: Mutex::new(BTreeMap::new()),
+        });
         match read(running) {
             Ok(d) => c.send(d),
             Err(e) => tracing::warn!("configured subscriptions in running not started: {e}"),
@@ -428,6 +463,7 @@ impl Configured {
     }
 
     fn send(&self, d: Desired) {
+        *self.instances.lock().unwrap_or_else(|e| e.into_inner()) = d.instances.clone();
         if let Some(p) = self.push.upgrade() {
             p.set_filters(d.filters.clone());
             p.set_configured_ids(d.subs.keys().copied().collect());
@@ -455,6 +491,23 @@ impl ConfigConsumer for Configured {
                 return Err(format!("configured subscription {id}: {p}"));
             }
         }
+        // A receiver instance sends with the read rights of its access-as user: only that
+        // user, or one NACM does not restrict, may name it (else a writer could read as
+        // anybody). Instances already in running as they are stay.
+        if let (Some(core), true) = (self.core.upgrade(), tx.session != crate::datastore::SYSTEM_SESSION) {
+            let writer = core.nacm.user_of(tx.session).unwrap_or_default();
+            if !core.nacm.is_unrestricted(&writer) {
+                let before = self.instances.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                for (name, inst) in &d.instances {
+                    if inst.access_as != writer && before.get(name) != Some(inst) {
+                        return Err(format!(
+                            "receiver-instance {name}: access-as {} is not the writer ({writer}); only an unrestricted user may send data with another user's rights",
+                            inst.access_as
+                        ));
+                    }
+                }
+            }
+        }
         if let Some(push) = self.push.upgrade() {
             let current: HashSet<u32> =
                 self.status.lock().unwrap_or_else(|e| e.into_inner()).subs.keys().copied().collect();
@@ -465,6 +518,16 @@ impl ConfigConsumer for Configured {
             }
         }
         Ok(())
+    }
+
+    fn abort(&self, tx: &Transaction<'_>) {
+        if !touched(tx) {
+            return;
+        }
+        if let Some(push) = self.push.upgrade() {
+            let ids = self.status.lock().unwrap_or_else(|e| e.into_inner()).subs.keys().copied().collect();
+            push.set_configured_ids(ids);
+        }
     }
 
     fn apply(&self, tx: &Transaction<'_>) {
@@ -520,9 +583,9 @@ async fn apply_loop(core: Weak<Core>, mut rx: mpsc::UnboundedReceiver<Desired>, 
             if let Some(new) = new {
                 let new = Arc::new(new.clone());
                 if new.terms != old.terms || new.kind != old.kind || new.purpose != old.purpose {
-                    for r in kept.values() {
-                        let _ = r.cmd.send(Cmd::Modify(new.clone()));
-                    }
+                    // A driver that has ended (stop-time passed, terminated) starts again
+                    // with the new terms below.
+                    kept.retain(|_, r| r.cmd.send(Cmd::Modify(new.clone())).is_ok());
                 }
                 subs.insert(id, (new, kept));
             }
@@ -609,7 +672,7 @@ async fn drive(
 ) {
     let sink = status.sink.clone();
     // Wait for the transport (HTTPS: connected and its capabilities read).
-    let enc = loop {
+    let mut enc = loop {
         if let Some(e) = sink.ready(spec.params.encoding) {
             break e;
         }
@@ -628,9 +691,9 @@ async fn drive(
         let Some(server) = core.upgrade() else { return };
         let mut params = spec.params.clone();
         params.encoding = Some(enc);
-        if let Some(m) = encode::message(enc, Utc::now(), &terms_notification(first, id, &spec)) {
-            sink.send(enc, m).await;
-        }
+        let notice = encode::message(enc, Utc::now(), &terms_notification(first, id, &spec))
+            .unwrap_or_else(|| encode::state_in(enc, first, id));
+        sink.send(enc, notice).await;
         let (out_tx, mut out_rx) = mpsc::channel(QUEUE);
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let built = server.push.build(&server, id, &user, &params, out_tx, status.counters.clone(), ctrl_rx, || {});
@@ -665,6 +728,11 @@ async fn drive(
                         let _ = ctrl_tx.send(Control::Delete);
                         while let Some(m) = out_rx.recv().await {
                             sink.send(enc, m).await;
+                        }
+                        // The new terms may name another encoding.
+                        if let Some(e) = sink.ready(s.params.encoding) {
+                            enc = e;
+                            *status.encoding.lock().unwrap_or_else(|e| e.into_inner()) = Some(enc);
                         }
                         break s;
                     }
@@ -767,6 +835,27 @@ mod tests {
         assert!(is_state_notification(&encode::state("subscription-terminated", 3)));
         let update = encode::push_update_in(Encoding::Json, 3, "{\"ietf-subscribed-notifications:streams\":{}}", false);
         assert!(!is_state_notification(&update));
-        assert!(!is_state_notification(&encode::push_update(3, "", false)));
+        assert!(!is_state_notification(&encode::push_update(
+            3,
+            "<streams xmlns=\"urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications\"/>",
+            false
+        )));
+        let change = encode::message(
+            Encoding::Xml,
+            Utc::now(),
+            "<netconf-config-change xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-notifications\"><edit><target xmlns:sn=\"urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications\">/sn:subscriptions</target></edit></netconf-config-change>",
+        )
+        .unwrap();
+        assert!(!is_state_notification(&change));
+        assert!(is_state_notification(&encode::state_with_reason_in(
+            Encoding::Json,
+            "subscription-suspended",
+            1,
+            "insufficient-resources"
+        )));
+        // Multi-byte text anywhere is no problem.
+        assert!(!is_state_notification(
+            "{\"ietf-restconf:notification\":{\"eventTime\":\"t\",\"m:n\":\"\u{00e9}\u{00e9}\"}}"
+        ));
     }
 }

@@ -121,6 +121,19 @@ impl Push {
         *self.configured_ids.write().unwrap_or_else(|e| e.into_inner()) = ids;
     }
 
+    /// Adds `ids` to the configured ids (a commit being prepared); answers an id a live
+    /// dynamic subscription holds instead, reserving nothing.
+    pub fn reserve_configured_ids(&self, ids: impl Iterator<Item = u32>) -> Option<u32> {
+        let mut configured = self.configured_ids.write().unwrap_or_else(|e| e.into_inner());
+        let subs = self.lock();
+        let ids: Vec<u32> = ids.collect();
+        if let Some(id) = ids.iter().find(|id| !configured.contains(id) && subs.contains_key(id)) {
+            return Some(*id);
+        }
+        configured.extend(ids);
+        None
+    }
+
     /// Whether a dynamic subscription has id `id` now.
     pub fn is_dynamic(&self, id: u32) -> bool {
         self.lock().contains_key(&id)

@@ -255,7 +255,8 @@ async fn post(conn: &mut Connection, path: &str, item: &Item) -> Posted {
             // A producer without an XML form: nothing this receiver could take.
             None => return Posted::Unencodable,
         },
-        Payload::Encoded(enc, _) if *enc != conn.encoding => return Posted::Unencodable,
+        // Already written: sent as it is if the receiver takes that encoding at all.
+        Payload::Encoded(enc, _) if conn.capabilities.choose(Some(*enc)).is_err() => return Posted::Unencodable,
         Payload::Encoded(Encoding::Json, text) => {
             let restconf = format!("{{\"{}\":", Envelope::Restconf.member());
             match text.strip_prefix(restconf.as_str()) {
@@ -265,7 +266,11 @@ async fn post(conn: &mut Connection, path: &str, item: &Item) -> Posted {
         }
         Payload::Encoded(_, text) => text.as_bytes().to_vec(),
     };
-    let content_type = match conn.encoding {
+    let sent_in = match &item.payload {
+        Payload::Encoded(enc, _) => *enc,
+        Payload::Notification(_) => conn.encoding,
+    };
+    let content_type = match sent_in {
         Encoding::Xml => "application/xml",
         _ => "application/json",
     };
@@ -325,6 +330,11 @@ async fn run(
                 counters.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(receiver = %authority(&cfg), error = %e, "HTTPS-notif receiver unreachable");
                 set(&link, Link::Down(e.to_string()));
+                // Nobody can queue anything any more (the receiver instance is gone): stop
+                // retrying.
+                if rx.is_closed() {
+                    return;
+                }
                 tokio::time::sleep(backoff.fail()).await;
                 continue;
             }
