@@ -603,3 +603,58 @@ async fn rfc8639_2_5_configured_subscription_over_https_notif_posts_json_over_tl
         }
     }
 }
+
+#[tokio::test]
+async fn rfc8639_2_7_adding_a_receiver_starts_it_alone_and_new_terms_send_subscription_modified() {
+    let first = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let second = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::start_agent(&dir.path().join("state"), &[]);
+    let mut s = common::connect(agent.addr, "admin", common::PASSWORD).await.expect("login");
+    s.hello(true).await;
+    let r = nc_rpc(&mut s, 1, &udp_subscription(first.local_addr().unwrap().port(), "encode-json")).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let mut c1 = UdpPacketCodec::default();
+    let (m, _, _) = next_json(&first, &mut c1).await;
+    assert_eq!(name_of(&m), "ietf-subscribed-notifications:subscription-started");
+    // A second receiver on its own instance.
+    let add = format!(
+        r#"<edit-config><target><running/></target><config><subscriptions xmlns="{SN}">
+ <receiver-instances xmlns="{CSNR}"><receiver-instance><name>second</name><access-as>admin</access-as>
+  <udp-notif-receiver><remote-address>127.0.0.1</remote-address><remote-port>{}</remote-port></udp-notif-receiver>
+ </receiver-instance></receiver-instances>
+ <subscription><id>100</id><receivers><receiver><name>r2</name>
+  <receiver-instance-ref xmlns="{CSNR}">second</receiver-instance-ref></receiver></receivers></subscription>
+</subscriptions></config></edit-config>"#,
+        second.local_addr().unwrap().port()
+    );
+    let r = nc_rpc(&mut s, 2, &add).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let mut c2 = UdpPacketCodec::default();
+    let (m, _, _) = next_json(&second, &mut c2).await;
+    assert_eq!(name_of(&m), "ietf-subscribed-notifications:subscription-started", "{m}");
+    // New terms (the period): both receivers get subscription-modified with them; the
+    // first receiver never saw one for the receiver that was added.
+    let period = format!(
+        r#"<edit-config><target><running/></target><config><subscriptions xmlns="{SN}"><subscription><id>100</id>
+ <periodic xmlns="{YP}"><period>70</period></periodic></subscription></subscriptions></config></edit-config>"#
+    );
+    let r = nc_rpc(&mut s, 3, &period).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    for (socket, codec) in [(&first, &mut c1), (&second, &mut c2)] {
+        let end = Instant::now() + DEADLINE;
+        let mut names = Vec::new();
+        loop {
+            assert!(Instant::now() < end, "no subscription-modified: {names:?}");
+            let (m, _, _) = next_json(socket, codec).await;
+            let name = name_of(&m);
+            if name == "ietf-subscribed-notifications:subscription-modified" {
+                let body = &m["ietf-restconf:notification"][name.as_str()];
+                assert_eq!(body["ietf-yang-push:periodic"]["period"], 70, "{m}");
+                break;
+            }
+            names.push(name);
+        }
+        assert!(names.iter().all(|n| n == "ietf-yang-push:push-update"), "{names:?}");
+    }
+}

@@ -231,12 +231,13 @@ fn read(t: &DataTree<'static>) -> Result<Desired, String> {
             }
         }
         let mut sub_tree = n.duplicate(false).map_err(|e| e.to_string())?;
-        // The copy has no parents: its receivers are found from its own root.
-        let receivers_path = sub_tree
-            .reference()
-            .and_then(|root| root.children().find(|c| c.schema().name() == "receivers").map(|c| c.path()));
-        if let Some(p) = receivers_path {
-            let _ = crate::datastore::tree::remove(&mut sub_tree, &p);
+        // The copy has no parents (paths from the schema root do not resolve in it): its
+        // receivers are the child of its own root.
+        if let Some(mut receivers) =
+            sub_tree.reference().and_then(|root| root.children().find(|c| c.schema().name() == "receivers"))
+        {
+            // Not the root itself, so unlinking it leaves the tree whole.
+            receivers.remove();
         }
         let terms = print_xml(&sub_tree);
         let params = match crate::xml::parse(&terms)
