@@ -220,3 +220,60 @@ async fn issue11_class5_an_idle_tcp_connection_to_the_tls_listener_is_closed_at_
     let r = Curl::new(&agent).get("/data/cats-sma:cats-sma/listener-limits/listener=netconf-tls");
     assert_eq!(r.json()["cats-sma:listener"][0]["handshake-timeouts"], "1", "{}", r.body);
 }
+
+/// RFC 7589 section 7 with a live session: a change of `netconf-server/tls` that leaves a
+/// session's certificate mapped to the same user keeps the session; one that maps it to
+/// another user (here: its `specified` entry removed, the CA's common-name entry then
+/// applies) ends it at once, as killed by the agent, and the refusal is counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc7589_live_sessions_are_rechecked_when_the_tls_configuration_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("NETCONF CA");
+    let ca_file = ca.write(dir.path(), "ca.pem");
+    let alice = ca.client(dir.path(), "alice", Some("alice-cn"), vec![]);
+    let entries = format!(
+        "{}{}",
+        c2n(1, &fingerprint(alice.cert.der()), "specified", Some("admin")),
+        c2n(5, &fingerprint(ca.cert.der()), "common-name", None),
+    );
+    let (agent, addr) = agent_with(dir.path(), &ca_file, &entries).await;
+    let server_cert = agent.state_dir.join("netconf-tls-cert.pem");
+    let (ip, port) = (addr.ip().to_string(), addr.port().to_string());
+    let mut kept = Listening::start_kept(&[
+        "connect-tls",
+        &ip,
+        &port,
+        alice.cert_file.to_str().unwrap(),
+        alice.key_file.to_str().unwrap(),
+        server_cert.to_str().unwrap(),
+        "--keep",
+    ]);
+    let seen = kept.next_session();
+    let sid = seen["session-id"].as_str().unwrap().to_owned();
+    assert_eq!(own_session(&seen)["username"], "admin");
+    let c = Curl::new(&agent);
+    let live = |c: &Curl| {
+        let r = c.get("/data/ietf-netconf-monitoring:netconf-state/sessions");
+        r.json()["ietf-netconf-monitoring:sessions"]["session"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s["session-id"].to_string().trim_matches('"') == sid))
+    };
+    assert!(live(&c));
+    let base = "/data/cats-sma:cats-sma/cats-sma-netconf-server:netconf-server/tls";
+    // An entry that does not concern alice: her session stays.
+    let other = ca.client(dir.path(), "other", Some("other"), vec![]);
+    let r = c.send_xml(
+        "POST",
+        base,
+        &c2n(9, &fingerprint(other.cert.der()), "specified", Some("other"))
+            .replace("<cert-to-name>", &format!("<cert-to-name xmlns=\"{NS_NCS}\">")),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(live(&c), "an unrelated cert-to-name change ended the session");
+    // Her own entry goes: the certificate now maps to alice-cn, not admin.
+    let r = c.call("DELETE", &format!("{base}/cert-to-name=1"), &[], None);
+    assert_eq!(r.status, 204, "{}", r.body);
+    eventually("the session to end", || !live(&c)).await;
+    assert!(failures(&tls_state(&agent), "unmapped-certificate") >= 1, "{}", tls_state(&agent));
+}

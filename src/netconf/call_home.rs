@@ -377,7 +377,8 @@ async fn attempt(
                 let Some(tls) = ch.identity.borrow().clone() else {
                     return Err("no TLS identity in force (netconf-server/tls)".to_string());
                 };
-                super::tls::serve_connection(server.clone(), tls, socket, peer, permit, hooks).await
+                super::tls::serve_connection(server.clone(), tls, ch.identity.clone(), socket, peer, permit, hooks)
+                    .await
             }
         }
     };

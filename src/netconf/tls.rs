@@ -226,8 +226,12 @@ async fn manage(
             if let Some(r) = reloader.take() {
                 r.abort();
             }
-            identity.send_replace(None);
+            // Live sessions re-check themselves against what is sent next (serve_connection):
+            // no transient None between the old identity and the new one.
             status.update(|n| (n.tls, n.error) = (None, None));
+            if wanted.is_none() {
+                identity.send_replace(None);
+            }
             if let Some(t) = wanted.clone() {
                 let dir = state_dir.clone();
                 let built =
@@ -243,6 +247,7 @@ async fn manage(
                     }
                     Err(e) => {
                         error!("NETCONF over TLS cannot start; the listener and TLS Call Home stay closed: {e}");
+                        identity.send_replace(None);
                         status.update(|n| n.error = Some(e));
                     }
                 }
@@ -304,17 +309,19 @@ async fn accept_loop(server: Arc<Core>, listener: TcpListener, identity: watch::
         let Ok(permit) = gate.admit(peer) else { continue };
         let Some(tls) = identity.borrow().clone() else { continue };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(server.clone(), tls, stream, peer, permit, Hooks::default()));
+        tokio::spawn(serve_connection(server.clone(), tls, identity.clone(), stream, peer, permit, Hooks::default()));
     }
 }
 
 /// One NETCONF over TLS connection, accepted or called out (Call Home): the handshake
 /// within the permit's deadline, the username from cert-to-name, a NETCONF session until
-/// it ends (or a reload makes the certificate unacceptable: the session is then ended as
-/// killed by the agent, session 0). `Err` when no session came up.
+/// it ends (or a reload or a new TLS configuration makes the certificate unacceptable, or
+/// maps it to another user: the session is then ended as killed by the agent, session 0).
+/// `Err` when no session came up.
 pub async fn serve_connection(
     server: Arc<Core>,
     tls: Arc<ServerTls>,
+    mut identity: watch::Receiver<Option<Arc<ServerTls>>>,
     stream: TcpStream,
     peer: SocketAddr,
     permit: Arc<Permit>,
@@ -345,12 +352,43 @@ pub async fn serve_connection(
     hooks.started(sid);
     let session = super::session::run_with_idle(stream, server.clone(), sid, info.clone(), hooks.idle);
     tokio::pin!(session);
-    tokio::select! {
-        _ = &mut session => {}
-        r = tls.invalidated(&p.chain) => {
-            refused(&tls, &permit, &r);
-            info.kill.send_replace(Some(crate::datastore::SYSTEM_SESSION));
-            session.await;
+    identity.mark_unchanged();
+    let mut tls = tls;
+    loop {
+        // Ok: the identity to follow; Err: why the session ends, counted by the identity
+        // that refused it.
+        let verdict = tokio::select! {
+            _ = &mut session => break,
+            r = tls.invalidated(&p.chain) => Err((r, tls.clone())),
+            changed = identity.changed() => {
+                let now = if changed.is_ok() { identity.borrow_and_update().clone() } else { None };
+                match now {
+                    // The same identity announced again: nothing changed for this session.
+                    Some(t) if Arc::ptr_eq(&t, &tls) => continue,
+                    Some(t) => match t.admits_as(&p.chain, &user) {
+                        Ok(()) => Ok(t),
+                        Err(r) => Err((r, t)),
+                    },
+                    None => Err((
+                        Refused {
+                            failure: crate::tls::Failure::UnknownCa,
+                            detail: "NETCONF over TLS was switched off or its configuration cannot start".into(),
+                        },
+                        tls.clone(),
+                    )),
+                }
+            }
+        };
+        match verdict {
+            // Re-checked under the new configuration: followed from now on.
+            Ok(t) => tls = t,
+            Err((r, by)) => {
+                refused(&by, &permit, &r);
+                warn!(session = sid, user = %user, "NETCONF over TLS session ended: {}", r.detail);
+                info.kill.send_replace(Some(crate::datastore::SYSTEM_SESSION));
+                session.await;
+                break;
+            }
         }
     }
     server.close_session(sid);

@@ -230,7 +230,7 @@ fn read(t: &DataTree<'static>) -> Result<Desired, String> {
                 }
             }
         }
-        let mut sub_tree = n.duplicate(false).map_err(|e| e.to_string())?;
+        let sub_tree = n.duplicate(false).map_err(|e| e.to_string())?;
         // The copy has no parents (paths from the schema root do not resolve in it): its
         // receivers are the child of its own root.
         if let Some(mut receivers) =

@@ -476,6 +476,28 @@ impl ServerTls {
         })
     }
 
+    /// Whether a live session's `chain`, accepted as `user` under another configuration,
+    /// is still accepted by this one as the same user (a new TLS configuration in force:
+    /// other anchors, CRLs or cert-to-name entries).
+    pub fn admits_as(&self, chain: &[CertificateDer<'static>], user: &str) -> Result<(), Refused> {
+        if chain.is_empty() {
+            return Err(Refused { failure: Failure::Unmapped, detail: "no client certificate".into() });
+        }
+        self.recheck(chain)?;
+        let anchors = self.current().anchors.clone();
+        match self.names.map(chain, &anchors) {
+            Some(m) if m.name == user => Ok(()),
+            Some(m) => Err(Refused {
+                failure: Failure::Unmapped,
+                detail: format!("the client certificate now maps to {} instead of {user}", m.name),
+            }),
+            None => Err(Refused {
+                failure: Failure::Unmapped,
+                detail: "the client certificate maps to no name under the new cert-to-name".into(),
+            }),
+        }
+    }
+
     /// Resolves when a reload makes `chain` unacceptable (never for an empty chain, nor
     /// while it stays valid): the caller then closes the connection.
     pub async fn invalidated(&self, chain: &[CertificateDer<'static>]) -> Refused {

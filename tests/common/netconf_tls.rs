@@ -156,6 +156,21 @@ impl Listening {
         Listening { child, port, lines }
     }
 
+    /// A client that connects out (not a listener); its lines are read with
+    /// [`Listening::next_session`], and it is killed on drop.
+    pub fn start_kept(args: &[&str]) -> Listening {
+        let mut child = Command::new(python())
+            .arg(script())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python with ncclient");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Listening { child, port: 0, lines }
+    }
+
     /// The next session's JSON line (blocking; the client times out on its own).
     pub fn next_session(&mut self) -> serde_json::Value {
         let line = self.lines.next().and_then(Result::ok).expect("the client reports a session");
