@@ -141,24 +141,7 @@ impl Drop for Listening {
 }
 
 impl Listening {
-    pub fn start(args: &[&str]) -> Listening {
-        let mut child = Command::new(python())
-            .arg(script())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python with ncclient");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        let port = first.strip_prefix("LISTENING ").and_then(|p| p.trim().parse().ok()).expect("LISTENING <port>");
-        Listening { child, port, lines }
-    }
-
-    /// A client that connects out (not a listener); its lines are read with
-    /// [`Listening::next_session`], and it is killed on drop.
-    pub fn start_kept(args: &[&str]) -> Listening {
+    fn spawn(args: &[&str]) -> (Child, std::io::Lines<BufReader<ChildStdout>>) {
         let mut child = Command::new(python())
             .arg(script())
             .args(args)
@@ -168,6 +151,20 @@ impl Listening {
             .spawn()
             .expect("python with ncclient");
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        (child, lines)
+    }
+
+    pub fn start(args: &[&str]) -> Listening {
+        let (child, mut lines) = Self::spawn(args);
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        let port = first.strip_prefix("LISTENING ").and_then(|p| p.trim().parse().ok()).expect("LISTENING <port>");
+        Listening { child, port, lines }
+    }
+
+    /// A client that connects out (not a listener); its lines are read with
+    /// [`Listening::next_session`], and it is killed on drop.
+    pub fn start_kept(args: &[&str]) -> Listening {
+        let (child, lines) = Self::spawn(args);
         Listening { child, port: 0, lines }
     }
 
