@@ -658,3 +658,30 @@ async fn rfc8639_2_7_adding_a_receiver_starts_it_alone_and_new_terms_send_subscr
         assert!(names.iter().all(|n| n == "ietf-yang-push:push-update"), "{names:?}");
     }
 }
+
+#[tokio::test]
+async fn rfc8639_2_5_a_configured_subscription_cannot_take_the_id_of_a_live_dynamic_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::start_agent(&dir.path().join("state"), &[]);
+    let mut dynamic = common::connect(agent.addr, "admin", common::PASSWORD).await.expect("login");
+    dynamic.hello(true).await;
+    let r = nc_rpc(
+        &mut dynamic,
+        1,
+        &format!(r#"<establish-subscription xmlns="{SN}"><stream>NETCONF</stream></establish-subscription>"#),
+    )
+    .await;
+    let id: u32 = r
+        .split_once("<id xmlns=\"urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications\">")
+        .and_then(|(_, rest)| rest.split_once('<'))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{r}"));
+    let mut s = common::connect(agent.addr, "admin", common::PASSWORD).await.expect("login");
+    s.hello(true).await;
+    let edit = udp_subscription(9, "encode-json").replace("<id>100</id>", &format!("<id>{id}</id>"));
+    let r = nc_rpc(&mut s, 1, &edit).await;
+    assert!(r.contains("<rpc-error>") && r.contains("dynamic subscription"), "{r}");
+    // Another id is fine.
+    let r = nc_rpc(&mut s, 2, &udp_subscription(9, "encode-json")).await;
+    assert!(r.contains("<ok/>"), "{r}");
+}

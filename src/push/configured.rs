@@ -440,6 +440,8 @@ pub struct Configured {
     core: Weak<Core>,
     /// The receiver instances of the last applied commit.
     instances: Mutex<BTreeMap<String, InstanceSpec>>,
+    /// The subscription ids of the last applied commit.
+    ids: Mutex<HashSet<u32>>,
 }
 
 impl Configured {
@@ -455,6 +457,7 @@ impl Configured {
             push: Arc::downgrade(&core.push),
             core: Arc::downgrade(core),
             instances: Mutex::new(BTreeMap::new()),
+            ids: Mutex::new(HashSet::new()),
         });
         match read(running) {
             Ok(d) => c.send(d),
@@ -465,9 +468,11 @@ impl Configured {
 
     fn send(&self, d: Desired) {
         *self.instances.lock().unwrap_or_else(|e| e.into_inner()) = d.instances.clone();
+        let ids: HashSet<u32> = d.subs.keys().copied().collect();
+        *self.ids.lock().unwrap_or_else(|e| e.into_inner()) = ids.clone();
         if let Some(p) = self.push.upgrade() {
             p.set_filters(d.filters.clone());
-            p.set_configured_ids(d.subs.keys().copied().collect());
+            p.set_configured_ids(ids);
         }
         let _ = self.tx.send(d);
     }
@@ -510,12 +515,10 @@ impl ConfigConsumer for Configured {
             }
         }
         if let Some(push) = self.push.upgrade() {
-            let current: HashSet<u32> =
-                self.status.lock().unwrap_or_else(|e| e.into_inner()).subs.keys().copied().collect();
-            for id in d.subs.keys() {
-                if !current.contains(id) && push.is_dynamic(*id) {
-                    return Err(format!("subscription id {id} is held by a dynamic subscription; choose another"));
-                }
+            // Reserved now, so no establish-subscription takes one of them before apply
+            // (an abort puts back the ids of the last applied commit).
+            if let Some(id) = push.reserve_configured_ids(d.subs.keys().copied()) {
+                return Err(format!("subscription id {id} is held by a dynamic subscription; choose another"));
             }
         }
         Ok(())
@@ -526,8 +529,7 @@ impl ConfigConsumer for Configured {
             return;
         }
         if let Some(push) = self.push.upgrade() {
-            let ids = self.status.lock().unwrap_or_else(|e| e.into_inner()).subs.keys().copied().collect();
-            push.set_configured_ids(ids);
+            push.set_configured_ids(self.ids.lock().unwrap_or_else(|e| e.into_inner()).clone());
         }
     }
 

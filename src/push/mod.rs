@@ -134,11 +134,6 @@ impl Push {
         None
     }
 
-    /// Whether a dynamic subscription has id `id` now.
-    pub fn is_dynamic(&self, id: u32) -> bool {
-        self.lock().contains_key(&id)
-    }
-
     /// The next dynamic id: not one a configured subscription or a live one holds.
     fn allocate_id(&self) -> u32 {
         let configured = self.configured_ids.read().unwrap_or_else(|e| e.into_inner());
