@@ -307,7 +307,9 @@ async fn rfc8650_encode_json_subscription_sends_rfc7951_notifications_over_sse()
     let r = c.send_json("POST", ESTABLISH, on_change);
     assert_eq!(r.status, 200, "{}", r.body);
     let id = r.json()["ietf-subscribed-notifications:output"]["id"].as_u64().unwrap();
-    let listed = c.get(&format!("/data/ietf-subscribed-notifications:subscriptions/subscription={id}"));
+    // The leaf itself: a config-true node of an entry only operational holds.
+    let listed = c.get(&format!("/data/ietf-subscribed-notifications:subscriptions/subscription={id}/encoding"));
+    assert_eq!(listed.status, 200, "{}", listed.body);
     assert!(listed.body.contains("encode-json"), "{}", listed.body);
     let (status, _, mut body) = open_sse(&agent, &format!("/restconf/subscriptions/{id}"), "admin", PASSWORD).await;
     assert_eq!(status, 200);

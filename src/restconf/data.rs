@@ -179,8 +179,16 @@ fn precondition(rc: &Restconf, req: &Req, store: Store) -> Result<(), Failure> {
 
 // ----- GET / HEAD -------------------------------------------------------------------------
 
+/// Subtrees whose configuration nodes also have instances only the operational state holds
+/// (dynamic subscriptions are `subscriptions/subscription` entries, config true, never in
+/// running): below them operational is not running even where the schema is all config.
+const OPERATIONAL_INSTANCES: &[&str] = &["ietf-subscribed-notifications"];
+
 /// Whether nothing below `target` is state (so operational equals running there).
 fn config_only(target: &Target) -> bool {
+    if target.steps.first().is_some_and(|s| OPERATIONAL_INSTANCES.contains(&s.module.as_str())) {
+        return false;
+    }
     match target.schema() {
         Some(s) => s.traverse().all(|n| n.is_config()),
         None => false,
