@@ -246,18 +246,9 @@ pub fn establish(op: &Element, src: &str, filters: &Filters) -> Result<Params, R
 }
 
 /// The leaves of a configured subscription (RFC 8639 section 2.5) that are not terms of
-/// what is sent: they are read by the configured-subscription runner itself.
-const CONFIGURED_ONLY: &[&str] = &[
-    "id",
-    "transport",
-    "purpose",
-    "receivers",
-    "configured-replay",
-    "source-address",
-    "source-vrf",
-    "source-interface",
-    "dscp",
-];
+/// what is sent: they are read by the configured-subscription runner itself. The others it
+/// does not implement (configured-replay, source-address) are refused as unknown.
+const CONFIGURED_ONLY: &[&str] = &["id", "transport", "purpose", "receivers"];
 
 /// Reads the terms of a configured subscription from its `<subscription>` element.
 pub fn configured(sub: &Element, src: &str, filters: &Filters) -> Result<Params, RpcError> {
