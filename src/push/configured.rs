@@ -694,13 +694,15 @@ async fn drive(
         let Some(server) = core.upgrade() else { return };
         let mut params = spec.params.clone();
         params.encoding = Some(enc);
-        let notice = encode::message(enc, Utc::now(), &terms_notification(first, id, &spec))
-            .unwrap_or_else(|| encode::state_in(enc, first, id));
-        sink.send(enc, notice).await;
+        // Built (subscribed to its event stream and change feeds) before subscription-started
+        // goes out, so nothing the receiver causes after seeing it is missed.
         let (out_tx, mut out_rx) = mpsc::channel(QUEUE);
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let built = server.push.build(&server, id, &user, &params, out_tx, status.counters.clone(), ctrl_rx, || {});
         drop(server);
+        let notice = encode::message(enc, Utc::now(), &terms_notification(first, id, &spec))
+            .unwrap_or_else(|| encode::state_in(enc, first, id));
+        sink.send(enc, notice).await;
         let task = tokio::spawn(built.task);
         let _ = ctrl_tx.send(Control::Start);
         let next = loop {
