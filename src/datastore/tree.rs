@@ -107,6 +107,11 @@ pub fn outside_cats_sma(xpath: Option<&str>) -> bool {
     xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/")
 }
 
+/// A leaf's canonical value (None when the leaf is absent).
+pub fn leaf(tree: &DataTree<'static>, path: &str) -> Option<String> {
+    tree.find_path(path).ok().and_then(|n| n.value_canonical())
+}
+
 /// A list key or leaf-list value as an XPath predicate literal: single-quoted unless the
 /// value holds a single quote.
 pub fn quote(v: &str) -> String {

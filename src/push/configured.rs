@@ -28,7 +28,7 @@ use super::encode::{self, Encoding};
 use super::params::{self, Filters, Params};
 use super::subscription::{Control, Counters, End};
 use super::Push;
-use crate::datastore::tree::{quote, set};
+use crate::datastore::tree::{leaf, quote, set};
 use crate::datastore::{ConfigConsumer, StateProvider, Transaction};
 use crate::error::RpcError;
 use crate::mgmt::Core;
@@ -106,10 +106,6 @@ struct Desired {
     filters: Filters,
     instances: BTreeMap<String, InstanceSpec>,
     subs: BTreeMap<u32, SubSpec>,
-}
-
-fn leaf(t: &DataTree<'static>, path: &str) -> Option<String> {
-    t.find_path(path).ok().and_then(|n| n.value_canonical())
 }
 
 fn print_xml(t: &DataTree<'static>) -> String {
@@ -479,7 +475,7 @@ impl Configured {
 }
 
 fn touched(tx: &Transaction<'_>) -> bool {
-    tx.changes.iter().any(|c| c.schema_path.starts_with("/ietf-subscribed-notifications:"))
+    tx.changes_under("/ietf-subscribed-notifications:").next().is_some()
 }
 
 impl ConfigConsumer for Configured {

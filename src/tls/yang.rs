@@ -11,10 +11,7 @@ use yang2::data::{Data, DataTree};
 use super::cert_to_name::{Entry, Fingerprint, MapType};
 use super::server::{ClientAuth, TlsSettings};
 
-/// A leaf's canonical value.
-pub fn leaf(t: &DataTree<'static>, path: &str) -> Option<String> {
-    t.find_path(path).ok().and_then(|n| n.value_canonical())
-}
+pub use crate::datastore::tree::leaf;
 
 /// The settings of the container at `base` (a data path). `client-auth` absent means
 /// optional; the caller decides what else applies (NETCONF over TLS always requires a

@@ -8,14 +8,11 @@ pub mod state;
 pub mod typed;
 pub mod update_status;
 
-use yang2::data::{Data, DataTree};
+use yang2::data::DataTree;
 
 pub const ROOT: &str = "/cats-sma:cats-sma";
 
-/// A leaf's canonical value.
-pub(crate) fn leaf(tree: &DataTree<'static>, path: &str) -> Option<String> {
-    tree.find_path(path).ok().and_then(|n| n.value_canonical())
-}
+pub(crate) use crate::datastore::tree::leaf;
 
 pub(crate) fn leaf_u64(tree: &DataTree<'static>, path: &str) -> Option<u64> {
     leaf(tree, path).and_then(|v| v.parse().ok())
