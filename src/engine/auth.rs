@@ -263,19 +263,20 @@ pub fn sign_hmac(key: &[u8], ts_unix: i64, body: &[u8]) -> String {
 pub fn check(t: &yang2::data::DataTree<'static>) -> Result<(), String> {
     use crate::engine::northbound::ROOT;
     use yang2::data::Data;
-    let Ok(set) = t.find_xpath(&format!("{ROOT}/collection/authentication/credential[algorithm = 'HS256']")) else {
+    let Ok(auth) = t.find_path(&format!("{ROOT}/collection/authentication")) else {
         return Ok(());
     };
-    for n in set {
-        let (mut name, mut len) = (String::new(), 0);
+    for n in auth.children().filter(|n| n.schema().name() == "credential") {
+        let (mut name, mut len, mut hs256) = (String::new(), 0, false);
         for c in n.children() {
             match (c.schema().name(), c.value_canonical()) {
                 ("name", Some(v)) => name = v,
                 ("key", Some(v)) => len = decode_key(&v).map_or(0, |k| k.len()),
+                ("algorithm", Some(v)) if v == "HS256" => hs256 = true,
                 _ => {}
             }
         }
-        if len < 32 {
+        if hs256 && len < 32 {
             return Err(format!(
                 "credential {name}: an HS256 key must be at least 32 bytes (RFC 7518, 3.2), this one has {len}"
             ));
@@ -294,8 +295,9 @@ pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
         window: Duration::from_secs(leaf_u64(t, &format!("{base}/timestamp-window")).unwrap_or(30)),
         ..AuthTable::default()
     };
-    if let Ok(set) = t.find_xpath(&format!("{base}/credential")) {
-        for n in set {
+    // Walks, not find_xpath: yang2 0.18 never frees an XPath result set.
+    if let Ok(auth) = t.find_path(&base) {
+        for n in auth.children().filter(|n| n.schema().name() == "credential") {
             let mut name = None;
             let mut cred = Credential::hmac(b"");
             cred.jwt.algorithms.clear();
@@ -321,8 +323,8 @@ pub fn table(t: &yang2::data::DataTree<'static>) -> AuthTable {
             }
         }
     }
-    if let Ok(set) = t.find_xpath(&format!("{ROOT}/scis/sci[credential-ref]")) {
-        for n in set {
+    if let Ok(scis) = t.find_path(&format!("{ROOT}/scis")) {
+        for n in scis.children().filter(|n| n.schema().name() == "sci") {
             let (mut id, mut cred) = (None, None);
             for c in n.children() {
                 match c.schema().name() {

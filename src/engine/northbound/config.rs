@@ -464,11 +464,22 @@ impl ConfigConsumer for EngineConfig {
             let f = function(tx.config);
             self.engine.submit(move |core| core.set_function(f));
         }
-        if touched("collection/authentication") || touched("scis/discovery") || tx.changes_under(SCI).next().is_some() {
-            // Before the registry changes reach the engine, so a new credential-ref is
-            // never enforced without its key being known to the transports.
+        let updates = sci_updates(tx);
+        // Before the registry changes reach the engine, so a new credential-ref is never
+        // enforced without its key being known to the transports.
+        if touched("collection/authentication") || touched("scis/discovery") {
             let table = crate::engine::auth::table(tx.config);
             *self.engine.auth.write().unwrap_or_else(|e| e.into_inner()) = table;
+        } else if !updates.is_empty() {
+            // Only SCI entries changed: their credential-refs, not a table rebuilt from
+            // every SCI (100 000 of them for one SCI created).
+            let mut auth = self.engine.auth.write().unwrap_or_else(|e| e.into_inner());
+            for (key, s) in &updates {
+                match s.as_ref().and_then(|s| s.credential_ref.clone()) {
+                    Some(c) => auth.scis.insert(key.clone(), c),
+                    None => auth.scis.remove(key),
+                };
+            }
         }
         if touched("scis/discovery") {
             // Checked in prepare.
@@ -476,7 +487,6 @@ impl ConfigConsumer for EngineConfig {
                 self.engine.submit(move |core| crate::engine::discovery::set_config(core, d));
             }
         }
-        let updates = sci_updates(tx);
         if updates.is_empty() {
             return;
         }
