@@ -728,3 +728,172 @@ fn issue22_rollback_after_validation_removed_the_other_case_puts_the_deleted_lea
     edit(&ds, Datastore::Running, &client("<periodic><period>120</period></periodic>")).unwrap();
     assert_eq!(value(&ds, Datastore::Running, period).as_deref(), Some("120"));
 }
+
+/// A small deterministic generator (xorshift64*), so a failing sequence can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn pick(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One random edit of the SCI registry and what it references: SCIs (with or without
+/// cs-id, credential-ref, authentication none), credentials (valid or missing their key),
+/// pull and probe targets (leafrefs to an SCI), jwt trust domains (user-ordered), plain leaf
+/// changes; valid and invalid alike.
+fn random_edit(r: &mut Rng) -> String {
+    let sci_id = format!("s{}", r.pick(6));
+    let cred = format!("k{}", r.pick(3));
+    let sci_body = |r: &mut Rng| {
+        let mut b = format!("<csci-id>{sci_id}</csci-id>");
+        if r.pick(8) != 0 {
+            b += &format!("<cs-id>cs{}</cs-id>", r.pick(3));
+        }
+        if r.pick(2) == 0 {
+            b += &format!("<credential-ref>{cred}</credential-ref>");
+        }
+        if r.pick(5) == 0 {
+            b += "<authentication>none</authentication>";
+        }
+        if r.pick(3) == 0 {
+            b += &format!("<expected-interval>{}</expected-interval>", 1000 + r.pick(5000));
+        }
+        b
+    };
+    match r.pick(11) {
+        0 | 1 => cfg(&format!(r#"<scis><sci nc:operation="create">{}</sci></scis>"#, sci_body(r))),
+        2 => cfg(&format!(r#"<scis><sci nc:operation="delete"><csci-id>{sci_id}</csci-id></sci></scis>"#)),
+        3 if r.pick(3) == 0 => cfg(&format!(
+            r#"<collection><authentication><credential nc:operation="create"><name>{cred}</name><type>jwt</type><algorithm>HS256</algorithm><key>MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=</key><issuer>i</issuer>{}</credential></authentication></collection>"#,
+            if r.pick(4) == 0 { "" } else { "<audience>a</audience>" }
+        )),
+        3 => {
+            let key = if r.pick(5) == 0 { String::new() } else { "<key>MDEyMzQ1Njc4OWFiY2RlZg==</key>".into() };
+            cfg(&format!(
+                r#"<collection><authentication><credential nc:operation="create"><name>{cred}</name><type>hmac-sha256</type>{key}</credential></authentication></collection>"#
+            ))
+        }
+        4 => cfg(&format!(
+            r#"<collection><authentication><credential nc:operation="delete"><name>{cred}</name></credential></authentication></collection>"#
+        )),
+        5 => cfg(&format!(
+            r#"<collection><pull><target nc:operation="create"><csci-id>{sci_id}</csci-id><url>http://127.0.0.1:1/m</url></target></pull></collection>"#
+        )),
+        6 => cfg(&format!(
+            r#"<collection><pull><target nc:operation="delete"><csci-id>{sci_id}</csci-id></target></pull></collection>"#
+        )),
+        7 => cfg(&format!(
+            "<scis><sci><csci-id>{sci_id}</csci-id><expected-interval>{}</expected-interval></sci></scis>",
+            1000 + r.pick(5000)
+        )),
+        8 => {
+            let other = format!("s{}", 6 + r.pick(3));
+            cfg(&format!(
+                r#"<scis><sci nc:operation="create">{}</sci><sci nc:operation="create"><csci-id>{other}</csci-id><cs-id>cs1</cs-id></sci></scis>"#,
+                sci_body(r)
+            ))
+        }
+        9 => cfg(&format!(
+            r#"<scis><discovery><trust-domain nc:operation="create"><name>d{}</name><proof>jwt</proof><credential-ref>{cred}</credential-ref><csci-id-pattern>pod-*</csci-id-pattern><cs-id>cs1</cs-id></trust-domain></discovery></scis>"#,
+            r.pick(3)
+        )),
+        _ => cfg(&format!(
+            r#"<scis><discovery><trust-domain nc:operation="delete"><name>d{}</name></trust-domain></discovery></scis>"#,
+            r.pick(3)
+        )),
+    }
+}
+
+/// Running as printed with explicit values only and with every default tagged; asserts that
+/// running is what libyang's validation of a copy of it gives (valid, defaults in place).
+fn running_text(ds: &Datastores) -> (String, String) {
+    use yang2::data::{DataPrinterFlags as F, DataTree, DataValidationFlags};
+    let print = |t: &DataTree<'static>| {
+        let p = |f| t.print_string(DataFormat::XML, F::WITH_SIBLINGS | f).unwrap().unwrap_or_default();
+        (p(F::WD_EXPLICIT), p(F::from_bits_retain(yang2::ffi::LYD_PRINT_WD_ALL_TAG)))
+    };
+    ds.with_tree(Datastore::Running, |t| {
+        let mut copy = t.duplicate().unwrap();
+        copy.validate(DataValidationFlags::NO_STATE).expect("running is valid");
+        let text = print(t);
+        assert_eq!(text, print(&copy), "running is not what its validation gives");
+        text
+    })
+    .unwrap()
+}
+
+/// RFC 7950 section 8 (constraint enforcement at commit): validation that looks only at the
+/// created or deleted entries and what they reach (`datastore/local.rs`) accepts and
+/// refuses exactly what libyang's full validation does, and leaves the same tree (defaults
+/// and default flags included), over random sequences of valid and invalid edits on running
+/// and through the candidate.
+#[test]
+fn rfc7950_8_validation_of_changed_entries_agrees_with_full_validation() {
+    let local = open();
+    let full = open();
+    full.set_local_validation(false);
+    for seed in 1..=8u64 {
+        let mut r = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+        for step in 0..150 {
+            let xml = random_edit(&mut r);
+            let via_candidate = r.pick(4) == 0;
+            let run = |ds: &Datastores| -> Result<(), String> {
+                let target = if via_candidate { Datastore::Candidate } else { Datastore::Running };
+                let e = edit(ds, target, &xml).map_err(|e| format!("{e:?}"))?;
+                let _ = e;
+                if via_candidate {
+                    let c = ds.commit(1, false);
+                    if c.is_err() {
+                        ds.discard(1).unwrap();
+                    }
+                    c.map(|_| ()).map_err(|e| format!("{e:?}"))?;
+                }
+                Ok(())
+            };
+            let (a, b) = (run(&local), run(&full));
+            assert_eq!(a, b, "seed {seed} step {step}: the two validations disagree on\n{xml}");
+            assert_eq!(
+                running_text(&local),
+                running_text(&full),
+                "seed {seed} step {step}: running differs after\n{xml}"
+            );
+        }
+    }
+    eprintln!("validated on the changed entries: {} commits", local.local_validations());
+    assert!(
+        local.local_validations() >= 100,
+        "the local path was taken for {} commits only",
+        local.local_validations()
+    );
+    assert_eq!(full.local_validations(), 0);
+}
+
+/// RFC 6241 8.3: a candidate edit that failed leaves the candidate unmodified — it is
+/// running, follows later edits of running, and can be locked (8.3.5.1 refuses a lock only
+/// for a modified candidate). Before, the failed edit left a copy of running behind that a
+/// later commit wrote over running, losing what had been configured there meanwhile.
+#[test]
+fn rfc6241_8_3_a_failed_candidate_edit_leaves_no_stale_candidate() {
+    let ds = open();
+    let missing = cfg(r#"<scis><sci nc:operation="delete"><csci-id>x</csci-id></sci></scis>"#);
+    let e = edit(&ds, Datastore::Candidate, &missing).unwrap_err();
+    assert_eq!(e[0].tag, ErrorTag::DataMissing);
+    assert!(!ds.candidate_modified());
+    ds.lock(2, Datastore::Candidate).unwrap();
+    ds.unlock(2, Datastore::Candidate).unwrap();
+    edit(&ds, Datastore::Running, &cfg(&sci("a", "cs1"))).unwrap();
+    assert_eq!(value(&ds, Datastore::Candidate, &format!("{SCI_A}/csci-id")).as_deref(), Some("a"));
+    edit(&ds, Datastore::Candidate, &cfg(&sci("b", "cs1"))).unwrap();
+    ds.commit(1, false).unwrap();
+    for id in ["a", "b"] {
+        let path = format!("/cats-sma:cats-sma/scis/sci[csci-id='{id}']/csci-id");
+        assert_eq!(value(&ds, Datastore::Running, &path).as_deref(), Some(id), "SCI {id} lost by the commit");
+    }
+}

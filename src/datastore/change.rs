@@ -211,35 +211,89 @@ pub(crate) fn ancestor_ends(path: &str) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
-/// Replays changes on a tree that held the same content as the one they were recorded on.
-/// Returns false when a change cannot be replayed faithfully (positions in user-ordered
-/// lists); the caller then falls back to a full copy.
-pub(crate) fn replay(tree: &mut DataTree<'static>, changes: &[Change]) -> bool {
-    for c in changes {
-        let ok = match c.op {
-            ChangeOp::Move => false,
-            ChangeOp::Create | ChangeOp::Modify if c.is_key => true,
-            ChangeOp::Create | ChangeOp::Modify => {
-                let value = match c.kind {
-                    NodeKind::Leaf => c.value.as_deref(),
-                    _ => None,
-                };
-                tree.new_path(&c.path, value, false).is_ok()
-            }
-            ChangeOp::Delete => {
-                // Descendants of a deleted subtree are already gone.
-                if tree.find_path(&c.path).is_ok() {
-                    super::tree::remove(tree, &c.path).is_ok()
-                } else {
-                    true
-                }
-            }
-        };
-        if !ok {
+/// Replays changes on a tree that held the same content as `source` before them, `source`
+/// being the tree they were made on, after validation: every changed subtree is copied
+/// from `source` with its flags, so the defaults validation added (or brought back for a
+/// deleted leaf), the when results and the default flags of the containers above are the
+/// same in both, and a user-ordered entry lands next to the neighbour it has in `source`.
+/// Returns false when a change cannot be mirrored (a move, a missing parent); the caller
+/// then falls back to a full copy.
+pub(crate) fn replay(tree: &mut DataTree<'static>, source: &DataTree<'static>, changes: &[Change]) -> bool {
+    for c in roots(changes) {
+        if c.op == ChangeOp::Move {
+            return false;
+        }
+        // SAFETY: both trees are owned by the caller for the call; nodes are looked up just
+        // before use and nothing else holds pointers into `tree`.
+        if !unsafe { mirror(tree, source, &c.path) } {
             return false;
         }
     }
     true
+}
+
+/// Makes the node at `path` in `tree` (absent or not) what it is in `source`.
+unsafe fn mirror(tree: &mut DataTree<'static>, source: &DataTree<'static>, path: &str) -> bool {
+    use yang2::ffi;
+    if let Ok(old) = tree.find_path(path) {
+        let n = old.as_raw();
+        let parent = super::tree::unlink(tree, n);
+        ffi::lyd_free_tree(n);
+        fix_default_flags(parent, source, path);
+    }
+    let Ok(src) = source.find_path(path) else {
+        return true;
+    };
+    let src = src.as_raw();
+    let parent_path = ancestor_ends(path).last().map(|end| &path[..end]);
+    let parent = match parent_path {
+        Some(p) => match tree.find_path(p) {
+            Ok(n) => n.as_raw(),
+            Err(_) => return false,
+        },
+        None => std::ptr::null_mut(),
+    };
+    let mut dup = std::ptr::null_mut();
+    let flags = ffi::LYD_DUP_RECURSIVE | ffi::LYD_DUP_WITH_FLAGS;
+    if ffi::lyd_dup_single(src, std::ptr::null_mut(), flags, &mut dup) != ffi::LY_ERR::LY_SUCCESS || dup.is_null() {
+        return false;
+    }
+    super::tree::relink(tree, dup, parent);
+    // A user-ordered entry next to the neighbour it has in the source.
+    let schema = (*src).schema;
+    if !schema.is_null() && (*schema).flags as u32 & ffi::LYS_ORDBY_USER != 0 {
+        let (prev, next) = ((*src).prev, (*src).next);
+        let neighbour = |n: *mut ffi::lyd_node| {
+            let p = <DataNodeRef<'_, '_> as yang2::utils::Binding>::from_raw(source, n).path();
+            tree.find_path(&p).ok().map(|t| t.as_raw())
+        };
+        let placed = if !prev.is_null() && prev != src && !(*prev).next.is_null() && (*prev).schema == schema {
+            neighbour(prev).map(|a| ffi::lyd_insert_after(a, dup))
+        } else if !next.is_null() && (*next).schema == schema {
+            neighbour(next).map(|a| ffi::lyd_insert_before(a, dup))
+        } else {
+            Some(ffi::LY_ERR::LY_SUCCESS)
+        };
+        if placed != Some(ffi::LY_ERR::LY_SUCCESS) {
+            return false;
+        }
+    }
+    fix_default_flags(parent, source, path);
+    true
+}
+
+/// The default flag of `parent` and the containers above it, as in `source` (`path` is
+/// the child's path, so the source's nodes are found from it).
+unsafe fn fix_default_flags(mut node: *mut yang2::ffi::lyd_node, source: &DataTree<'static>, path: &str) {
+    use yang2::ffi;
+    let mut ends: Vec<usize> = ancestor_ends(path).collect();
+    while !node.is_null() {
+        let Some(end) = ends.pop() else { return };
+        let Ok(s) = source.find_path(&path[..end]) else { return };
+        let dflt = (*s.as_raw()).flags & ffi::LYD_DEFAULT;
+        (*node).flags = ((*node).flags & !ffi::LYD_DEFAULT) | dflt;
+        node = (*node).parent as *mut ffi::lyd_node;
+    }
 }
 
 #[cfg(test)]

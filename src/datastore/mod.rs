@@ -8,6 +8,7 @@
 
 pub mod change;
 pub mod edit;
+mod local;
 pub mod memory;
 pub mod persist;
 pub mod render;
@@ -207,6 +208,7 @@ pub struct Datastores {
     guard: RwLock<Option<Arc<dyn WriteGuard>>>,
     startup_file: Option<PathBuf>,
     fast_path: validate::FastPath,
+    local: local::LocalValidation,
 }
 
 fn ly(e: yang2::Error) -> RpcError {
@@ -265,6 +267,7 @@ impl Datastores {
             guard: RwLock::new(None),
             startup_file,
             fast_path: validate::FastPath::new(ctx),
+            local: local::LocalValidation::new(ctx),
         })
     }
 
@@ -503,15 +506,45 @@ impl Datastores {
         edits: &[&DataTree<'static>],
         opts: EditOptions,
     ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
-        let whole = |e: Vec<RpcError>| (None, e);
         if !target.is_configuration() {
-            return Err(whole(vec![RpcError::protocol(
-                ErrorTag::InvalidValue,
-                format!("{} is not a configuration datastore that can be edited", target.name()),
-            )]));
+            return Err((
+                None,
+                vec![RpcError::protocol(
+                    ErrorTag::InvalidValue,
+                    format!("{} is not a configuration datastore that can be edited", target.name()),
+                )],
+            ));
         }
         let mut guard = self.lock_inner();
-        let inner = &mut *guard;
+        let result = self.edit_in(&mut guard, session, target, edits, opts);
+        if target == Datastore::Candidate {
+            Self::release_clean_candidate(&mut guard);
+        }
+        result
+    }
+
+    /// An unmodified candidate (an edit that failed or changed nothing, a copy of running
+    /// into it) is running: it goes back to the spare slot, so edits of running and
+    /// commits keep it in step instead of a stale copy being committed over them later, and
+    /// a lock of the candidate is not refused for changes it does not hold.
+    fn release_clean_candidate(inner: &mut Inner) {
+        if inner.candidate.as_ref().is_some_and(|c| c.changes.is_empty()) {
+            let clean = inner.candidate.take().expect("just checked");
+            if inner.spare.is_none() {
+                inner.spare = Some(clean.tree);
+            }
+        }
+    }
+
+    fn edit_in(
+        &self,
+        inner: &mut Inner,
+        session: SessionId,
+        target: Datastore,
+        edits: &[&DataTree<'static>],
+        opts: EditOptions,
+    ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
+        let whole = |e: Vec<RpcError>| (None, e);
         Self::check_writable(inner, session, target).map_err(|e| whole(vec![e]))?;
         if target == Datastore::Candidate {
             self.ensure_candidate(inner).map_err(|e| whole(vec![e]))?;
@@ -621,13 +654,28 @@ impl Datastores {
         Ok(())
     }
 
-    /// Validates a tree after `changes`: skips libyang's full pass only when the fast path
-    /// proves it cannot fail (see `validate.rs`).
+    /// Validates a tree after `changes`: skips libyang's full pass when the fast path proves
+    /// it cannot fail (`validate.rs`) or the changed entries were validated on their own
+    /// (`local.rs`).
     fn validate_changed(&self, tree: &mut DataTree<'static>, changes: &[Change]) -> Result<(), RpcError> {
-        if self.fast_path.covers(changes) {
+        if self.fast_path.covers(changes) || self.local.validate(tree, changes, &self.fast_path) {
             return Ok(());
         }
         tree.validate(DataValidationFlags::NO_STATE).map_err(ly)
+    }
+
+    /// Turns validation that follows the change (`local.rs`) off or on; off, every commit
+    /// that is not a plain leaf change takes libyang's full validation. For tests that
+    /// compare the two.
+    #[doc(hidden)]
+    pub fn set_local_validation(&self, on: bool) {
+        self.local.set_enabled(on);
+    }
+
+    /// How many commits were validated on their changed entries only.
+    #[doc(hidden)]
+    pub fn local_validations(&self) -> u64 {
+        self.local.used()
     }
 
     /// prepare on every consumer, then apply on all, or abort on those prepared.
@@ -664,7 +712,7 @@ impl Datastores {
         if changes.len() > REPLAY_MAX {
             inner.spare = None;
         } else if let Some(spare) = inner.spare.as_mut() {
-            if !change::replay(spare, changes) {
+            if !change::replay(spare, &inner.running, changes) {
                 inner.spare = None;
             }
         }
@@ -702,7 +750,8 @@ impl Datastores {
             inner.spare = None;
         } else {
             let mut old = old;
-            inner.spare = if cand.changes.len() <= REPLAY_MAX && change::replay(&mut old, &cand.changes) {
+            inner.spare = if cand.changes.len() <= REPLAY_MAX && change::replay(&mut old, &inner.running, &cand.changes)
+            {
                 Some(old)
             } else {
                 None
@@ -808,6 +857,7 @@ impl Datastores {
                 let mut all = inner.candidate.take().map(|c| c.changes).unwrap_or_default();
                 all.extend(changes.iter().cloned());
                 inner.candidate = Some(CandidateState { tree: new, changes: all });
+                Self::release_clean_candidate(inner);
                 Ok(changes)
             }
             _ => {
@@ -842,6 +892,7 @@ impl Datastores {
                 let changes = diff_changes(&inner.running, &DataTree::new(self.ctx))?;
                 self.check_guard(session, target, &changes)?;
                 inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes });
+                Self::release_clean_candidate(&mut inner);
                 Ok(())
             }
             _ => Err(RpcError::protocol(
