@@ -767,7 +767,11 @@ fn random_edit(r: &mut Rng) -> String {
         }
         b
     };
-    match r.pick(11) {
+    match r.pick(13) {
+        // A jwt credential turned hmac: validation removes its when-false leaves.
+        11 => cfg(&format!(
+            "<collection><authentication><credential><name>{cred}</name><type>hmac-sha256</type></credential></authentication></collection>"
+        )),
         0 | 1 => cfg(&format!(r#"<scis><sci nc:operation="create">{}</sci></scis>"#, sci_body(r))),
         2 => cfg(&format!(r#"<scis><sci nc:operation="delete"><csci-id>{sci_id}</csci-id></sci></scis>"#)),
         3 if r.pick(3) == 0 => cfg(&format!(
@@ -813,7 +817,7 @@ fn random_edit(r: &mut Rng) -> String {
 
 /// Running as printed with explicit values only and with every default tagged; asserts that
 /// running is what libyang's validation of a copy of it gives (valid, defaults in place).
-fn running_text(ds: &Datastores) -> (String, String) {
+fn running_text(ds: &Datastores, what: &str) -> (String, String) {
     use yang2::data::{DataPrinterFlags as F, DataTree, DataValidationFlags};
     let print = |t: &DataTree<'static>| {
         let p = |f| t.print_string(DataFormat::XML, F::WITH_SIBLINGS | f).unwrap().unwrap_or_default();
@@ -821,9 +825,11 @@ fn running_text(ds: &Datastores) -> (String, String) {
     };
     ds.with_tree(Datastore::Running, |t| {
         let mut copy = t.duplicate().unwrap();
-        copy.validate(DataValidationFlags::NO_STATE).expect("running is valid");
+        if let Err(e) = copy.validate(DataValidationFlags::NO_STATE) {
+            panic!("{what}: running is not valid: {e:?}\n{}", print(t).0);
+        }
         let text = print(t);
-        assert_eq!(text, print(&copy), "running is not what its validation gives");
+        assert_eq!(text, print(&copy), "{what}: running is not what its validation gives");
         text
     })
     .unwrap()
@@ -843,25 +849,33 @@ fn rfc7950_8_validation_of_changed_entries_agrees_with_full_validation() {
         let mut r = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
         for step in 0..150 {
             let xml = random_edit(&mut r);
-            let via_candidate = r.pick(4) == 0;
+            // Edits of running and of the candidate interleave; the candidate is committed
+            // (or discarded when its commit fails) now and then, with running edited since.
+            let (via_candidate, commit) = match r.pick(8) {
+                0 | 1 => (true, false),
+                2 => (true, true),
+                _ => (false, r.pick(6) == 0),
+            };
             let run = |ds: &Datastores| -> Result<(), String> {
                 let target = if via_candidate { Datastore::Candidate } else { Datastore::Running };
-                let e = edit(ds, target, &xml).map_err(|e| format!("{e:?}"))?;
-                let _ = e;
-                if via_candidate {
+                let e = edit(ds, target, &xml).map_err(|e| format!("edit {e:?}"));
+                if commit {
                     let c = ds.commit(1, false);
                     if c.is_err() {
                         ds.discard(1).unwrap();
                     }
-                    c.map(|_| ()).map_err(|e| format!("{e:?}"))?;
+                    c.map_err(|e| format!("commit {e:?}"))?;
                 }
-                Ok(())
+                e.map(|_| ())
             };
             let (a, b) = (run(&local), run(&full));
             assert_eq!(a, b, "seed {seed} step {step}: the two validations disagree on\n{xml}");
+            let what = |side| {
+                format!("{side} seed {seed} step {step} (candidate {via_candidate}, commit {commit}) after\n{xml}\n")
+            };
             assert_eq!(
-                running_text(&local),
-                running_text(&full),
+                running_text(&local, &what("local")),
+                running_text(&full, &what("full")),
                 "seed {seed} step {step}: running differs after\n{xml}"
             );
         }
@@ -896,4 +910,60 @@ fn rfc6241_8_3_a_failed_candidate_edit_leaves_no_stale_candidate() {
         let path = format!("/cats-sma:cats-sma/scis/sci[csci-id='{id}']/csci-id");
         assert_eq!(value(&ds, Datastore::Running, &path).as_deref(), Some(id), "SCI {id} lost by the commit");
     }
+}
+
+/// RFC 6241 7.2 (an edit is applied whole or not at all) with RFC 7950 8.2 (validation
+/// removes nodes whose when became false): an edit refused by validation or by a consumer
+/// after validation had already removed such nodes leaves running exactly as it was.
+/// Before, the jwt leaves validation had removed stayed removed and running was left
+/// invalid (a jwt credential without an algorithm).
+#[test]
+fn rfc6241_7_2_a_refused_edit_leaves_nothing_validation_removed() {
+    let ds = open();
+    let jwt = r#"<collection><authentication><credential><name>k</name><type>jwt</type><algorithm>HS256</algorithm><key>MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=</key><issuer>i</issuer><audience>a</audience></credential></authentication></collection>"#;
+    edit(&ds, Datastore::Running, &cfg(jwt)).unwrap();
+    let domain = r#"<scis><discovery><trust-domain><name>d</name><proof>jwt</proof><credential-ref>k</credential-ref><csci-id-pattern>p-*</csci-id-pattern><cs-id>cs1</cs-id></trust-domain></discovery></scis>"#;
+    edit(&ds, Datastore::Running, &cfg(domain)).unwrap();
+    let before = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    let to_hmac = cfg("<collection><authentication><credential><name>k</name><type>hmac-sha256</type></credential></authentication></collection>");
+    // The trust domain's must wants a jwt credential: refused after the when-false leaves
+    // were removed by validation.
+    let e = edit(&ds, Datastore::Running, &to_hmac).unwrap_err();
+    assert_eq!(e[0].app_tag.as_deref(), Some("must-violation"), "{e:?}");
+    let after = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    assert_eq!(after, before, "the refused edit left a trace");
+    ds.validate(Source::Datastore(Datastore::Running)).unwrap();
+    // Without the domain the edit validates, and a consumer refuses it: same.
+    edit(
+        &ds,
+        Datastore::Running,
+        &cfg(
+            r#"<scis><discovery><trust-domain nc:operation="delete"><name>d</name></trust-domain></discovery></scis>"#,
+        ),
+    )
+    .unwrap();
+    struct Veto;
+    impl ConfigConsumer for Veto {
+        fn name(&self) -> &str {
+            "veto"
+        }
+        fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String> {
+            match tx.changes_under("/cats-sma:cats-sma/collection").next() {
+                Some(_) => Err("no".into()),
+                None => Ok(()),
+            }
+        }
+        fn apply(&self, _: &Transaction<'_>) {}
+    }
+    ds.register_consumer(Arc::new(Veto));
+    let before = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    edit(&ds, Datastore::Running, &to_hmac).unwrap_err();
+    let after = ds.with_tree(Datastore::Running, |t| cats_sma::datastore::print_xml(t).unwrap()).unwrap();
+    assert_eq!(after, before, "the vetoed edit left a trace");
+    ds.validate(Source::Datastore(Datastore::Running)).unwrap();
+    // Through the candidate, a vetoed commit leaves the candidate as it was edited.
+    edit(&ds, Datastore::Candidate, &to_hmac).unwrap();
+    ds.commit(1, false).unwrap_err();
+    let algorithm = "/cats-sma:cats-sma/collection/authentication/credential[name='k']/algorithm[.='HS256']";
+    assert!(ds.with_tree(Datastore::Candidate, |t| t.find_path(algorithm).is_ok()).unwrap());
 }

@@ -64,6 +64,9 @@ struct Expr {
     owner: Snode,
     atoms: Vec<Snode>,
     kind: Kind,
+    /// Uses what its atoms do not show: deref(), or an axis other than child, parent and
+    /// self (a sibling axis finds no schema node, so it adds no atom).
+    hidden_reach: bool,
 }
 
 struct Deps {
@@ -192,7 +195,9 @@ impl LocalValidation {
 
     /// Validates the created entries, grouped by parent, each group in one scratch tree.
     fn created_ok(&self, tree: &mut DataTree<'static>, units: &[Unit<'_>]) -> bool {
-        let mut groups: Vec<(*mut ffi::lyd_node, Vec<(*mut ffi::lyd_node, &Unit<'_>)>)> = Vec::new();
+        // One group per parent node and list: members of one group share a plan.
+        type Group<'g, 'c> = ((*mut ffi::lyd_node, *const ffi::lysc_node), Vec<(*mut ffi::lyd_node, &'g Unit<'c>)>);
+        let mut groups: Vec<Group<'_, '_>> = Vec::new();
         for u in units.iter().filter(|u| u.change.op == ChangeOp::Create) {
             let Ok(node) = tree.find_path(&u.change.path) else { return false };
             let e = node.as_raw();
@@ -201,12 +206,14 @@ impl LocalValidation {
             if parent.is_null() {
                 return false;
             }
-            match groups.iter_mut().find(|(p, _)| *p == parent) {
+            // SAFETY: as above.
+            let key = (parent, unsafe { (*e).schema });
+            match groups.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, members)) => members.push((e, u)),
-                None => groups.push((parent, vec![(e, u)])),
+                None => groups.push((key, vec![(e, u)])),
             }
         }
-        for (parent, members) in &groups {
+        for ((parent, _), members) in &groups {
             if members[0].1.plan.user_ordered && members.len() > 1 {
                 return false;
             }
@@ -281,6 +288,17 @@ unsafe fn validate_group(parent: *mut ffi::lyd_node, members: &[(*mut ffi::lyd_n
         ffi::ly_temp_log_options(previous);
         if ok {
             ok = diff_is_local(diff, &member_paths, &region_paths(scratch_parent, &plan.regions));
+        }
+        if !ok && !diff.is_null() {
+            // Not proven: the members go back as the edit made them (full validation
+            // decides), without what the scratch's validation removed or added in them.
+            let mut reversed = null_mut();
+            if ffi::lyd_diff_reverse_all(diff, &mut reversed) == ffi::LY_ERR::LY_SUCCESS {
+                ffi::lyd_diff_apply_all(&mut first, reversed);
+            }
+            if !reversed.is_null() {
+                ffi::lyd_free_all(reversed);
+            }
         }
         if !diff.is_null() {
             ffi::lyd_free_all(diff);
@@ -520,9 +538,14 @@ unsafe fn first_sibling(mut n: *mut ffi::lyd_node) -> *mut ffi::lyd_node {
 /// validation would set.
 fn deleted_ok(tree: &mut DataTree<'static>, u: &Unit<'_>, changes: &[Change]) -> bool {
     for (referrer, key_schema) in &u.plan.backrefs {
-        let values = changes
+        let values: Vec<&Change> = changes
             .iter()
-            .filter(|c| c.op == ChangeOp::Delete && &c.schema_path == key_schema && is_below(&c.path, &u.change.path));
+            .filter(|c| c.op == ChangeOp::Delete && &c.schema_path == key_schema && is_below(&c.path, &u.change.path))
+            .collect();
+        if values.is_empty() {
+            // The deleted key is not among the changes: nothing proven.
+            return false;
+        }
         for v in values {
             let Some(v) = v.old_value.as_deref() else { return false };
             if v.contains('\'') && v.contains('"') {
@@ -673,12 +696,12 @@ unsafe fn node_deps(d: &mut Deps, raw: *const ffi::lysc_node) {
     let musts = ffi::lysc_node_musts(raw);
     for i in 0..array_len(musts) {
         let m = musts.add(i);
-        push(d, raw as Snode, Kind::Must, atoms(raw, module, (*m).cond, (*m).prefixes));
+        push(d, raw as Snode, Kind::Must, (*m).cond, atoms(raw, module, (*m).cond, (*m).prefixes));
     }
     let whens = ffi::lysc_node_when(raw);
     for i in 0..array_len(whens) {
         let w = *whens.add(i);
-        push(d, raw as Snode, Kind::When, atoms((*w).context, module, (*w).cond, (*w).prefixes));
+        push(d, raw as Snode, Kind::When, (*w).cond, atoms((*w).context, module, (*w).cond, (*w).prefixes));
     }
     if (*raw).nodetype as u32 & (ffi::LYS_LEAF | ffi::LYS_LEAFLIST) != 0 {
         let ty = (*(raw as *const ffi::lysc_node_leaf)).type_;
@@ -686,11 +709,39 @@ unsafe fn node_deps(d: &mut Deps, raw: *const ffi::lysc_node) {
     }
 }
 
-fn push(d: &mut Deps, owner: Snode, kind: Kind, atoms: Option<Vec<Snode>>) {
+fn push(d: &mut Deps, owner: Snode, kind: Kind, expr: *const ffi::lyxp_expr, atoms: Option<Vec<Snode>>) {
     match atoms {
-        Some(atoms) => d.exprs.push(Expr { owner, atoms, kind }),
+        Some(atoms) => {
+            // SAFETY: a compiled expression of the context (not null: atoms() checked it).
+            let hidden_reach = unsafe { hidden_reach(expr) };
+            d.exprs.push(Expr { owner, atoms, kind, hidden_reach })
+        }
         None => d.unknown = true,
     }
+}
+
+/// Whether an expression's text uses deref() or an axis beyond child / parent / self
+/// (`//` is descendant-or-self).
+unsafe fn hidden_reach(expr: *const ffi::lyxp_expr) -> bool {
+    let text = ffi::lyxp_get_expr(expr);
+    if text.is_null() {
+        return true;
+    }
+    let text = CStr::from_ptr(text).to_string_lossy();
+    [
+        "deref",
+        "sibling::",
+        "preceding::",
+        "following::",
+        "ancestor",
+        "descendant",
+        "//",
+        "namespace::",
+        "attribute::",
+        "@",
+    ]
+    .iter()
+    .any(|t| text.contains(t))
 }
 
 unsafe fn type_deps(
@@ -716,7 +767,7 @@ unsafe fn type_deps(
                 }
                 Kind::LeafRef { target, require_instance: (*l).require_instance != 0 }
             };
-            push(d, node as Snode, kind, a);
+            push(d, node as Snode, kind, (*l).path, a);
         }
         ffi::LY_DATA_TYPE::LY_TYPE_INST if (*(ty as *const ffi::lysc_type_instanceid)).require_instance != 0 => {
             d.instance_ids = true;
@@ -764,6 +815,11 @@ fn plan_for(deps: &Deps, s: *mut ffi::lysc_node) -> Option<Plan> {
         if p == 0 {
             return None;
         }
+        let ancestor_lists: HashSet<Snode> = ancestors
+            .iter()
+            .copied()
+            .filter(|&a| (*(a as *const ffi::lysc_node)).nodetype as u32 == ffi::LYS_LIST)
+            .collect();
         let subtree = subtree_of(s);
         let keys: HashSet<Snode> = {
             let mut k = HashSet::new();
@@ -782,7 +838,14 @@ fn plan_for(deps: &Deps, s: *mut ffi::lysc_node) -> Option<Plan> {
         for e in &deps.exprs {
             let inside = subtree.contains(&e.owner);
             if inside {
-                if matches!(e.kind, Kind::Opaque) || e.atoms.contains(&p) {
+                // Through P, or through a list above it (an absolute path that can select
+                // other instances of an ancestor entry), an expression could see entries
+                // the scratch does not hold.
+                if matches!(e.kind, Kind::Opaque)
+                    || e.hidden_reach
+                    || e.atoms.contains(&p)
+                    || e.atoms.iter().any(|a| ancestor_lists.contains(a))
+                {
                     return None;
                 }
                 for &atom in &e.atoms {

@@ -181,6 +181,19 @@ const REPLAY_MAX: usize = 10_000;
 struct CandidateState {
     tree: DataTree<'static>,
     changes: Vec<Change>,
+    /// The running version the candidate was taken from: when running changed since, the
+    /// old running plus the candidate's changes is not the new running (no spare from it).
+    base: u64,
+}
+
+/// How a commit was validated: only libyang's full pass may change nodes the commit's
+/// changes do not name (when-false nodes removed, another case of a choice dropped), so
+/// only after it is the spare not kept in step by mirroring the changes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Validated {
+    Fast,
+    Local,
+    Full,
 }
 
 struct Inner {
@@ -590,17 +603,22 @@ impl Datastores {
             inner.candidate.as_mut().expect("candidate just ensured").changes.extend(changes.iter().cloned());
             return outcome(changes);
         }
+        let (mut validated, mut vdiff) = (Validated::Fast, validate::ValidationDiff::none());
         if !changes.is_empty() {
             if !self.fast_path.covers(&changes) {
                 // libyang's validation may free nodes the undo log points at.
                 ed.pin();
             }
-            if let Err(e) = self.validate_changed(ed.target, &changes) {
-                ed.rollback();
-                return Err(whole(vec![e]));
+            match self.validate_changed(ed.target, &changes) {
+                Ok((v, d)) => (validated, vdiff) = (v, d),
+                Err(e) => {
+                    ed.rollback();
+                    return Err(whole(vec![e]));
+                }
             }
         }
         if test_only {
+            vdiff.revert(ed.target);
             ed.rollback();
             return outcome(Vec::new());
         }
@@ -612,12 +630,13 @@ impl Datastores {
             _ => Ok(()),
         };
         if let Err(e) = result {
+            vdiff.revert(ed.target);
             ed.rollback();
             return Err(whole(vec![e]));
         }
         drop(ed);
         if target == Datastore::Running && !changes.is_empty() {
-            self.after_running_changed(inner, &changes);
+            self.after_running_changed(inner, &changes, validated);
         }
         memory::after_commit(changes.len());
         outcome(changes)
@@ -649,7 +668,7 @@ impl Datastores {
                 Some(t) => t,
                 None => inner.running.duplicate().map_err(ly)?,
             };
-            inner.candidate = Some(CandidateState { tree, changes: Vec::new() });
+            inner.candidate = Some(CandidateState { tree, changes: Vec::new(), base: inner.running_version });
         }
         Ok(())
     }
@@ -657,11 +676,20 @@ impl Datastores {
     /// Validates a tree after `changes`: skips libyang's full pass when the fast path proves
     /// it cannot fail (`validate.rs`) or the changed entries were validated on their own
     /// (`local.rs`).
-    fn validate_changed(&self, tree: &mut DataTree<'static>, changes: &[Change]) -> Result<(), RpcError> {
-        if self.fast_path.covers(changes) || self.local.validate(tree, changes, &self.fast_path) {
-            return Ok(());
+    /// On failure nothing of the validation is left in the tree; on success, what full
+    /// validation changed by itself comes back for a later refusal to undo.
+    fn validate_changed(
+        &self,
+        tree: &mut DataTree<'static>,
+        changes: &[Change],
+    ) -> Result<(Validated, validate::ValidationDiff), RpcError> {
+        if self.fast_path.covers(changes) {
+            return Ok((Validated::Fast, validate::ValidationDiff::none()));
         }
-        tree.validate(DataValidationFlags::NO_STATE).map_err(ly)
+        if self.local.validate(tree, changes, &self.fast_path) {
+            return Ok((Validated::Local, validate::ValidationDiff::none()));
+        }
+        validate::full(tree).map_err(ly).map(|d| (Validated::Full, d))
     }
 
     /// Turns validation that follows the change (`local.rs`) off or on; off, every commit
@@ -707,9 +735,9 @@ impl Datastores {
 
     /// Bookkeeping after running changed in place: keep the clean candidate / spare copy in
     /// step and bump the version.
-    fn after_running_changed(&self, inner: &mut Inner, changes: &[Change]) {
+    fn after_running_changed(&self, inner: &mut Inner, changes: &[Change], validated: Validated) {
         inner.running_version += 1;
-        if changes.len() > REPLAY_MAX {
+        if changes.len() > REPLAY_MAX || validated == Validated::Full {
             inner.spare = None;
         } else if let Some(spare) = inner.spare.as_mut() {
             if !change::replay(spare, &inner.running, changes) {
@@ -733,15 +761,20 @@ impl Datastores {
             }
             return Ok(Vec::new());
         };
-        if let Err(e) = self.validate_changed(&mut cand.tree, &cand.changes) {
-            inner.candidate = Some(cand);
-            return Err(e);
-        }
+        let (validated, vdiff) = match self.validate_changed(&mut cand.tree, &cand.changes) {
+            Ok(v) => v,
+            Err(e) => {
+                inner.candidate = Some(cand);
+                return Err(e);
+            }
+        };
         if let Err(e) = self.run_consumers(&cand.changes, &cand.tree, session) {
+            vdiff.revert(&mut cand.tree);
             inner.candidate = Some(cand);
             return Err(e);
         }
         let old = std::mem::replace(&mut inner.running, cand.tree);
+        let in_step = cand.base == inner.running_version && validated != Validated::Full;
         inner.running_version += 1;
         if keep_rollback {
             if inner.rollback.is_none() {
@@ -750,7 +783,9 @@ impl Datastores {
             inner.spare = None;
         } else {
             let mut old = old;
-            inner.spare = if cand.changes.len() <= REPLAY_MAX && change::replay(&mut old, &inner.running, &cand.changes)
+            inner.spare = if in_step
+                && cand.changes.len() <= REPLAY_MAX
+                && change::replay(&mut old, &inner.running, &cand.changes)
             {
                 Some(old)
             } else {
@@ -854,9 +889,10 @@ impl Datastores {
                 let base = inner.candidate.as_ref().map(|c| &c.tree).unwrap_or(&inner.running);
                 let changes = diff_changes(base, &new)?;
                 self.check_guard(session, target, &changes)?;
-                let mut all = inner.candidate.take().map(|c| c.changes).unwrap_or_default();
+                let (mut all, base) =
+                    inner.candidate.take().map_or((Vec::new(), inner.running_version), |c| (c.changes, c.base));
                 all.extend(changes.iter().cloned());
-                inner.candidate = Some(CandidateState { tree: new, changes: all });
+                inner.candidate = Some(CandidateState { tree: new, changes: all, base });
                 Self::release_clean_candidate(inner);
                 Ok(changes)
             }
@@ -891,7 +927,8 @@ impl Datastores {
                 Self::check_writable(&inner, session, target)?;
                 let changes = diff_changes(&inner.running, &DataTree::new(self.ctx))?;
                 self.check_guard(session, target, &changes)?;
-                inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes });
+                let base = inner.running_version;
+                inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes, base });
                 Self::release_clean_candidate(&mut inner);
                 Ok(())
             }

@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use yang2::context::Context;
+use yang2::data::{Data, DataTree};
 use yang2::schema::{DataValueType, SchemaNodeKind};
 
 use super::change::{Change, ChangeOp, NodeKind};
@@ -106,6 +107,84 @@ fn collect_xpath_identifiers(text: &str, out: &mut HashSet<String>) {
             }
         }
     }
+}
+
+/// What libyang's full validation changed on its own (defaults added, when-false nodes and
+/// other cases removed), kept so that a commit refused after validation can put the tree
+/// back exactly: the editor's undo log knows only the edit's own changes.
+pub(crate) struct ValidationDiff(*mut yang2::ffi::lyd_node);
+
+// SAFETY: the diff is a tree of its own, only touched under the datastore lock.
+unsafe impl Send for ValidationDiff {}
+
+impl ValidationDiff {
+    pub(crate) fn none() -> Self {
+        ValidationDiff(std::ptr::null_mut())
+    }
+
+    /// Undoes the validation's changes on the tree it validated (before the editor's own
+    /// rollback, which expects the tree as the edit left it).
+    pub(crate) fn revert(mut self, tree: &mut DataTree<'static>) {
+        if self.0.is_null() {
+            return;
+        }
+        let ctx = tree.context();
+        // SAFETY: the diff was made on this tree; the tree is taken out and put back whole.
+        unsafe {
+            let mut reversed = std::ptr::null_mut();
+            if yang2::ffi::lyd_diff_reverse_all(self.0, &mut reversed) == yang2::ffi::LY_ERR::LY_SUCCESS {
+                let mut raw = std::mem::replace(tree, DataTree::new(ctx)).into_raw();
+                yang2::ffi::lyd_diff_apply_all(&mut raw, reversed);
+                *tree = <DataTree<'static> as yang2::utils::Binding>::from_raw(ctx, raw);
+            }
+            if !reversed.is_null() {
+                yang2::ffi::lyd_free_all(reversed);
+            }
+            yang2::ffi::lyd_free_all(self.0);
+        }
+        self.0 = std::ptr::null_mut();
+    }
+}
+
+impl Drop for ValidationDiff {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: owned diff tree.
+            unsafe { yang2::ffi::lyd_free_all(self.0) };
+        }
+    }
+}
+
+/// libyang's full validation (config only) of a live tree. On failure, what validation had
+/// already changed is undone before returning, so a refused edit leaves no trace; on
+/// success its changes are returned for a later refusal (a consumer's veto) to undo.
+pub(crate) fn full(tree: &mut DataTree<'static>) -> Result<ValidationDiff, yang2::Error> {
+    let ctx = tree.context();
+    let mut raw = std::mem::replace(tree, DataTree::new(ctx)).into_raw();
+    let mut diff = std::ptr::null_mut();
+    // SAFETY: `raw` is the tree's own root, put back below whatever happens; the context
+    // pointer comes from the tree's context.
+    let ret = unsafe {
+        let ctx_raw = if raw.is_null() || (*raw).schema.is_null() {
+            std::ptr::null()
+        } else {
+            (*(*(*raw).schema).module).ctx as *const yang2::ffi::ly_ctx
+        };
+        if ctx_raw.is_null() {
+            *tree = <DataTree<'static> as yang2::utils::Binding>::from_raw(ctx, raw);
+            return tree.validate(yang2::data::DataValidationFlags::NO_STATE).map(|()| ValidationDiff::none());
+        }
+        yang2::ffi::lyd_validate_all(&mut raw, ctx_raw, yang2::ffi::LYD_VALIDATE_NO_STATE, &mut diff)
+    };
+    // SAFETY: as above.
+    *tree = unsafe { <DataTree<'static> as yang2::utils::Binding>::from_raw(ctx, raw) };
+    let diff = ValidationDiff(diff);
+    if ret != yang2::ffi::LY_ERR::LY_SUCCESS {
+        let e = yang2::Error::new(ctx);
+        diff.revert(tree);
+        return Err(e);
+    }
+    Ok(diff)
 }
 
 #[cfg(test)]
