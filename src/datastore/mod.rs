@@ -531,7 +531,7 @@ impl Datastores {
         let mut guard = self.lock_inner();
         let result = self.edit_in(&mut guard, session, target, edits, opts);
         if target == Datastore::Candidate {
-            Self::release_clean_candidate(&mut guard);
+            Self::release_clean_candidate(&mut guard, true);
         }
         result
     }
@@ -540,10 +540,13 @@ impl Datastores {
     /// into it) is running: it goes back to the spare slot, so edits of running and
     /// commits keep it in step instead of a stale copy being committed over them later, and
     /// a lock of the candidate is not refused for changes it does not hold.
-    fn release_clean_candidate(inner: &mut Inner) {
+    /// `to_spare`: the tree is running's copy as the editor left it (the spare, or a copy,
+    /// after a failed or empty edit); a tree built otherwise (copy-config, delete-config)
+    /// may differ from running in its defaults and is dropped instead.
+    fn release_clean_candidate(inner: &mut Inner, to_spare: bool) {
         if inner.candidate.as_ref().is_some_and(|c| c.changes.is_empty()) {
             let clean = inner.candidate.take().expect("just checked");
-            if inner.spare.is_none() {
+            if to_spare && inner.spare.is_none() {
                 inner.spare = Some(clean.tree);
             }
         }
@@ -893,7 +896,7 @@ impl Datastores {
                     inner.candidate.take().map_or((Vec::new(), inner.running_version), |c| (c.changes, c.base));
                 all.extend(changes.iter().cloned());
                 inner.candidate = Some(CandidateState { tree: new, changes: all, base });
-                Self::release_clean_candidate(inner);
+                Self::release_clean_candidate(inner, false);
                 Ok(changes)
             }
             _ => {
@@ -929,7 +932,7 @@ impl Datastores {
                 self.check_guard(session, target, &changes)?;
                 let base = inner.running_version;
                 inner.candidate = Some(CandidateState { tree: DataTree::new(self.ctx), changes, base });
-                Self::release_clean_candidate(&mut inner);
+                Self::release_clean_candidate(&mut inner, false);
                 Ok(())
             }
             _ => Err(RpcError::protocol(
