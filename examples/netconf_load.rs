@@ -90,6 +90,10 @@ struct Args {
     /// Print the first reply of the first session (to check what the server answers).
     #[arg(long)]
     show_reply: bool,
+    /// A server process whose CPU time per RPC to report (repeatable: netconfd's work is
+    /// split between its daemon, its subsystem and sshd).
+    #[arg(long)]
+    pid: Vec<u32>,
 }
 
 /// Accepts any host key: a loopback benchmark, not a security boundary.
@@ -406,6 +410,7 @@ async fn run(args: Args) -> bool {
     let setup_wall = setup_start.elapsed();
     go.wait().await;
     let start = Instant::now();
+    let cpu0 = CpuSample::take(&args.pid);
     let mut outcomes = Vec::with_capacity(n);
     for t in tasks {
         outcomes.push(t.await.unwrap_or_else(|e| Outcome {
@@ -414,10 +419,61 @@ async fn run(args: Args) -> bool {
             ..Default::default()
         }));
     }
-    report(&args, &op, &outcomes, setup_wall, start)
+    let cpu = CpuSample::take(&args.pid).since(&cpu0);
+    report(&args, &op, &outcomes, setup_wall, start, cpu)
 }
 
-fn report(args: &Args, op: &str, outcomes: &[Outcome], setup_wall: Duration, start: Instant) -> bool {
+/// CPU time so far: this client's, the listed server processes', the whole machine's
+/// (busy time over every CPU), in seconds.
+#[derive(Clone, Copy, Default)]
+struct CpuSample {
+    client: f64,
+    server: f64,
+    machine: f64,
+}
+
+impl CpuSample {
+    fn take(pids: &[u32]) -> CpuSample {
+        // SAFETY: sysconf and getrusage have no preconditions; `ru` is written by the call.
+        let (hz, client) = unsafe {
+            let mut ru: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+            let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            (libc::sysconf(libc::_SC_CLK_TCK) as f64, tv(ru.ru_utime) + tv(ru.ru_stime))
+        };
+        let server = pids
+            .iter()
+            .filter_map(|pid| {
+                let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                // Fields after the command name start at field 3 (state); utime, stime and
+                // the waited-for children's (netconfd's subsystem) are fields 14-17.
+                let f: Vec<&str> = s[s.rfind(')')? + 2..].split_whitespace().collect();
+                let field = |n: usize| f.get(n - 3).and_then(|x| x.parse::<f64>().ok());
+                Some(field(14)? + field(15)? + field(16)? + field(17)?)
+            })
+            .sum::<f64>()
+            / hz;
+        let machine = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| {
+                let f: Vec<f64> = s.lines().next()?.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+                let (idle, iowait) = (f.get(3)?, f.get(4).unwrap_or(&0.0));
+                Some((f.iter().take(8).sum::<f64>() - idle - iowait) / hz)
+            })
+            .unwrap_or_default();
+        CpuSample { client, server, machine }
+    }
+
+    fn since(self, before: &CpuSample) -> CpuSample {
+        CpuSample {
+            client: self.client - before.client,
+            server: self.server - before.server,
+            machine: self.machine - before.machine,
+        }
+    }
+}
+
+fn report(args: &Args, op: &str, outcomes: &[Outcome], setup_wall: Duration, start: Instant, cpu: CpuSample) -> bool {
     // Wall time ends with the last measured reply, not with the close-sessions after it.
     let wall = outcomes.iter().filter_map(|o| o.finished).max().map(|t| t - start).unwrap_or_default();
     let mut lat: Vec<Duration> = outcomes.iter().flat_map(|o| o.latencies.iter().copied()).collect();
@@ -471,8 +527,18 @@ fn report(args: &Args, op: &str, outcomes: &[Outcome], setup_wall: Duration, sta
         us(percentile(&lat, 99.0)),
         us(lat.last().copied().unwrap_or_default())
     );
+    // Per RPC sent after the start barrier (warm-up ones included).
+    let sent = (outcomes.len() * (args.rpcs + args.warmup)).max(1) as f64;
+    let per = |s: f64| s * 1e6 / sent;
     println!(
-        "RESULT label={} sessions={} rpcs={} ok={ok} failed={failed} wall_s={:.3} rps={rps:.0} p50_us={:.0} p99_us={:.0} max_us={:.0} setup_p50_ms={:.2} setup_max_ms={:.2}",
+        "  CPU us per rpc (warm-up included): client {:.0}  server {}  whole machine {:.0} (machine minus client {:.0})",
+        per(cpu.client),
+        if args.pid.is_empty() { "n/a".to_owned() } else { format!("{:.0}", per(cpu.server)) },
+        per(cpu.machine),
+        per(cpu.machine - cpu.client)
+    );
+    println!(
+        "RESULT label={} sessions={} rpcs={} ok={ok} failed={failed} wall_s={:.3} rps={rps:.0} p50_us={:.0} p99_us={:.0} max_us={:.0} setup_p50_ms={:.2} setup_max_ms={:.2} client_cpu_us={:.0} server_cpu_us={:.0} machine_cpu_us={:.0}",
         args.label,
         outcomes.len(),
         args.rpcs,
@@ -481,7 +547,10 @@ fn report(args: &Args, op: &str, outcomes: &[Outcome], setup_wall: Duration, sta
         us(percentile(&lat, 99.0)),
         us(lat.last().copied().unwrap_or_default()),
         ms(percentile(&setup, 50.0)),
-        ms(setup.last().copied().unwrap_or_default())
+        ms(setup.last().copied().unwrap_or_default()),
+        per(cpu.client),
+        per(cpu.server),
+        per(cpu.machine)
     );
     failed == 0 && failed_sessions == 0
 }

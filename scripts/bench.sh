@@ -73,25 +73,43 @@ start_peer() {
   PEER_UP=1
 }
 
-# netconf_load against us and netconfd, alternating, ROUNDS times; prints "ours peer" medians.
+# netconf_load against us and netconfd, alternating, ROUNDS times; prints the medians
+# "ours_rps peer_rps ours_server_us peer_server_us client_us": server-side CPU per RPC is the
+# whole machine's busy time minus the client's (netconfd's work is spread over netconfd, its
+# subsystem and sshd; ours is one process), client_us the client's own CPU per RPC (ours).
 nc_compare() {
-  local args=("$@") ours=() peer=() r
+  local args=("$@") ours=() peer=() os=() ps=() oc=() r out m c
   for r in $(seq "$ROUNDS"); do
-    ours+=("$(target/release/examples/netconf_load --port "$AGENT_PORT" --user admin --password bench "${args[@]}" | field rps)")
-    peer+=("$(target/release/examples/netconf_load --port "$NC_PORT" --user ncpeer --password ncpeer "${args[@]}" | field rps)")
+    out=$(target/release/examples/netconf_load --port "$AGENT_PORT" --user admin --password bench "${args[@]}")
+    ours+=("$(field rps <<<"$out")")
+    m=$(field machine_cpu_us <<<"$out"); c=$(field client_cpu_us <<<"$out")
+    os+=("$((m - c))"); oc+=("$c")
+    out=$(target/release/examples/netconf_load --port "$NC_PORT" --user ncpeer --password ncpeer "${args[@]}")
+    peer+=("$(field rps <<<"$out")")
+    m=$(field machine_cpu_us <<<"$out"); c=$(field client_cpu_us <<<"$out")
+    ps+=("$((m - c))")
   done
-  echo "$(printf '%s\n' "${ours[@]}" | median) $(printf '%s\n' "${peer[@]}" | median)"
+  echo "$(printf '%s\n' "${ours[@]}" | median) $(printf '%s\n' "${peer[@]}" | median)" \
+    "$(printf '%s\n' "${os[@]}" | median) $(printf '%s\n' "${ps[@]}" | median) $(printf '%s\n' "${oc[@]}" | median)"
+}
+
+# The server-side CPU rows beside a round-trip row.
+cpu_rows() {
+  row "$1: server-side CPU per RPC (µs, machine minus client)" "$2" "netconfd $3" "$(ratio "$3" "$2") less" "—"
+  row "$1: the client's own CPU per RPC (µs)" "$4" "—" "—" "—"
 }
 
 if want netconf; then
   echo "netconf: round trips vs netconfd ($ROUNDS rounds each) ..." >&2
   start_peer
   start_agent netconf
-  read -r o p < <(nc_compare --rpcs 5000 --warmup 200)
+  read -r o p os ps oc < <(nc_compare --rpcs 5000 --warmup 200)
   row "1 session × 5000 small get-config (RPC/s)" "$o" "netconfd $p" "$(ratio "$o" "$p")" "≥ 3×"
-  read -r o p < <(nc_compare --rpc get --rpcs 2000 --warmup 100)
+  cpu_rows "small get-config" "$os" "$ps" "$oc"
+  read -r o p os ps oc < <(nc_compare --rpc get --rpcs 2000 --warmup 100)
   row "1 session × 2000 \`<get>\`, small subtree filter (RPC/s)" "$o" "netconfd $p" "$(ratio "$o" "$p")" "≥ 2×"
-  read -r o p < <(nc_compare --sessions 100 --rpcs 100 --warmup 10)
+  cpu_rows "\`<get>\` small filter" "$os" "$ps" "$oc"
+  read -r o p os ps oc < <(nc_compare --sessions 100 --rpcs 100 --warmup 10)
   row "100 sessions × 100 small get-config (RPC/s)" "$o" "netconfd $p" "$(ratio "$o" "$p")" "≥ 3×"
 fi
 

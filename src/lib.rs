@@ -22,6 +22,8 @@ pub mod netconf;
 pub mod notif;
 pub mod push;
 pub mod restconf;
+#[doc(hidden)]
+pub mod testing;
 pub mod text;
 pub mod tls;
 pub mod xml;

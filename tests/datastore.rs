@@ -729,18 +729,15 @@ fn issue22_rollback_after_validation_removed_the_other_case_puts_the_deleted_lea
     assert_eq!(value(&ds, Datastore::Running, period).as_deref(), Some("120"));
 }
 
-/// A small deterministic generator (xorshift64*), so a failing sequence can be replayed.
-struct Rng(u64);
+use cats_sma::testing::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
+trait Pick {
+    fn pick(&mut self, n: u64) -> u64;
+}
+
+impl Pick for Rng {
     fn pick(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.below(n as usize) as u64
     }
 }
 
