@@ -23,6 +23,9 @@
 //! The exit status is non-zero when any session failed to connect or any RPC failed
 //! (transport error, timeout, wrong message-id or an `<rpc-error>` in the reply).
 
+#[path = "support/nc_client.rs"]
+mod nc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -441,18 +444,7 @@ impl CpuSample {
             let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
             (libc::sysconf(libc::_SC_CLK_TCK) as f64, tv(ru.ru_utime) + tv(ru.ru_stime))
         };
-        let server = pids
-            .iter()
-            .filter_map(|pid| {
-                let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                // Fields after the command name start at field 3 (state); utime, stime and
-                // the waited-for children's (netconfd's subsystem) are fields 14-17.
-                let f: Vec<&str> = s[s.rfind(')')? + 2..].split_whitespace().collect();
-                let field = |n: usize| f.get(n - 3).and_then(|x| x.parse::<f64>().ok());
-                Some(field(14)? + field(15)? + field(16)? + field(17)?)
-            })
-            .sum::<f64>()
-            / hz;
+        let server = pids.iter().filter_map(|&pid| nc::cpu_seconds(pid)).sum::<f64>();
         let machine = std::fs::read_to_string("/proc/stat")
             .ok()
             .and_then(|s| {

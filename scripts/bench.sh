@@ -77,17 +77,20 @@ start_peer() {
 # "ours_rps peer_rps ours_server_us peer_server_us client_us": server-side CPU per RPC is the
 # whole machine's busy time minus the client's (netconfd's work is spread over netconfd, its
 # subsystem and sshd; ours is one process), client_us the client's own CPU per RPC (ours).
+nc_once() {  # PORT USER PASSWORD ARGS...: prints "rps server_us client_us" of one run
+  local out m c
+  out=$(target/release/examples/netconf_load --port "$1" --user "$2" --password "$3" "${@:4}")
+  m=$(field machine_cpu_us <<<"$out"); c=$(field client_cpu_us <<<"$out")
+  echo "$(field rps <<<"$out") $((m - c)) $c"
+}
+
 nc_compare() {
-  local args=("$@") ours=() peer=() os=() ps=() oc=() r out m c
+  local args=("$@") ours=() peer=() os=() ps=() oc=() r rps srv cl
   for r in $(seq "$ROUNDS"); do
-    out=$(target/release/examples/netconf_load --port "$AGENT_PORT" --user admin --password bench "${args[@]}")
-    ours+=("$(field rps <<<"$out")")
-    m=$(field machine_cpu_us <<<"$out"); c=$(field client_cpu_us <<<"$out")
-    os+=("$((m - c))"); oc+=("$c")
-    out=$(target/release/examples/netconf_load --port "$NC_PORT" --user ncpeer --password ncpeer "${args[@]}")
-    peer+=("$(field rps <<<"$out")")
-    m=$(field machine_cpu_us <<<"$out"); c=$(field client_cpu_us <<<"$out")
-    ps+=("$((m - c))")
+    read -r rps srv cl < <(nc_once "$AGENT_PORT" admin bench "${args[@]}")
+    ours+=("$rps"); os+=("$srv"); oc+=("$cl")
+    read -r rps srv cl < <(nc_once "$NC_PORT" ncpeer ncpeer "${args[@]}")
+    peer+=("$rps"); ps+=("$srv")
   done
   echo "$(printf '%s\n' "${ours[@]}" | median) $(printf '%s\n' "${peer[@]}" | median)" \
     "$(printf '%s\n' "${os[@]}" | median) $(printf '%s\n' "${ps[@]}" | median) $(printf '%s\n' "${oc[@]}" | median)"

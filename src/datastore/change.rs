@@ -262,17 +262,14 @@ unsafe fn mirror(tree: &mut DataTree<'static>, source: &DataTree<'static>, path:
     // A user-ordered entry next to the neighbour it has in the source.
     let schema = (*src).schema;
     if !schema.is_null() && (*schema).flags as u32 & ffi::LYS_ORDBY_USER != 0 {
-        let (prev, next) = ((*src).prev, (*src).next);
-        let neighbour = |n: *mut ffi::lyd_node| {
+        let in_tree = |n: *mut ffi::lyd_node| {
             let p = <DataNodeRef<'_, '_> as yang2::utils::Binding>::from_raw(source, n).path();
             tree.find_path(&p).ok().map(|t| t.as_raw())
         };
-        let placed = if !prev.is_null() && prev != src && !(*prev).next.is_null() && (*prev).schema == schema {
-            neighbour(prev).map(|a| ffi::lyd_insert_after(a, dup))
-        } else if !next.is_null() && (*next).schema == schema {
-            neighbour(next).map(|a| ffi::lyd_insert_before(a, dup))
-        } else {
-            Some(ffi::LY_ERR::LY_SUCCESS)
+        let placed = match super::tree::same_schema_neighbour(src) {
+            Some((n, true)) => in_tree(n).map(|a| ffi::lyd_insert_after(a, dup)),
+            Some((n, false)) => in_tree(n).map(|a| ffi::lyd_insert_before(a, dup)),
+            None => Some(ffi::LY_ERR::LY_SUCCESS),
         };
         if placed != Some(ffi::LY_ERR::LY_SUCCESS) {
             return false;

@@ -527,23 +527,9 @@ impl<'t> Editor<'t> {
         // SAFETY: `n` is a live node of the target (just looked up).
         let node = unsafe { DataNodeRef::from_raw(&*self.target, n) };
         let recs = super::change::subtree(ChangeOp::Delete, &node, true);
-        // libyang keeps the instances of one schema node next to each other, so the
-        // neighbours of the same schema are the direct ones (O(1), not a walk of the list).
         let anchor = if node.schema().is_user_ordered() {
-            // SAFETY: `n` is live; `prev` of a live node is a live sibling (the first one's
-            // is the last, whose `next` is null) and `next` is a live sibling or null.
-            unsafe {
-                let schema = (*n).schema;
-                let prev = (*n).prev;
-                let next = (*n).next;
-                if !prev.is_null() && prev != n && !(*prev).next.is_null() && (*prev).schema == schema {
-                    Some((prev, true))
-                } else if !next.is_null() && (*next).schema == schema {
-                    Some((next, false))
-                } else {
-                    None
-                }
-            }
+            // SAFETY: `n` is live and linked.
+            unsafe { super::tree::same_schema_neighbour(n) }
         } else {
             None
         };

@@ -237,19 +237,7 @@ unsafe fn validate_group(parent: *mut ffi::lyd_node, members: &[(*mut ffi::lyd_n
     // Where each member goes back: user-ordered lists keep the neighbour (one member
     // only); other lists take their entries back at the end, in the order they had (the
     // members of one commit are the last ones, in change order).
-    let anchor = if plan.user_ordered {
-        let e = members[0].0;
-        let (prev, next) = ((*e).prev, (*e).next);
-        if !prev.is_null() && prev != e && !(*prev).next.is_null() && (*prev).schema == (*e).schema {
-            Some((prev, true))
-        } else if !next.is_null() && (*next).schema == (*e).schema {
-            Some((next, false))
-        } else {
-            None
-        }
-    } else {
-        None
-    };
+    let anchor = if plan.user_ordered { crate::datastore::tree::same_schema_neighbour(members[0].0) } else { None };
     let mut scratch_parent = null_mut();
     if ffi::lyd_dup_single(parent, null_mut(), ffi::LYD_DUP_WITH_PARENTS | ffi::LYD_DUP_WITH_FLAGS, &mut scratch_parent)
         != ffi::LY_ERR::LY_SUCCESS
@@ -292,13 +280,7 @@ unsafe fn validate_group(parent: *mut ffi::lyd_node, members: &[(*mut ffi::lyd_n
         if !ok && !diff.is_null() {
             // Not proven: the members go back as the edit made them (full validation
             // decides), without what the scratch's validation removed or added in them.
-            let mut reversed = null_mut();
-            if ffi::lyd_diff_reverse_all(diff, &mut reversed) == ffi::LY_ERR::LY_SUCCESS {
-                ffi::lyd_diff_apply_all(&mut first, reversed);
-            }
-            if !reversed.is_null() {
-                ffi::lyd_free_all(reversed);
-            }
+            super::validate::undo(&mut first, diff);
         }
         if !diff.is_null() {
             ffi::lyd_free_all(diff);
@@ -510,7 +492,11 @@ unsafe fn operation(n: *mut ffi::lyd_node) -> Option<String> {
 
 /// A node's data path, however long.
 unsafe fn node_path(n: *const ffi::lyd_node) -> Option<String> {
-    let p = ffi::lyd_path(n, ffi::LYD_PATH_TYPE::LYD_PATH_STD, null_mut(), 0);
+    owned(ffi::lyd_path(n, ffi::LYD_PATH_TYPE::LYD_PATH_STD, null_mut(), 0))
+}
+
+/// A string libyang allocated for the caller, copied and freed.
+unsafe fn owned(p: *mut std::os::raw::c_char) -> Option<String> {
     if p.is_null() {
         return None;
     }
@@ -934,13 +920,7 @@ unsafe fn subtree_of(s: *mut ffi::lysc_node) -> HashSet<Snode> {
 /// A schema node's path in the data-path form the changes use
 /// (`/cats-sma:cats-sma/collection/pull/target/sci`).
 unsafe fn schema_path(n: *const ffi::lysc_node) -> String {
-    let p = ffi::lysc_path(n, ffi::LYSC_PATH_TYPE::LYSC_PATH_DATA, null_mut(), 0);
-    if p.is_null() {
-        return String::new();
-    }
-    let s = CStr::from_ptr(p).to_string_lossy().into_owned();
-    libc::free(p as *mut libc::c_void);
-    s
+    owned(ffi::lysc_path(n, ffi::LYSC_PATH_TYPE::LYSC_PATH_DATA, null_mut(), 0)).unwrap_or_default()
 }
 
 #[cfg(test)]

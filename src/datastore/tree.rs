@@ -107,6 +107,25 @@ pub fn outside_cats_sma(xpath: Option<&str>) -> bool {
     xpath.is_some_and(|x| !x.contains("cats-sma") && !x.starts_with("/*") && x != "/")
 }
 
+/// The neighbour a user-ordered entry keeps its place by: its previous instance of the same
+/// schema (`true`: the entry goes after it) or else its next one (`false`: before it), None
+/// when it is the only instance. libyang keeps the instances of one schema node next to each
+/// other, so these are the direct siblings (O(1), not a walk of the list).
+///
+/// # Safety
+/// `n` must be a live, linked node: `prev` of a live node is a live sibling (the first
+/// one's is the last, whose `next` is null) and `next` is a live sibling or null.
+pub(crate) unsafe fn same_schema_neighbour(n: *mut yang2::ffi::lyd_node) -> Option<(*mut yang2::ffi::lyd_node, bool)> {
+    let (schema, prev, next) = ((*n).schema, (*n).prev, (*n).next);
+    if !prev.is_null() && prev != n && !(*prev).next.is_null() && (*prev).schema == schema {
+        Some((prev, true))
+    } else if !next.is_null() && (*next).schema == schema {
+        Some((next, false))
+    } else {
+        None
+    }
+}
+
 /// A leaf's canonical value (None when the leaf is absent).
 pub fn leaf(tree: &DataTree<'static>, path: &str) -> Option<String> {
     tree.find_path(path).ok().and_then(|n| n.value_canonical())

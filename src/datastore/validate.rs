@@ -131,18 +131,26 @@ impl ValidationDiff {
         let ctx = tree.context();
         // SAFETY: the diff was made on this tree; the tree is taken out and put back whole.
         unsafe {
-            let mut reversed = std::ptr::null_mut();
-            if yang2::ffi::lyd_diff_reverse_all(self.0, &mut reversed) == yang2::ffi::LY_ERR::LY_SUCCESS {
-                let mut raw = std::mem::replace(tree, DataTree::new(ctx)).into_raw();
-                yang2::ffi::lyd_diff_apply_all(&mut raw, reversed);
-                *tree = <DataTree<'static> as yang2::utils::Binding>::from_raw(ctx, raw);
-            }
-            if !reversed.is_null() {
-                yang2::ffi::lyd_free_all(reversed);
-            }
+            let mut raw = std::mem::replace(tree, DataTree::new(ctx)).into_raw();
+            undo(&mut raw, self.0);
+            *tree = <DataTree<'static> as yang2::utils::Binding>::from_raw(ctx, raw);
             yang2::ffi::lyd_free_all(self.0);
         }
         self.0 = std::ptr::null_mut();
+    }
+}
+
+/// Applies the reverse of a validation `diff` to the tree whose first node is `first`.
+///
+/// # Safety
+/// `diff` must be a diff libyang's validation made on that tree; `first` its first node.
+pub(crate) unsafe fn undo(first: &mut *mut yang2::ffi::lyd_node, diff: *const yang2::ffi::lyd_node) {
+    let mut reversed = std::ptr::null_mut();
+    if yang2::ffi::lyd_diff_reverse_all(diff, &mut reversed) == yang2::ffi::LY_ERR::LY_SUCCESS {
+        yang2::ffi::lyd_diff_apply_all(first, reversed);
+    }
+    if !reversed.is_null() {
+        yang2::ffi::lyd_free_all(reversed);
     }
 }
 
