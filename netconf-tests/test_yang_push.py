@@ -288,6 +288,68 @@ def test_modify_delete_and_kill(m, agent, nc):
     assert term.findtext("sn:reason", namespaces=NS).endswith(":no-such-subscription")
 
 
+SERVER = "urn:cats-sma:yang:cats-sma-netconf-server"
+
+
+def take_json(m, timeout=10):
+    """The next notification of an encode-json subscription: (envelope eventTime, the
+    decoded RFC 7951 document)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = m.take_notification(timeout=0.5)
+        if n is None:
+            continue
+        root = etree.fromstring(n.notification_xml.encode())
+        content = [c for c in root if etree.QName(c).localname != "eventTime"]
+        assert len(content) == 1, n.notification_xml
+        assert content[0].tag == f"{{{SERVER}}}json-notification", n.notification_xml
+        return root.findtext("n:eventTime", namespaces=NS), json.loads(content[0].findtext(f"{{{SERVER}}}message"))
+    raise AssertionError(f"no notification within {timeout}s")
+
+
+def test_rfc8639_2_4_2_encode_json_over_netconf_sends_rfc7951_text(m, agent):
+    """RFC 8639 2.4.2 encode-json on a NETCONF subscription (RFC 8640): every message,
+    push-update and subscription-modified alike, is an RFC 5277 <notification> whose content
+    is cats-sma-netconf-server:json-notification holding the RFC 7951 text (RFC 8040 6.4
+    envelope, the envelope's eventTime inside); the data is the filter's selection."""
+    report(agent, 333)
+    sid, _ = establish(
+        m,
+        OPERATIONAL
+        + entry_filter()
+        + "<yp:periodic><yp:period>500</yp:period></yp:periodic><encoding>encode-json</encoding>",
+    )
+    stamp, doc = take_json(m)
+    env = doc["ietf-restconf:notification"]
+    assert env["eventTime"] == stamp
+    upd = env["ietf-yang-push:push-update"]
+    assert upd["id"] == sid
+    entries = upd["datastore-contents"]["cats-sma:cats-sma"]["metric-cache"]["entry"]
+    assert [e["csci-id"] for e in entries] == [SCI]
+    assert entries[0]["gas"] == 333
+    assert "scis" not in upd["datastore-contents"]["cats-sma:cats-sma"]
+    assert_ok(
+        rpc(
+            m,
+            f'<modify-subscription xmlns="{SN}" xmlns:yp="{YP}"><id>{sid}</id>'
+            "<yp:periodic><yp:period>20</yp:period></yp:periodic></modify-subscription>",
+        )
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        _, doc = take_json(m)
+        env = doc["ietf-restconf:notification"]
+        if "ietf-subscribed-notifications:subscription-modified" in env:
+            break
+        assert time.monotonic() < deadline, "no subscription-modified"
+    mod = env["ietf-subscribed-notifications:subscription-modified"]
+    assert mod["id"] == sid
+    assert mod["ietf-yang-push:periodic"]["period"] == 20
+    _, doc = take_json(m, timeout=3)
+    assert "ietf-yang-push:push-update" in doc["ietf-restconf:notification"]
+    assert_ok(rpc(m, f'<delete-subscription xmlns="{SN}"><id>{sid}</id></delete-subscription>'))
+
+
 @pytest.mark.parametrize(
     "inner,tag,app_tag",
     [
@@ -311,7 +373,7 @@ def test_modify_delete_and_kill(m, agent, nc):
             "ietf-yang-push:on-change-unsupported",
         ),
         (
-            "<stream>NETCONF</stream><encoding>encode-json</encoding>",
+            '<stream>NETCONF</stream><encoding xmlns:r="urn:cats-sma:yang:cats-sma-notif-receivers">r:encode-cbor</encoding>',
             "invalid-value",
             "ietf-subscribed-notifications:encoding-unsupported",
         ),

@@ -35,6 +35,27 @@ pub fn xml(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Appends `s` to `out` escaped for XML character data only (`&`, `<`, `>`, and CR as
+/// `&#13;`; forbidden characters become U+FFFD): quotes stay as they are, which keeps
+/// JSON text carried in an element near its own size.
+pub fn push_xml_text(out: &mut String, s: &str) {
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        let rep = match c {
+            '&' => "&amp;",
+            '<' => "&lt;",
+            '>' => "&gt;",
+            '\r' => "&#13;",
+            c if !xml_char(c) => "\u{FFFD}",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        out.push_str(rep);
+        start = i + c.len_utf8();
+    }
+    out.push_str(&s[start..]);
+}
+
 /// One SSE event carrying `data` (WHATWG HTML, server-sent events; RFC 8895): a field
 /// value may hold no CR or LF, so each line — ended by CRLF, CR or LF — becomes its own
 /// `data:` field, and the event ends with an empty line.

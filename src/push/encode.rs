@@ -63,12 +63,41 @@ pub fn message(enc: Encoding, time: DateTime<Utc>, body: &str) -> Option<String>
     )
     .ok()??;
     let content: serde_json::Value = serde_json::from_str(&printed).ok()?;
-    let mut obj = serde_json::Map::new();
-    obj.insert("eventTime".into(), stamp.into());
-    if let serde_json::Value::Object(o) = content {
-        obj.extend(o);
+    let serde_json::Value::Object(members) = content else { return None };
+    // eventTime first, as every JSON message here starts (see `netconf_json`).
+    let mut s = format!("{{\"{JSON_ENVELOPE}\":{{\"eventTime\":\"{stamp}\"");
+    for (k, v) in members {
+        let _ = write!(s, ",{}:{v}", json_str(&k));
     }
-    Some(serde_json::json!({ JSON_ENVELOPE: obj }).to_string())
+    s.push_str("}}");
+    Some(s)
+}
+
+/// The namespace of `json-notification`.
+pub const NS_NETCONF_SERVER: &str = "urn:cats-sma:yang:cats-sma-netconf-server";
+
+/// A JSON message (as this module writes it: the RFC 8040 envelope with eventTime first)
+/// as NETCONF sends it: an RFC 5277 `<notification>` with the same eventTime, whose content
+/// is `cats-sma-netconf-server:json-notification` holding the JSON text. NETCONF's message
+/// layer is XML (RFC 6241 section 4); this keeps every NETCONF client's notification
+/// handling working while the subscriber gets RFC 7951 text, the same as RESTCONF's.
+pub fn netconf_json(json: &str) -> String {
+    let head = format!("{{\"{JSON_ENVELOPE}\":{{\"eventTime\":\"");
+    let stamp = json
+        .strip_prefix(head.as_str())
+        .and_then(|rest| rest.split_once('"'))
+        .map(|(t, _)| t.to_owned())
+        .unwrap_or_else(now);
+    let mut s = String::with_capacity(json.len() + 256);
+    let _ = write!(
+        s,
+        "<notification xmlns=\"{NS_NOTIFICATION}\"><eventTime>{}</eventTime>\
+         <json-notification xmlns=\"{NS_NETCONF_SERVER}\"><message>",
+        escape_text(&stamp)
+    );
+    crate::text::push_xml_text(&mut s, json);
+    s.push_str("</message></json-notification></notification>");
+    s
 }
 
 pub fn now() -> String {
@@ -267,6 +296,7 @@ pub fn percent_encode(v: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use yang2::data::Data;
 
     #[test]
     fn restconf_targets_follow_rfc8040_3_5_3() {
@@ -291,6 +321,37 @@ mod tests {
                  </datastore-contents><incomplete-update/></push-update></notification>"
             )
         );
+    }
+
+    #[test]
+    fn rfc8640_json_over_netconf_is_a_schema_valid_notification_carrying_the_same_text() {
+        let t = Utc::now();
+        for json in [
+            push_update_in(Encoding::Json, 4, "{\"m:x\":\"a<b & c>d\"}", false),
+            state_with_reason_in(Encoding::Json, "subscription-terminated", 4, "no-such-subscription"),
+            message(Encoding::Json, t, &format!("<replay-completed xmlns=\"{NS_SN}\"><id>4</id></replay-completed>"))
+                .unwrap(),
+        ] {
+            let n = netconf_json(&json);
+            let (head, rest) = n.split_once("</eventTime>").unwrap();
+            let stamp = head.rsplit_once('>').unwrap().1;
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v[JSON_ENVELOPE]["eventTime"], stamp, "{json}");
+            let body = rest.strip_suffix("</notification>").unwrap();
+            // The content parses as the schema's json-notification, and its one leaf gives
+            // back the JSON text unchanged.
+            let mut text = body.as_bytes().to_vec();
+            text.push(0);
+            let tree = DataTree::parse_op_string(
+                crate::yang::context(),
+                &text,
+                DataFormat::XML,
+                DataOperation::NotificationYang,
+            )
+            .unwrap();
+            let leaf = tree.find_path("/cats-sma-netconf-server:json-notification/message").unwrap();
+            assert_eq!(leaf.value_canonical().as_deref(), Some(json.as_str()));
+        }
     }
 
     #[test]
