@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use yang2::data::{Data, DataNodeRef, DataTree};
+use yang2::iter::NodeIterable as _;
 
 use crate::datastore::{
     Change, ChangeOp, ConfigConsumer, Datastore, Datastores, SessionId, StateProvider, Transaction, WriteGuard,
@@ -677,6 +678,12 @@ impl Nacm {
         policy.read_default == Action::Permit && !has_data_rules && !deny_all_present
     }
 
+    /// `tree` as `user` sees it when nothing of it is hidden from them, for filters to
+    /// select from without a pruned copy.
+    pub fn whole<'t>(&self, user: &str, tree: &'t DataTree<'static>) -> Option<crate::mgmt::filter::Whole<'t>> {
+        self.read_is_unrestricted(user, tree).then(|| crate::mgmt::filter::Whole::unrestricted(tree))
+    }
+
     /// Removes what `user` may not read (section 3.4.5: reads are filtered, not refused).
     /// Private: readers go through [`Nacm::read`] / [`Nacm::readable`], so filters only
     /// ever see pruned data.
@@ -830,14 +837,37 @@ impl ConfigConsumer for Nacm {
 
 impl StateProvider for Nacm {
     fn render(&self, tree: &mut DataTree<'static>, _xpath: Option<&str>) -> Result<(), RpcError> {
-        for (leaf, v) in [
+        let [first, rest @ ..] = [
             ("denied-operations", &self.denied_operations),
             ("denied-data-writes", &self.denied_data_writes),
             ("denied-notifications", &self.denied_notifications),
-        ] {
-            crate::datastore::tree::set(tree, &format!("{ROOT}/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()))?;
+        ];
+        let value = |v: &AtomicU64| v.load(Ordering::Relaxed).to_string();
+        // One path lookup: the other counters are made beside the first, in its container.
+        let path = format!("{ROOT}/{}", first.0);
+        let leaf = tree
+            .new_path(&path, Some(&value(first.1)), false)
+            .map_err(|e| RpcError::from_libyang(&e).with_path(&path))?;
+        let Some(mut nacm) = leaf.and_then(|l| l.parent()) else {
+            return Err(RpcError::application(ErrorTag::OperationFailed, "the NACM counters have no container"));
+        };
+        for (leaf, v) in rest {
+            nacm.new_term(None, leaf, Some(&value(v)))
+                .map_err(|e| RpcError::from_libyang(&e).with_path(&format!("{ROOT}/{leaf}")))?;
         }
         Ok(())
+    }
+
+    fn render_selected(
+        &self,
+        tree: &mut DataTree<'static>,
+        sel: &crate::datastore::select::Selection,
+        hint: Option<&str>,
+    ) -> Result<(), RpcError> {
+        if !sel.is_all() && !sel.touches_module("ietf-netconf-acm") {
+            return Ok(());
+        }
+        self.render(tree, hint)
     }
 }
 

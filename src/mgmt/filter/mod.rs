@@ -51,6 +51,19 @@ impl Readable {
     }
 }
 
+/// A datastore tree seen by a reader NACM lets read all of it
+/// ([`crate::nacm::Nacm::whole`]): a subtree filter may select from it directly, without
+/// the copy a [`Readable`] costs.
+#[derive(Clone, Copy)]
+pub struct Whole<'t>(pub(super) &'t DataTree<'static>);
+
+impl<'t> Whole<'t> {
+    /// Only NACM makes one, having checked the reader.
+    pub(crate) fn unrestricted(tree: &'t DataTree<'static>) -> Whole<'t> {
+        Whole(tree)
+    }
+}
+
 /// A parsed `<filter>` element.
 pub enum Filter<'m> {
     Subtree(&'m Element),

@@ -28,8 +28,16 @@ fn kind(f: &Element) -> Kind {
 /// Applies the children of a `<filter>` element to `tree`. An empty filter selects nothing
 /// (section 6.4.2).
 pub fn apply(filter: &Element, tree: &Readable) -> Result<Readable, RpcError> {
+    apply_tree(filter, tree.tree())
+}
+
+/// [`apply`] on a datastore tree whose reader may read all of it (see [`super::Whole`]).
+pub fn apply_whole(filter: &Element, whole: super::Whole<'_>) -> Result<Readable, RpcError> {
+    apply_tree(filter, whole.0)
+}
+
+fn apply_tree(filter: &Element, tree: &DataTree<'static>) -> Result<Readable, RpcError> {
     check_subtree(filter)?;
-    let tree = tree.tree();
     let mut out = DataTree::new(tree.context());
     let Some(first) = tree.reference() else {
         return Ok(Readable::pruned(out));

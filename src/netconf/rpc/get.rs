@@ -29,6 +29,21 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     Ok(Body::Data(data_element(tree.tree(), wd)?))
 }
 
+/// Whether this `<get>` reads no state that only another task can give: its filter
+/// selects nothing of `/cats-sma:cats-sma`, by the same test every provider that asks the
+/// engine makes before asking (`datastore::tree::outside_cats_sma` on the selection's
+/// XPath). An unfiltered or unreadable request is not (an invalid filter is refused by
+/// `run` either way).
+pub(crate) fn waits_for_no_task(op: &Element) -> bool {
+    match filter_param(op) {
+        Ok(Some(f)) => {
+            let sel = selection(&f);
+            !sel.is_all() && crate::datastore::tree::outside_cats_sma(sel.xpath().as_deref())
+        }
+        _ => false,
+    }
+}
+
 /// What a `<filter>` selects.
 pub(crate) fn selection(f: &Filter<'_>) -> Selection {
     match f {

@@ -1,6 +1,8 @@
 //! `<get-config>` (RFC 6241 section 7.1), with subtree/XPath filters and with-defaults.
 
+use super::get::{self, readable_covering};
 use super::{data_element, datastore_param, filter_param, one, readable, with_defaults, Body, OpResult, SessionCtx};
+use crate::mgmt::filter::{subtree, Filter};
 use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
@@ -10,18 +12,36 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     let ds = &ctx.server.datastores;
     let nacm = &ctx.server.nacm;
     let user = &ctx.info.username;
-    if filter.is_none() {
-        // Unfiltered, nothing to hide: print the datastore tree itself, no copy (printing
-        // costs what the tree holds, whoever asks).
-        let direct = ds
-            .with_tree(source, |tree| nacm.read_is_unrestricted(user, tree).then(|| data_element(tree, wd)))
-            .map_err(one)?;
-        if let Some(data) = direct {
-            return Ok(Body::Data(data?));
+    match &filter {
+        None => {
+            // Unfiltered, nothing to hide: print the datastore tree itself, no copy
+            // (printing costs what the tree holds, whoever asks).
+            let direct = ds
+                .with_tree(source, |tree| nacm.whole(user, tree).is_some().then(|| data_element(tree, wd)))
+                .map_err(one)?;
+            if let Some(data) = direct {
+                return Ok(Body::Data(data?));
+            }
         }
+        Some(Filter::Subtree(el)) => {
+            // A subtree filter walks only the branches it names: for a reader who may
+            // read everything it selects straight from the datastore tree, one copy of
+            // what it selects.
+            let direct = ds
+                .with_tree(source, |tree| nacm.whole(user, tree).map(|w| subtree::apply_whole(el, w)))
+                .map_err(one)?;
+            if let Some(selected) = direct {
+                return Ok(Body::Data(data_element(selected.map_err(one)?.tree(), wd)?));
+            }
+        }
+        Some(Filter::XPath(_)) => {}
     }
-    // NACM first, then the filter, on a snapshot: the lock is not held while it runs.
-    let tree = readable(ctx, source)?;
+    // NACM first, then the filter, on a copy of what the filter's selection covers: the
+    // lock is not held while they run.
+    let tree = match &filter {
+        None => readable(ctx, source)?,
+        Some(f) => readable_covering(ctx, source, &get::selection(f))?,
+    };
     let tree = match &filter {
         None => tree,
         Some(f) => f.apply(&tree).map_err(one)?,

@@ -188,12 +188,7 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
         }
     };
     let result = match exec_allowed(ctx, op) {
-        Ok(())
-            if inline
-                && !(op.ns.as_deref() == Some(NS_BASE) && super::inline::INLINE_OPS.contains(&op.name.as_str())) =>
-        {
-            tokio::task::block_in_place(|| dispatch(ctx, op, src))
-        }
+        Ok(()) if inline && !runs_inline(op) => tokio::task::block_in_place(|| dispatch(ctx, op, src)),
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
     };
@@ -290,6 +285,16 @@ fn exec_allowed(ctx: &SessionCtx, op: &Element) -> Result<(), RpcError> {
 /// filters of get, get-config and get-data see.
 pub(crate) fn readable(ctx: &SessionCtx, ds: crate::datastore::Datastore) -> Result<Readable, Vec<RpcError>> {
     ctx.server.nacm.read(&ctx.server.datastores, &ctx.info.username, ds, None).map_err(one)
+}
+
+/// Whether a parsed operation may run on a runtime worker (see `netconf/inline.rs`).
+fn runs_inline(op: &Element) -> bool {
+    if op.ns.as_deref() != Some(NS_BASE) {
+        return false;
+    }
+    let name = op.name.as_str();
+    super::inline::INLINE_OPS.contains(&name)
+        || (super::inline::SELECTIVE_OPS.contains(&name) && name == "get" && get::waits_for_no_task(op))
 }
 
 fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
@@ -500,4 +505,35 @@ pub(crate) fn locate(config: &Element) -> impl Fn(RpcError) -> Vec<RpcError> + '
 
 pub(crate) fn one(e: RpcError) -> Vec<RpcError> {
     vec![e]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(body: &str) -> Element {
+        let rpc = xml::parse_with(
+            &format!("<rpc xmlns=\"{NS_BASE}\" message-id=\"1\">{body}</rpc>"),
+            crate::config::message_limits::get(),
+        )
+        .unwrap();
+        rpc.children[0].clone()
+    }
+
+    #[test]
+    fn only_reads_that_wait_for_no_task_stay_on_the_worker() {
+        let nacm = "<filter><nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"/></filter>";
+        let engine = "<filter><cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><statistics/></cats-sma></filter>";
+        let any_ns = "<filter><statistics xmlns=\"\"/></filter>";
+        let xpath = "<filter type=\"xpath\" select=\"//statistics\"/>";
+        assert!(runs_inline(&op(&format!("<get-config><source><running/></source>{nacm}</get-config>"))));
+        assert!(runs_inline(&op(&format!("<get>{nacm}</get>"))));
+        // The engine's state, everything, a namespace-less name that may be the engine's,
+        // an XPath reaching anywhere: the engine's task is asked, so a blocking thread.
+        assert!(!runs_inline(&op(&format!("<get>{engine}</get>"))));
+        assert!(!runs_inline(&op("<get/>")));
+        assert!(!runs_inline(&op(&format!("<get>{any_ns}</get>"))));
+        assert!(!runs_inline(&op(&format!("<get>{xpath}</get>"))));
+        assert!(!runs_inline(&op(&format!("<get-data xmlns=\"{NS_NMDA}\">{nacm}</get-data>"))));
+    }
 }
