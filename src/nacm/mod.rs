@@ -853,7 +853,7 @@ impl StateProvider for Nacm {
         };
         for (leaf, v) in rest {
             nacm.new_term(None, leaf, Some(&value(v)))
-                .map_err(|e| RpcError::from_libyang(&e).with_path(&format!("{ROOT}/{leaf}")))?;
+                .map_err(|e| RpcError::from_libyang(&e).with_path(format!("{ROOT}/{leaf}")))?;
         }
         Ok(())
     }
