@@ -88,6 +88,35 @@ pub(crate) fn subtree(op: ChangeOp, root: &DataNodeRef<'_, '_>, skip_defaults: b
     out
 }
 
+/// The path of a list entry or leaf-list value under its parent's `path`, with the
+/// predicates libyang's standard path gives it (`lyd_path`: `[key='v']` per key in order,
+/// `[.='v']` for a leaf-list value, double quotes when the value holds a single one),
+/// without printing every ancestor again. None for the instances libyang numbers by
+/// position (keyless lists, state leaf-lists): the caller asks libyang.
+fn instance_path(path: &str, step: &str, n: &DataNodeRef<'_, '_>) -> Option<String> {
+    let schema = n.schema();
+    let mut out = format!("{path}/{step}");
+    if schema.kind() == SchemaNodeKind::LeafList {
+        if !schema.is_config() {
+            return None;
+        }
+        out.push_str("[.=");
+        out.push_str(&super::tree::quote(&n.value_canonical()?));
+        out.push(']');
+        return Some(out);
+    }
+    let mut keys = 0;
+    for k in n.children().take_while(|k| k.schema().is_list_key()) {
+        out.push('[');
+        out.push_str(k.schema().name());
+        out.push('=');
+        out.push_str(&super::tree::quote(&k.value_canonical()?));
+        out.push(']');
+        keys += 1;
+    }
+    (keys > 0).then_some(out)
+}
+
 fn below(
     op: ChangeOp,
     node: &DataNodeRef<'_, '_>,
@@ -111,7 +140,9 @@ fn below(
             format!("{}:{}", cm.name(), schema.name())
         };
         let child_path = match kind {
-            SchemaNodeKind::List | SchemaNodeKind::LeafList => child.path(),
+            SchemaNodeKind::List | SchemaNodeKind::LeafList => {
+                instance_path(path, &step, &child).unwrap_or_else(|| child.path())
+            }
             _ => format!("{path}/{step}"),
         };
         let child_schema = format!("{schema_path}/{step}");
