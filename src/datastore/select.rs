@@ -377,7 +377,10 @@ fn subtree_node(f: &Element, module: &str, at: &mut Vec<Step>, sel: &mut Selecti
         let key = keys.contains(&m.name);
         let attrs = m.attrs.iter().any(|a| a.ns.as_deref() != Some(crate::mgmt::ns::NS_BASE));
         let dup = at.last().is_some_and(|s| s.keys.iter().any(|(k, _)| *k == m.name));
-        if !key || !same_module || attrs || dup {
+        // A value holding both quote kinds has no XPath literal: the path could not be
+        // evaluated (and a read falling back to everything would ask every provider).
+        let unquotable = m.trimmed().contains('\'') && m.trimmed().contains('"');
+        if !key || !same_module || attrs || dup || unquotable {
             // A content match on a non-key leaf selects by value: covered by this node.
             sel.exact = false;
             sel.targets.push(at.clone());
@@ -395,8 +398,11 @@ fn subtree_node(f: &Element, module: &str, at: &mut Vec<Step>, sel: &mut Selecti
     }
     if !matches.is_empty() {
         // An entry picked by key whose other children select nothing is still reported
-        // when nothing else was (subtree.rs): data-dependent, so covered, not exact.
+        // (with its keys, subtree.rs): data-dependent, so covered by the whole entry.
         sel.exact = false;
+        sel.targets.push(at.clone());
+        at.pop();
+        return;
     }
     for c in others {
         match c.ns.as_deref().filter(|n| !n.is_empty()) {
@@ -457,8 +463,16 @@ fn path_steps(p: &str) -> Option<(Vec<Step>, bool)> {
             },
         };
         let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || "-_.".contains(c));
-        if part.is_empty() || !plain(local) || !plain(&module) {
-            return if steps.is_empty() { None } else { Some((steps, false)) };
+        if part.is_empty() || !plain(local) || !plain(&module) || local == "." || local == ".." {
+            // Cut here: sound only when the rest of the path only goes down from these
+            // steps (names, `*`, `//`); an axis, `..`, a predicate or a function may read
+            // anything (a parent, a sibling, an absolute path), so it covers everything.
+            // `part` is a slice of `p` (split_top and trim slice, never copy).
+            let rest = &p[(part.as_ptr() as usize).saturating_sub(p.as_ptr() as usize).min(p.len())..];
+            if steps.is_empty() || rest.contains(['[', '(']) || rest.contains("..") || rest.contains("::") {
+                return None;
+            }
+            return Some((steps, false));
         }
         steps.push(Step { module, name: local.to_owned(), keys: Vec::new() });
         // Not in the schema: libyang refuses the expression; let it say so.
@@ -471,9 +485,13 @@ fn path_steps(p: &str) -> Option<(Vec<Step>, bool)> {
                         last.keys = k;
                     }
                 }
+                // A predicate on other children of the entry (no path out of it: no
+                // `..`, axis, function or `/`) is covered by the list's parent; any other
+                // may read anywhere, so everything covers it.
                 None => {
+                    let local = !preds.contains("..") && !preds.contains("::") && !preds.contains(['(', '/']);
                     steps.pop();
-                    return if steps.is_empty() { None } else { Some((steps, false)) };
+                    return if steps.is_empty() || !local { None } else { Some((steps, false)) };
                 }
             }
         }
@@ -539,6 +557,60 @@ mod tests {
         let s = Selection::from_xpath("/cats-sma:cats-sma/*");
         assert!(!s.exact);
         assert_eq!(s.targets, vec![vec![step("cats-sma", "cats-sma", &[])]]);
+        let s = Selection::from_xpath("/ietf-netconf-acm:nacm/groups//name");
+        assert!(!s.exact);
+        assert_eq!(s.targets[0].len(), 2);
+        // Whatever may read outside the steps before it is covered by everything: axes
+        // that go up or sideways, `..`, predicates with paths or functions.
+        for x in [
+            "/ietf-netconf-acm:nacm/groups/parent::*",
+            "/ietf-netconf-acm:nacm/groups/following-sibling::*",
+            "/ietf-netconf-acm:nacm/groups/..",
+            "/ietf-netconf-acm:nacm/groups/*/../..",
+            "/ietf-netconf-acm:nacm/groups/group[user-name = /ietf-netconf-acm:nacm/rule-list/group]",
+            "/ietf-netconf-acm:nacm/groups/group[count(user-name) > 1]",
+            "/ietf-netconf-acm:nacm/groups/group[../../enable-nacm = 'true']",
+            "/ietf-netconf-acm:nacm/groups/*[name='a']",
+        ] {
+            assert!(Selection::from_xpath(x).is_all(), "{x}");
+        }
+    }
+
+    #[test]
+    fn covering_reads_reach_what_subtree_filters_may_report() {
+        let parse = |x: &str| crate::xml::parse(x).unwrap();
+        // A key value with both quote kinds has no XPath literal: covered by the whole
+        // list, so the covering path stays evaluable.
+        let f = parse(
+            "<filter><nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"><groups><group>\
+             <name>a'b\"c</name></group></groups></nacm></filter>",
+        );
+        let s = Selection::from_subtree(&f);
+        assert_eq!(
+            s.targets,
+            vec![vec![
+                step("ietf-netconf-acm", "nacm", &[]),
+                step("ietf-netconf-acm", "groups", &[]),
+                step("ietf-netconf-acm", "group", &[])
+            ]]
+        );
+        assert!(s.xpath().is_some_and(|x| !x.contains('[')));
+        // An entry picked by key with children that may select nothing is reported with its
+        // keys: the whole entry is covered.
+        let f = parse(
+            "<filter><nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"><groups><group>\
+             <name>g</name><user-name/></group></groups></nacm></filter>",
+        );
+        let s = Selection::from_subtree(&f);
+        assert!(!s.exact);
+        assert_eq!(
+            s.targets,
+            vec![vec![
+                step("ietf-netconf-acm", "nacm", &[]),
+                step("ietf-netconf-acm", "groups", &[]),
+                step("ietf-netconf-acm", "group", &[("name", "g")])
+            ]]
+        );
     }
 
     #[test]

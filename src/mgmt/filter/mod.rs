@@ -58,7 +58,8 @@ impl Readable {
 pub struct Whole<'t>(pub(super) &'t DataTree<'static>);
 
 impl<'t> Whole<'t> {
-    /// Only NACM makes one, having checked the reader.
+    /// Made by `Nacm::whole` once it has checked the reader (crate-visible so that NACM,
+    /// outside this module, can).
     pub(crate) fn unrestricted(tree: &'t DataTree<'static>) -> Whole<'t> {
         Whole(tree)
     }

@@ -28,21 +28,34 @@ fn kind(f: &Element) -> Kind {
 /// Applies the children of a `<filter>` element to `tree`. An empty filter selects nothing
 /// (section 6.4.2).
 pub fn apply(filter: &Element, tree: &Readable) -> Result<Readable, RpcError> {
-    apply_tree(filter, tree.tree())
+    apply_tree(filter, tree.tree(), None)
 }
 
-/// [`apply`] on a datastore tree whose reader may read all of it (see [`super::Whole`]).
-pub fn apply_whole(filter: &Element, whole: super::Whole<'_>) -> Result<Readable, RpcError> {
-    apply_tree(filter, whole.0)
+/// [`apply`] on a datastore tree whose reader may read all of it (see [`super::Whole`]),
+/// under the datastore's lock: the caller took the evaluation permit before the lock (a
+/// reader waiting for one must not hold the datastore) and keeps it for the call.
+pub fn apply_whole(
+    filter: &Element,
+    whole: super::Whole<'_>,
+    permit: &super::cost::Permit,
+) -> Result<Readable, RpcError> {
+    apply_tree(filter, whole.0, Some(permit))
 }
 
-fn apply_tree(filter: &Element, tree: &DataTree<'static>) -> Result<Readable, RpcError> {
+fn apply_tree(
+    filter: &Element,
+    tree: &DataTree<'static>,
+    held: Option<&super::cost::Permit>,
+) -> Result<Readable, RpcError> {
     check_subtree(filter)?;
     let mut out = DataTree::new(tree.context());
     let Some(first) = tree.reference() else {
         return Ok(Readable::pruned(out));
     };
-    let _permit = super::cost::permit()?;
+    let _permit = match held {
+        Some(_) => None,
+        None => Some(super::cost::permit()?),
+    };
     let top: Vec<DataNodeRef<'_, 'static>> = first.inclusive_siblings().collect();
     siblings(&top, &filter.children, &mut out)?;
     Ok(Readable::pruned(out))

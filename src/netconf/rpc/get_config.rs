@@ -2,7 +2,7 @@
 
 use super::get::{self, readable_covering};
 use super::{data_element, datastore_param, filter_param, one, readable, with_defaults, Body, OpResult, SessionCtx};
-use crate::mgmt::filter::{subtree, Filter};
+use crate::mgmt::filter::{cost, subtree, Filter};
 use crate::xml::Element;
 
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
@@ -23,17 +23,20 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
                 return Ok(Body::Data(data?));
             }
         }
-        Some(Filter::Subtree(el)) => {
-            // A subtree filter walks only the branches it names: for a reader who may
-            // read everything it selects straight from the datastore tree, one copy of
-            // what it selects.
+        Some(Filter::Subtree(el)) if small(el) => {
+            // A small subtree filter walks only the branches it names, each at most once
+            // per sibling: for a reader who may read everything it selects straight from
+            // the datastore tree, one copy of what it selects. Its evaluation permit is
+            // taken before the datastore's lock, never waited for under it.
+            let permit = cost::permit().map_err(one)?;
             let direct = ds
-                .with_tree(source, |tree| nacm.whole(user, tree).map(|w| subtree::apply_whole(el, w)))
+                .with_tree(source, |tree| nacm.whole(user, tree).map(|w| subtree::apply_whole(el, w, &permit)))
                 .map_err(one)?;
             if let Some(selected) = direct {
                 return Ok(Body::Data(data_element(selected.map_err(one)?.tree(), wd)?));
             }
         }
+        Some(Filter::Subtree(_)) => {}
         Some(Filter::XPath(_)) => {}
     }
     // NACM first, then the filter, on a copy of what the filter's selection covers: the
@@ -47,4 +50,22 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
         Some(f) => f.apply(&tree).map_err(one)?,
     };
     Ok(Body::Data(data_element(tree.tree(), wd)?))
+}
+
+/// At most this many elements in a subtree filter evaluated under the datastore's lock
+/// (`small`): the walk costs at most that many passes over the siblings it meets, about
+/// what printing them costs; a larger filter runs on a copy, off the lock.
+const MAX_FILTER_ELEMENTS_UNDER_LOCK: usize = 16;
+
+fn small(filter: &Element) -> bool {
+    let mut stack: Vec<&Element> = filter.children.iter().collect();
+    let mut n = 0;
+    while let Some(e) = stack.pop() {
+        n += 1;
+        if n > MAX_FILTER_ELEMENTS_UNDER_LOCK {
+            return false;
+        }
+        stack.extend(e.children.iter());
+    }
+    true
 }
