@@ -86,17 +86,22 @@ def establish(m, inner):
     return int(sid), root
 
 
-def take(m, name, timeout=10):
-    """The next notification whose content is `name` (others skipped)."""
+def notifications(m, timeout):
+    """The notifications arriving within `timeout` seconds: (root, its content elements)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         n = m.take_notification(timeout=0.5)
         if n is None:
             continue
         root = etree.fromstring(n.notification_xml.encode())
-        content = [c for c in root if etree.QName(c).localname != "eventTime"][0]
-        if etree.QName(content).localname == name:
-            return content
+        yield root, [c for c in root if etree.QName(c).localname != "eventTime"]
+
+
+def take(m, name, timeout=10):
+    """The next notification whose content is `name` (others skipped)."""
+    for _, content in notifications(m, timeout):
+        if etree.QName(content[0]).localname == name:
+            return content[0]
     raise AssertionError(f"no {name} within {timeout}s")
 
 
@@ -294,15 +299,10 @@ SERVER = "urn:cats-sma:yang:cats-sma-netconf-server"
 def take_json(m, timeout=10):
     """The next notification of an encode-json subscription: (envelope eventTime, the
     decoded RFC 7951 document)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n = m.take_notification(timeout=0.5)
-        if n is None:
-            continue
-        root = etree.fromstring(n.notification_xml.encode())
-        content = [c for c in root if etree.QName(c).localname != "eventTime"]
-        assert len(content) == 1, n.notification_xml
-        assert content[0].tag == f"{{{SERVER}}}json-notification", n.notification_xml
+    for root, content in notifications(m, timeout):
+        text = etree.tostring(root)
+        assert len(content) == 1, text
+        assert content[0].tag == f"{{{SERVER}}}json-notification", text
         return root.findtext("n:eventTime", namespaces=NS), json.loads(content[0].findtext(f"{{{SERVER}}}message"))
     raise AssertionError(f"no notification within {timeout}s")
 
