@@ -149,10 +149,20 @@ pub fn framing(data: &[u8]) {
     }
 }
 
-/// The XML message parser every NETCONF message and XML RESTCONF body goes through.
+/// The XML message parser every NETCONF message and XML RESTCONF body goes through, and
+/// its NETCONF form that skims configuration content: both accept exactly the same
+/// messages, and what the skimming one builds is what the full one builds down to the
+/// top-level elements of each `<config>`.
 pub fn xml_message(data: &[u8]) {
     let Some(s) = text(data) else { return };
-    let _ = crate::xml::parse(s);
+    let limits = crate::config::message_limits::MessageLimits::default();
+    let full = crate::xml::parse_with(s, &limits);
+    let skim = crate::xml::parse_rpc(s, &limits);
+    match (&full, &skim) {
+        (Ok(f), Ok(k)) => assert!(crate::xml::same_down_to_skimmed(f, k), "skimmed parse differs"),
+        (Err(_), Err(_)) => {}
+        _ => panic!("the full and the skimming parse disagree: {:?} / {:?}", full.is_ok(), skim.is_ok()),
+    }
 }
 
 fn filter_server() -> &'static Arc<crate::mgmt::Core> {

@@ -309,6 +309,21 @@ pub fn parse(src: &str) -> Result<Element, XmlError> {
 /// Parses a message into its root element, refusing it as soon as it exceeds `limits`.
 /// Namespace resolution is quick-xml's ([`NsReader`]); nothing here recurses.
 pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
+    parse_in(src, limits, false)
+}
+
+/// Parses a NETCONF `<rpc>` as [`parse_with`] does, except that configuration content —
+/// the `<config>` of edit-config and edit-data, and of the `<source>` of copy-config and
+/// validate — is built down to its top-level elements only: what is inside them is read
+/// and checked as everywhere else (well-formed, within `limits`, every prefix bound, every
+/// reference defined) but not built, since it reaches libyang as the message's own text
+/// ([`Element::children_text`]). A 100 000-entry edit-config is not also a 300 000-element
+/// tree built and freed here. Spans and scopes of what is built are as [`parse_with`]'s.
+pub fn parse_rpc(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
+    parse_in(src, limits, true)
+}
+
+fn parse_in(src: &str, limits: &XmlLimits, skim_config: bool) -> Result<Element, XmlError> {
     // XML 1.0 section 2.2: characters outside `Char` make a message not well-formed. They
     // are refused here, raw or as references, because what follows hands names, values and
     // namespaces to libyang through C strings (a NUL panicked in yang2: fuzz finding).
@@ -327,18 +342,39 @@ pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
         decls: 0,
         namespaces: HashMap::new(),
         last_ns: None,
+        skim_config,
+        config_at: None,
+        skimmed: Vec::new(),
     };
     loop {
         let start = reader.buffer_position() as usize;
         let ev = reader.read_event().map_err(|e| XmlError(format!("at byte {}: {e}", reader.error_position())))?;
         let end = reader.buffer_position() as usize;
+        let skimming = !p.skimmed.is_empty();
         match ev {
             Event::Start(_) | Event::Empty(_) if p.root.is_some() => {
                 return Err(XmlError("content after the root element".into()));
             }
+            Event::Start(ref e) if skimming || p.skims_children() => {
+                let scope = p.skim_element(&reader, e)?;
+                p.skimmed.push(scope);
+            }
+            Event::Empty(ref e) if skimming || p.skims_children() => {
+                p.skim_element(&reader, e)?;
+            }
+            Event::End(_) if skimming => {
+                p.skimmed.pop();
+            }
+            Event::Text(_) | Event::CData(_) if skimming => {}
+            Event::GeneralRef(r) if skimming => {
+                resolve_reference(&r)?;
+            }
             Event::Start(ref e) => {
                 let el = p.start_element(&reader, e, start)?;
                 p.stack.push(el);
+                if p.opens_config() {
+                    p.config_at = Some(p.stack.len() - 1);
+                }
             }
             Event::Empty(ref e) => {
                 let mut el = p.start_element(&reader, e, start)?;
@@ -348,6 +384,9 @@ pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
             Event::End(_) => {
                 let mut el = p.stack.pop().ok_or_else(|| XmlError("unbalanced end tag".into()))?;
                 el.span.end = end;
+                if p.config_at == Some(p.stack.len()) {
+                    p.config_at = None;
+                }
                 p.close(el);
             }
             Event::Text(t) => {
@@ -366,20 +405,7 @@ pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
                 }
             }
             Event::GeneralRef(r) => {
-                let ch = match r.resolve_char_ref().map_err(|e| XmlError(e.to_string()))? {
-                    Some(c) if !is_xml_char(c) => {
-                        return Err(XmlError(format!("&#{}; is not a character XML 1.0 allows", c as u32)))
-                    }
-                    Some(c) => c,
-                    None => match &*r {
-                        "lt" => '<',
-                        "gt" => '>',
-                        "amp" => '&',
-                        "apos" => '\'',
-                        "quot" => '"',
-                        other => return Err(XmlError(format!("undefined entity &{other};"))),
-                    },
-                };
+                let ch = resolve_reference(&r)?;
                 match p.stack.last_mut() {
                     Some(el) => el.text.push(ch),
                     None => return Err(XmlError("reference outside the root element".into())),
@@ -396,6 +422,58 @@ pub fn parse_with(src: &str, limits: &XmlLimits) -> Result<Element, XmlError> {
     p.root.take().ok_or_else(|| XmlError("no root element".into()))
 }
 
+/// Whether `skimmed` (from [`parse_rpc`]) is `full` (from [`parse_with`], same message) with
+/// some elements' children left out: every element built is the same in both (name,
+/// namespace, attributes, text, span, scope). For the fuzz target and tests.
+#[doc(hidden)]
+pub fn same_down_to_skimmed(full: &Element, skimmed: &Element) -> bool {
+    let mut stack = vec![(full, skimmed)];
+    while let Some((f, k)) = stack.pop() {
+        let attrs_equal = f.attrs.len() == k.attrs.len()
+            && f.attrs
+                .iter()
+                .zip(&k.attrs)
+                .all(|(a, b)| a.ns == b.ns && a.prefix == b.prefix && a.name == b.name && a.value == b.value);
+        if f.name != k.name
+            || f.ns != k.ns
+            || f.prefix != k.prefix
+            || !attrs_equal
+            || f.text != k.text
+            || f.span != k.span
+            || f.own_prefixes != k.own_prefixes
+            || f.scope.bindings != k.scope.bindings
+        {
+            return false;
+        }
+        if k.children.is_empty() {
+            continue;
+        }
+        if f.children.len() != k.children.len() {
+            return false;
+        }
+        stack.extend(f.children.iter().zip(&k.children));
+    }
+    true
+}
+
+/// The character a reference (`&#…;` or a predefined entity) stands for.
+fn resolve_reference(r: &quick_xml::events::BytesRef<'_>) -> Result<char, XmlError> {
+    Ok(match r.resolve_char_ref().map_err(|e| XmlError(e.to_string()))? {
+        Some(c) if !is_xml_char(c) => {
+            return Err(XmlError(format!("&#{}; is not a character XML 1.0 allows", c as u32)))
+        }
+        Some(c) => c,
+        None => match &**r {
+            "lt" => '<',
+            "gt" => '>',
+            "amp" => '&',
+            "apos" => '\'',
+            "quot" => '"',
+            other => return Err(XmlError(format!("undefined entity &{other};"))),
+        },
+    })
+}
+
 struct Parser<'l> {
     limits: &'l XmlLimits,
     stack: Vec<Element>,
@@ -407,9 +485,117 @@ struct Parser<'l> {
     /// Each namespace of the message once (at most one per counted declaration).
     namespaces: HashMap<String, Arc<str>>,
     last_ns: Option<Arc<str>>,
+    /// Whether configuration content is skimmed ([`parse_rpc`]).
+    skim_config: bool,
+    /// The index in `stack` of the open `<config>` whose content is skimmed.
+    config_at: Option<usize>,
+    /// The scopes of the open elements being skimmed, innermost last (empty: building).
+    skimmed: Vec<Arc<Scope>>,
 }
 
 impl Parser<'_> {
+    /// Whether the element just pushed is configuration content's `<config>`: below
+    /// `<rpc>`, under edit-config (base namespace) or edit-data (NMDA), or under the
+    /// `<source>` of copy-config or validate.
+    fn opens_config(&self) -> bool {
+        use crate::mgmt::ns::{NS_BASE, NS_NMDA};
+        if !self.skim_config || self.config_at.is_some() {
+            return false;
+        }
+        let base = |e: &Element| matches!(e.ns.as_deref(), None | Some("") | Some(NS_BASE));
+        match self.stack.as_slice() {
+            [rpc, op, config] if rpc.is(NS_BASE, "rpc") && config.name == "config" => {
+                (op.is(NS_BASE, "edit-config") && base(config))
+                    || (op.is(NS_NMDA, "edit-data") && config.ns.as_deref() == Some(NS_NMDA))
+            }
+            [rpc, op, source, config] if rpc.is(NS_BASE, "rpc") && config.name == "config" => {
+                (op.is(NS_BASE, "copy-config") || op.is(NS_BASE, "validate"))
+                    && source.name == "source"
+                    && base(source)
+                    && base(config)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the next element starts skimmed: its parent is a child of `<config>`.
+    fn skims_children(&self) -> bool {
+        self.config_at.is_some_and(|at| self.stack.len() >= at + 2)
+    }
+
+    /// Checks an element as [`Parser::start_element`] does (depth, element and attribute
+    /// budgets, attribute values, namespace declarations and prefixes) without building
+    /// it; returns its scope for the elements inside it.
+    fn skim_element(&mut self, reader: &NsReader<&[u8]>, e: &BytesStart<'_>) -> Result<Arc<Scope>, XmlError> {
+        let l = self.limits;
+        if self.stack.len() + self.skimmed.len() >= l.max_depth {
+            return Err(XmlError(format!("elements nest deeper than {} levels", l.max_depth)));
+        }
+        self.elements += 1;
+        if self.elements > l.max_elements {
+            return Err(XmlError(format!("the message has more than {} elements", l.max_elements)));
+        }
+        let resolver = reader.resolver();
+        let qname = e.name();
+        if let ResolveResult::Unknown(p) = resolver.resolve_element(qname).0 {
+            return Err(XmlError(format!("undeclared namespace prefix \"{p}\"")));
+        }
+        let mut decls: Vec<(Option<String>, String)> = Vec::new();
+        let mut attrs = 0usize;
+        for a in e.attributes() {
+            let a = a.map_err(|err| XmlError(format!("bad attribute: {err}")))?;
+            if a.value.len() > l.max_attribute_size {
+                return Err(XmlError(format!("an attribute value exceeds {} bytes", l.max_attribute_size)));
+            }
+            let value = a
+                .normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                .map_err(|err| XmlError(format!("bad attribute value: {err}")))?;
+            if !value.chars().all(is_xml_char) {
+                return Err(XmlError("an attribute value holds a character XML 1.0 does not allow".into()));
+            }
+            if let Some(d) = a.key.as_namespace_binding() {
+                if decls.len() == l.max_namespace_declarations_per_element {
+                    return Err(XmlError(format!(
+                        "an element declares more than {} namespaces",
+                        l.max_namespace_declarations_per_element
+                    )));
+                }
+                let p = match d {
+                    PrefixDeclaration::Default => None,
+                    PrefixDeclaration::Named(p) => Some(p.to_owned()),
+                };
+                decls.push((p, value.into_owned()));
+                continue;
+            }
+            if attrs == l.max_attributes {
+                return Err(XmlError(format!("an element has more than {} attributes", l.max_attributes)));
+            }
+            attrs += 1;
+            self.elements += 1;
+            if self.elements > l.max_elements {
+                return Err(XmlError(format!("the message has more than {} elements and attributes", l.max_elements)));
+            }
+            if let ResolveResult::Unknown(p) = resolver.resolve_attribute(a.key).0 {
+                return Err(XmlError(format!("undeclared namespace prefix \"{p}\"")));
+            }
+        }
+        let parent = match self.skimmed.last() {
+            Some(s) => s,
+            None => self.stack.last().map(|p| &p.scope).unwrap_or(&self.top),
+        };
+        if decls.is_empty() || parent.unchanged_by(&decls) {
+            return Ok(parent.clone());
+        }
+        self.decls += decls.len();
+        if self.decls > l.max_namespace_declarations {
+            return Err(XmlError(format!(
+                "the message declares more than {} namespaces",
+                l.max_namespace_declarations
+            )));
+        }
+        Ok(Arc::new(parent.with(&decls)))
+    }
+
     /// The shared copy of a namespace name: consecutive elements mostly share one.
     fn intern(&mut self, ns: &str) -> Arc<str> {
         if let Some(last) = self.last_ns.as_ref().filter(|l| &***l == ns) {
@@ -555,6 +741,111 @@ pub fn escape_attr(s: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod forbidden_chars {
     use super::*;
+
+    #[test]
+    fn issue22_rpc_parse_skims_config_content_only() {
+        let nc = "urn:ietf:params:xml:ns:netconf:base:1.0";
+        let nmda = crate::mgmt::ns::NS_NMDA;
+        let limits = XmlLimits::default();
+        let deep = r#"<nacm xmlns="urn:ietf:params:xml:ns:yang:ietf-netconf-acm"><groups><group xmlns:x="urn:x"><name>g&amp;&#x41;</name><user-name>u</user-name></group></groups></nacm>"#;
+        let cases = [
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><edit-config><target><running/></target><config>{deep}</config></edit-config></rpc>"#
+                ),
+                true,
+            ),
+            (
+                format!(
+                    r#"<nc:rpc xmlns:nc="{nc}" message-id="1"><nc:edit-config><nc:config>{deep}<top xmlns="urn:t"/></nc:config></nc:edit-config></nc:rpc>"#
+                ),
+                true,
+            ),
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><copy-config><target><running/></target><source><config>{deep}</config></source></copy-config></rpc>"#
+                ),
+                true,
+            ),
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><validate><source><config>{deep}</config></source></validate></rpc>"#
+                ),
+                true,
+            ),
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><edit-data xmlns="{nmda}"><config>{deep}</config></edit-data></rpc>"#
+                ),
+                true,
+            ),
+            // Not configuration content: built in full.
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><get><filter type="subtree"><config>{deep}</config></filter></get></rpc>"#
+                ),
+                false,
+            ),
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><edit-config><config xmlns="urn:other">{deep}</config></edit-config></rpc>"#
+                ),
+                false,
+            ),
+            (
+                format!(
+                    r#"<rpc xmlns="{nc}" message-id="1"><get-config><source><config>{deep}</config></source></get-config></rpc>"#
+                ),
+                false,
+            ),
+        ];
+        for (msg, skims) in &cases {
+            let full = parse_with(msg, &limits).unwrap();
+            let skim = parse_rpc(msg, &limits).unwrap();
+            assert!(same_down_to_skimmed(&full, &skim), "{msg}");
+            // The top-level children of <config> are built, with spans for children_text.
+            let mut config = &skim;
+            while config.name != "config" {
+                config = &config.children[config.children.len() - 1];
+            }
+            assert_eq!(config.children[0].name, "nacm");
+            assert_eq!(config.children[0].children.is_empty(), *skims, "{msg}");
+            assert_eq!(config.children_text(msg).unwrap(), {
+                let mut c = &full;
+                while c.name != "config" {
+                    c = &c.children[c.children.len() - 1];
+                }
+                c.children_text(msg).unwrap()
+            });
+        }
+        // What the full parse refuses inside configuration content, the skimming one does too.
+        let bad = [
+            "<a xmlns=\"urn:a\"><b></c></a>",
+            "<p:a/>",
+            "<a b=\"1\" b=\"2\"/>",
+            "<a>&bogus;</a>",
+            "<a>&#0;</a>",
+            "<a x:y=\"1\"/>",
+        ];
+        for b in bad {
+            let msg = format!(
+                r#"<rpc xmlns="{nc}" message-id="1"><edit-config><config><top xmlns="urn:t">{b}</top></config></edit-config></rpc>"#
+            );
+            assert!(parse_with(&msg, &limits).is_err(), "{b}");
+            assert!(parse_rpc(&msg, &limits).is_err(), "{b}");
+        }
+        // Limits count skimmed elements and depth too.
+        let tight = XmlLimits { max_elements: 8, max_depth: 6, ..XmlLimits::default() };
+        let many = format!(
+            r#"<rpc xmlns="{nc}" message-id="1"><edit-config><config><top xmlns="urn:t">{}</top></config></edit-config></rpc>"#,
+            "<a/>".repeat(8)
+        );
+        assert!(parse_with(&many, &tight).is_err() && parse_rpc(&many, &tight).is_err());
+        let nested = format!(
+            r#"<rpc xmlns="{nc}" message-id="1"><edit-config><config><top xmlns="urn:t"><a><b><c/></b></a></top></config></edit-config></rpc>"#
+        );
+        assert!(parse_with(&nested, &tight).is_err() && parse_rpc(&nested, &tight).is_err());
+    }
 
     #[test]
     fn characters_outside_xml_1_0_are_not_well_formed() {

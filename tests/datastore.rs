@@ -50,7 +50,7 @@ const SCI_A: &str = "/cats-sma:cats-sma/scis/sci[csci-id='a']";
 fn merge_creates_and_reports_typed_changes() {
     let ds = open();
     let changes = edit(&ds, Datastore::Running, &cfg(&sci("a", "AR1"))).unwrap();
-    let created: Vec<_> = changes.iter().map(|c| (c.op, c.schema_path.as_str())).collect();
+    let created: Vec<_> = changes.iter().map(|c| (c.op, &*c.schema_path)).collect();
     assert!(created.contains(&(ChangeOp::Create, "/cats-sma:cats-sma/scis/sci")));
     assert!(created.contains(&(ChangeOp::Create, "/cats-sma:cats-sma/scis/sci/cs-id")));
     // The default of expected-interval (5000 ms) is present after validation.

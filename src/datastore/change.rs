@@ -1,8 +1,12 @@
 //! Typed configuration changes: what a commit hands to its consumers, and what the
 //! datastore replays to keep its spare copy of running in step without a full-tree diff.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use yang2::data::{Data, DataNodeRef, DataTree};
-use yang2::schema::SchemaNodeKind;
+use yang2::iter::NodeIterable;
+use yang2::schema::{SchemaNode, SchemaNodeKind};
 
 /// What happened to one data node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +48,9 @@ pub struct Change {
     /// path form), e.g. `/cats-sma:cats-sma/scis/sci[csci-id='a']/expected-interval`.
     pub path: String,
     /// Schema path without predicates, e.g. `/cats-sma:cats-sma/scis/sci/expected-interval`;
-    /// what consumers match on.
-    pub schema_path: String,
+    /// what consumers match on. Shared by the changes of one schema node in an edit (a
+    /// 100 000-entry edit does not hold 100 000 copies of each schema path).
+    pub schema_path: Arc<str>,
     pub kind: NodeKind,
     /// The node is a list key (its value also appears in the path predicate).
     pub is_key: bool,
@@ -64,7 +69,7 @@ impl Change {
         let path = node.path();
         Change {
             op,
-            schema_path: schema_path_of(&path),
+            schema_path: schema_path_of(&path).into(),
             path,
             kind: schema.kind().into(),
             is_key: schema.is_list_key(),
@@ -74,47 +79,120 @@ impl Change {
     }
 }
 
+/// The schema paths of the nodes an edit touched, by schema node: every change of one
+/// schema node shares one string.
+#[derive(Default)]
+pub(crate) struct SchemaPaths(HashMap<usize, Arc<str>>);
+
+impl SchemaPaths {
+    fn get(&mut self, schema: &SchemaNode<'_>, make: impl FnOnce() -> String) -> Arc<str> {
+        self.0.entry(schema.as_raw() as usize).or_insert_with(|| make().into()).clone()
+    }
+}
+
 /// The changes of a whole subtree, `root` first, in document order (what
-/// `root.traverse().map(of_node)` gives), with implicit default nodes below the root left
-/// out when `skip_defaults`. The data path of a container or leaf is its parent's plus one
-/// step, and every schema path is its parent's plus one step: only list entries and
-/// leaf-list values ask libyang for their path, so a 100 000-entry subtree does not print
-/// every node's path from the root.
-pub(crate) fn subtree(op: ChangeOp, root: &DataNodeRef<'_, '_>, skip_defaults: bool) -> Vec<Change> {
-    let first = Change::of_node(op, root);
-    let (path, schema_path) = (first.path.clone(), first.schema_path.clone());
-    let mut out = vec![first];
-    below(op, root, &path, &schema_path, skip_defaults, &mut out);
+/// `root.traverse().map(of_node)` gives), appended to `out`, with implicit default nodes
+/// below the root left out when `skip_defaults`. `parent_path` is the data path of the
+/// root's parent when the caller has it (None: libyang prints the root's path). The data
+/// path of a container or leaf is its parent's plus one step, a list entry's or leaf-list
+/// value's adds its predicates, and schema paths come from `paths`: only instances libyang
+/// numbers by position ask libyang for their path, so a 100 000-entry subtree does not
+/// print every node's path from the root, and nothing is allocated per node but its path
+/// and value.
+pub(crate) fn subtree(
+    op: ChangeOp,
+    root: &DataNodeRef<'_, '_>,
+    skip_defaults: bool,
+    parent_path: Option<&str>,
+    paths: &mut SchemaPaths,
+    out: &mut Vec<Change>,
+) {
+    let schema = root.schema();
+    let (path, schema_path) = match (parent_path, root.parent()) {
+        (Some(pp), Some(parent)) => {
+            let path = child_path(pp, &parent.schema(), &schema, root);
+            let sp = paths.get(&schema, || schema_path_of(&path));
+            (path, sp)
+        }
+        _ => {
+            let path = root.path();
+            let sp = paths.get(&schema, || schema_path_of(&path));
+            (path, sp)
+        }
+    };
+    let value = root.value_canonical();
+    let (value, old_value) = match op {
+        ChangeOp::Delete => (None, value),
+        _ => (value, None),
+    };
+    let idx = out.len();
+    out.push(Change {
+        op,
+        path: String::new(),
+        schema_path: schema_path.clone(),
+        kind: schema.kind().into(),
+        is_key: schema.is_list_key(),
+        value,
+        old_value,
+    });
+    below(op, root, &path, &schema_path, skip_defaults, paths, out);
+    out[idx].path = path;
+}
+
+/// The data path of `n` (schema `schema`) under its parent's `path` (parent schema
+/// `parent`), in libyang's standard form (`lyd_path`): one step, prefixed with the module
+/// name when it differs from the parent's, and for a list entry or leaf-list value the
+/// predicates (`[key='v']` per key in order, `[.='v']` for a leaf-list value, double quotes
+/// when the value holds a single one). The instances libyang numbers by position (keyless
+/// lists, state leaf-lists) ask libyang.
+fn child_path(path: &str, parent: &SchemaNode<'_>, schema: &SchemaNode<'_>, n: &DataNodeRef<'_, '_>) -> String {
+    let name = schema.name();
+    let module = schema.module();
+    let foreign = module != parent.module();
+    let mut out = String::with_capacity(path.len() + name.len() + 24);
+    out.push_str(path);
+    out.push('/');
+    if foreign {
+        out.push_str(module.name());
+        out.push(':');
+    }
+    out.push_str(name);
+    match schema.kind() {
+        SchemaNodeKind::LeafList => {
+            if !schema.is_config() {
+                return n.path();
+            }
+            let Some(v) = n.value_canonical() else { return n.path() };
+            out.push_str("[.=");
+            push_quoted(&mut out, &v);
+            out.push(']');
+        }
+        SchemaNodeKind::List => {
+            let mut keys = 0;
+            for k in n.children().take_while(|k| k.schema().is_list_key()) {
+                let Some(v) = k.value_canonical() else { return n.path() };
+                out.push('[');
+                out.push_str(k.schema().name());
+                out.push('=');
+                push_quoted(&mut out, &v);
+                out.push(']');
+                keys += 1;
+            }
+            if keys == 0 {
+                return n.path();
+            }
+        }
+        _ => {}
+    }
     out
 }
 
-/// The path of a list entry or leaf-list value under its parent's `path`, with the
-/// predicates libyang's standard path gives it (`lyd_path`: `[key='v']` per key in order,
-/// `[.='v']` for a leaf-list value, double quotes when the value holds a single one),
-/// without printing every ancestor again. None for the instances libyang numbers by
-/// position (keyless lists, state leaf-lists): the caller asks libyang.
-fn instance_path(path: &str, step: &str, n: &DataNodeRef<'_, '_>) -> Option<String> {
-    let schema = n.schema();
-    let mut out = format!("{path}/{step}");
-    if schema.kind() == SchemaNodeKind::LeafList {
-        if !schema.is_config() {
-            return None;
-        }
-        out.push_str("[.=");
-        out.push_str(&super::tree::quote(&n.value_canonical()?));
-        out.push(']');
-        return Some(out);
-    }
-    let mut keys = 0;
-    for k in n.children().take_while(|k| k.schema().is_list_key()) {
-        out.push('[');
-        out.push_str(k.schema().name());
-        out.push('=');
-        out.push_str(&super::tree::quote(&k.value_canonical()?));
-        out.push(']');
-        keys += 1;
-    }
-    (keys > 0).then_some(out)
+/// `v` quoted as [`super::tree::quote`] does, appended to `out`.
+fn push_quoted(out: &mut String, v: &str) {
+    let q = if v.contains('\'') { '"' } else { '\'' };
+    out.push(q);
+    out.push_str(v);
+    out.push(q);
 }
 
 fn below(
@@ -123,48 +201,48 @@ fn below(
     path: &str,
     schema_path: &str,
     skip_defaults: bool,
+    paths: &mut SchemaPaths,
     out: &mut Vec<Change>,
 ) {
     let parent_schema = node.schema();
-    let module = parent_schema.module();
     for child in node.children() {
         if skip_defaults && child.is_default() {
             continue;
         }
         let schema = child.schema();
         let kind = schema.kind();
-        let cm = schema.module();
-        let step = if cm.name() == module.name() {
-            schema.name().to_owned()
-        } else {
-            format!("{}:{}", cm.name(), schema.name())
-        };
-        let child_path = match kind {
-            SchemaNodeKind::List | SchemaNodeKind::LeafList => {
-                instance_path(path, &step, &child).unwrap_or_else(|| child.path())
+        let child_path = child_path(path, &parent_schema, &schema, &child);
+        let child_schema = paths.get(&schema, || {
+            let module = schema.module();
+            if module != parent_schema.module() {
+                format!("{schema_path}/{}:{}", module.name(), schema.name())
+            } else {
+                format!("{schema_path}/{}", schema.name())
             }
-            _ => format!("{path}/{step}"),
-        };
-        let child_schema = format!("{schema_path}/{step}");
+        });
         let value = child.value_canonical();
         let (value, old_value) = match op {
             ChangeOp::Delete => (None, value),
             _ => (value, None),
         };
-        let descend = matches!(kind, SchemaNodeKind::Container | SchemaNodeKind::List);
-        out.push(Change {
+        let change = Change {
             op,
-            path: child_path,
+            path: String::new(),
             schema_path: child_schema,
             kind: kind.into(),
             is_key: schema.is_list_key(),
             value,
             old_value,
-        });
-        if descend {
-            let last = out.last().expect("just pushed");
-            let (p, sp) = (last.path.clone(), last.schema_path.clone());
-            below(op, &child, &p, &sp, skip_defaults, out);
+        };
+        if matches!(kind, SchemaNodeKind::Container | SchemaNodeKind::List) {
+            // The entry goes before its descendants; its path is moved in after them.
+            let idx = out.len();
+            let sp = change.schema_path.clone();
+            out.push(change);
+            below(op, &child, &child_path, &sp, skip_defaults, paths, out);
+            out[idx].path = child_path;
+        } else {
+            out.push(Change { path: child_path, ..change });
         }
     }
 }
@@ -195,7 +273,10 @@ pub fn schema_path_of(data_path: &str) -> String {
 /// netconf-config-change of a 100 000-entry edit was quadratic when every change was
 /// compared with every root kept so far).
 pub fn roots(changes: &[Change]) -> Vec<&Change> {
-    let mut covering: std::collections::HashSet<(bool, &str)> = std::collections::HashSet::new();
+    // Sized for a bulk edit up front: most changes of a 100 000-entry create are entries
+    // (roots) or their keys, and growing the set by rehashing cost more than the lookups.
+    let mut covering: std::collections::HashSet<(bool, &str)> =
+        std::collections::HashSet::with_capacity(changes.len() / 2);
     // The last kept subtree root: a subtree's changes follow its root, so most are
     // covered by it, which a prefix comparison shows without hashing.
     let mut last: Option<(bool, &str)> = None;
@@ -337,7 +418,7 @@ mod tests {
         Change {
             op,
             path: path.into(),
-            schema_path: schema_path_of(path),
+            schema_path: schema_path_of(path).into(),
             kind: NodeKind::Other,
             is_key,
             value: None,
@@ -360,17 +441,29 @@ mod tests {
         )
         .unwrap();
         let mut n = 0;
+        let mut paths = SchemaPaths::default();
+        let of = |op, root: &DataNodeRef<'_, '_>, skip, parent: Option<&str>, paths: &mut SchemaPaths| {
+            let mut out = Vec::new();
+            subtree(op, root, skip, parent, paths, &mut out);
+            out
+        };
         for top in tree.reference().unwrap().inclusive_siblings() {
-            for op in [ChangeOp::Create, ChangeOp::Delete] {
-                let want: Vec<Change> = top.traverse().map(|d| Change::of_node(op, &d)).collect();
-                assert_eq!(subtree(op, &top, false), want);
-                let want: Vec<Change> = top
-                    .traverse()
-                    .filter(|d| !d.is_default() || d.as_raw() == top.as_raw())
-                    .map(|d| Change::of_node(op, &d))
-                    .collect();
-                assert_eq!(subtree(op, &top, true), want);
-                n += want.len();
+            // Every node as a subtree root: the top without a parent path, the others
+            // with their parent's (as the editor passes it).
+            for root in top.traverse() {
+                let parent = root.parent().map(|p| p.path());
+                for op in [ChangeOp::Create, ChangeOp::Delete] {
+                    let want: Vec<Change> = root.traverse().map(|d| Change::of_node(op, &d)).collect();
+                    assert_eq!(of(op, &root, false, parent.as_deref(), &mut paths), want);
+                    assert_eq!(of(op, &root, false, None, &mut paths), want);
+                    let want: Vec<Change> = root
+                        .traverse()
+                        .filter(|d| !d.is_default() || d.as_raw() == root.as_raw())
+                        .map(|d| Change::of_node(op, &d))
+                        .collect();
+                    assert_eq!(of(op, &root, true, parent.as_deref(), &mut paths), want);
+                    n += want.len();
+                }
             }
         }
         assert!(n > 20, "{n}");

@@ -526,7 +526,7 @@ fn deleted_ok(tree: &mut DataTree<'static>, u: &Unit<'_>, changes: &[Change]) ->
     for (referrer, key_schema) in &u.plan.backrefs {
         let values: Vec<&Change> = changes
             .iter()
-            .filter(|c| c.op == ChangeOp::Delete && &c.schema_path == key_schema && is_below(&c.path, &u.change.path))
+            .filter(|c| c.op == ChangeOp::Delete && *c.schema_path == **key_schema && is_below(&c.path, &u.change.path))
             .collect();
         if values.is_empty() {
             // The deleted key is not among the changes: nothing proven.

@@ -123,13 +123,53 @@ pub struct Transaction<'a> {
     pub config: &'a DataTree<'static>,
     /// The session that asked for the commit (0 = the agent itself).
     pub session: SessionId,
+    /// The changes as runs of neighbours whose schema paths share their first
+    /// [`RUN_STEPS`] steps (the run's key), so `changes_under` skips a run the prefix
+    /// cannot match without looking at its changes.
+    runs: Vec<(std::ops::Range<usize>, &'a str)>,
 }
 
-impl Transaction<'_> {
-    /// Changes at or below a schema path prefix.
-    pub fn changes_under<'s>(&'s self, schema_prefix: &'s str) -> impl Iterator<Item = &'s Change> + 's {
-        self.changes.iter().filter(move |c| c.schema_path.starts_with(schema_prefix))
+/// How many steps of a schema path key a run of changes.
+const RUN_STEPS: usize = 3;
+
+impl<'a> Transaction<'a> {
+    pub fn new(changes: &'a [Change], config: &'a DataTree<'static>, session: SessionId) -> Self {
+        let mut runs: Vec<(std::ops::Range<usize>, &'a str)> = Vec::new();
+        for (i, c) in changes.iter().enumerate() {
+            let key = run_key(&c.schema_path);
+            match runs.last_mut() {
+                Some((r, k)) if *k == key => r.end = i + 1,
+                _ => runs.push((i..i + 1, key)),
+            }
+        }
+        Transaction { changes, config, session, runs }
     }
+
+    /// Changes at or below a schema path prefix (a plain string prefix of the schema path),
+    /// in order. Costs one comparison per run plus one per change of the runs whose key the
+    /// prefix extends: a commit of 100 000 NACM groups is not scanned by every consumer
+    /// asking for its own subtrees.
+    pub fn changes_under<'s>(&'s self, schema_prefix: &'s str) -> impl Iterator<Item = &'s Change> + 's {
+        self.runs
+            .iter()
+            .filter_map(move |(r, key)| {
+                // Every change of a run starts with its key. A prefix no longer than the key
+                // matches all of them or none; a longer one only where it extends the key.
+                if schema_prefix.len() <= key.len() {
+                    key.starts_with(schema_prefix).then_some((r.clone(), false))
+                } else {
+                    schema_prefix.starts_with(key).then_some((r.clone(), true))
+                }
+            })
+            .flat_map(move |(r, check)| {
+                self.changes[r].iter().filter(move |c| !check || c.schema_path.starts_with(schema_prefix))
+            })
+    }
+}
+
+/// The first [`RUN_STEPS`] steps of a schema path (all of it when shorter).
+fn run_key(schema_path: &str) -> &str {
+    schema_path.match_indices('/').nth(RUN_STEPS).map_or(schema_path, |(i, _)| &schema_path[..i])
 }
 
 /// A part of the agent driven by configuration (the metric engine, the adapters).
@@ -508,6 +548,32 @@ impl Datastores {
         self.edit_all(session, target, &[edit], opts).map_err(|(_, e)| e)
     }
 
+    /// [`Datastores::edit`] of an edit tree the caller hands over: the subtrees it creates
+    /// are moved into the target instead of copied (NETCONF and RESTCONF parse each edit
+    /// for one use).
+    pub fn edit_owned(
+        &self,
+        session: SessionId,
+        target: Datastore,
+        edit: DataTree<'static>,
+        opts: EditOptions,
+    ) -> Result<Vec<Change>, Vec<RpcError>> {
+        self.edit_all_in(session, target, &[&edit], opts, true).map_err(|(_, e)| e)
+    }
+
+    /// [`Datastores::edit_all`] of edit trees the caller hands over (see
+    /// [`Datastores::edit_owned`]).
+    pub fn edit_all_owned(
+        &self,
+        session: SessionId,
+        target: Datastore,
+        edits: Vec<DataTree<'static>>,
+        opts: EditOptions,
+    ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
+        let refs: Vec<&DataTree<'static>> = edits.iter().collect();
+        self.edit_all_in(session, target, &refs, opts, true)
+    }
+
     /// Several edits applied in order as one transaction (RFC 8072 YANG Patch): one
     /// validation, one NACM check and one commit to the consumers for all of them, and
     /// nothing kept unless all succeed. On error, the index of the edit that failed when
@@ -519,6 +585,18 @@ impl Datastores {
         edits: &[&DataTree<'static>],
         opts: EditOptions,
     ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
+        self.edit_all_in(session, target, edits, opts, false)
+    }
+
+    /// `owned`: the edit trees are dropped by the caller right after, unread.
+    fn edit_all_in(
+        &self,
+        session: SessionId,
+        target: Datastore,
+        edits: &[&DataTree<'static>],
+        opts: EditOptions,
+        owned: bool,
+    ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
         if !target.is_configuration() {
             return Err((
                 None,
@@ -529,7 +607,7 @@ impl Datastores {
             ));
         }
         let mut guard = self.lock_inner();
-        let result = self.edit_in(&mut guard, session, target, edits, opts);
+        let result = self.edit_in(&mut guard, session, target, edits, opts, owned);
         if target == Datastore::Candidate {
             Self::release_clean_candidate(&mut guard, true);
         }
@@ -559,8 +637,11 @@ impl Datastores {
         target: Datastore,
         edits: &[&DataTree<'static>],
         opts: EditOptions,
+        owned: bool,
     ) -> Result<Vec<Change>, (Option<usize>, Vec<RpcError>)> {
         let whole = |e: Vec<RpcError>| (None, e);
+        // Test-only on the candidate applies the edits a second time (to a scratch copy).
+        let consume = owned && opts.test_option != TestOption::TestOnly;
         Self::check_writable(inner, session, target).map_err(|e| whole(vec![e]))?;
         if target == Datastore::Candidate {
             self.ensure_candidate(inner).map_err(|e| whole(vec![e]))?;
@@ -573,7 +654,11 @@ impl Datastores {
         let mut ed = edit::Editor::new(tree);
         let mut failed_edit = None;
         for (i, edit) in edits.iter().enumerate() {
-            ed.apply(edit, opts.default_operation, opts.error_option);
+            if consume {
+                ed.apply_consuming(edit, opts.default_operation, opts.error_option);
+            } else {
+                ed.apply(edit, opts.default_operation, opts.error_option);
+            }
             if !ed.errors.is_empty() && failed_edit.is_none() {
                 failed_edit = Some(i);
                 if opts.error_option != ErrorOption::ContinueOnError {
@@ -720,7 +805,7 @@ impl Datastores {
         if changes.is_empty() {
             return Ok(());
         }
-        let tx = Transaction { changes, config, session };
+        let tx = Transaction::new(changes, config, session);
         for (i, c) in consumers.iter().enumerate() {
             if let Err(msg) = c.prepare(&tx) {
                 for prepared in &consumers[..i] {
@@ -1080,4 +1165,59 @@ fn diff_changes(old: &DataTree<'static>, new: &DataTree<'static>) -> Result<Vec<
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod transaction_tests {
+    use super::*;
+
+    #[test]
+    fn changes_under_equals_the_plain_prefix_filter() {
+        let paths = [
+            "/cats-sma:cats-sma",
+            "/cats-sma:cats-sma/scis",
+            "/cats-sma:cats-sma/scis/sci[csci-id='a']",
+            "/cats-sma:cats-sma/scis/sci[csci-id='a']/csci-id",
+            "/cats-sma:cats-sma/scis/sci[csci-id='a']/cs-id[.='x']",
+            "/ietf-netconf-acm:nacm/groups/group[name='g']",
+            "/ietf-netconf-acm:nacm/groups/group[name='g']/name",
+            "/cats-sma:cats-sma/scis/discovery/enabled",
+            "/cats-sma:cats-sma/collection/http/listen",
+            "/cats-sma:cats-sma/scis/sci[csci-id='b']",
+        ];
+        let changes: Vec<Change> = paths
+            .iter()
+            .map(|p| Change {
+                op: ChangeOp::Create,
+                path: (*p).into(),
+                schema_path: change::schema_path_of(p).into(),
+                kind: NodeKind::Other,
+                is_key: false,
+                value: None,
+                old_value: None,
+            })
+            .collect();
+        let tree = DataTree::new(crate::yang::context());
+        let tx = Transaction::new(&changes, &tree, 0);
+        for prefix in [
+            "",
+            "/",
+            "/cats-sma:cats-sma",
+            "/cats-sma:cats-sma/",
+            "/cats-sma:cats-sma/sc",
+            "/cats-sma:cats-sma/scis",
+            "/cats-sma:cats-sma/scis/sci",
+            "/cats-sma:cats-sma/scis/sci/cs-id",
+            "/cats-sma:cats-sma/scis/discovery",
+            "/cats-sma:cats-sma/collection",
+            "/ietf-netconf-acm:nacm",
+            "/ietf-netconf-acm:nacm/groups/group/name",
+            "/nothing",
+        ] {
+            let got: Vec<&str> = tx.changes_under(prefix).map(|c| c.path.as_str()).collect();
+            let want: Vec<&str> =
+                changes.iter().filter(|c| c.schema_path.starts_with(prefix)).map(|c| c.path.as_str()).collect();
+            assert_eq!(got, want, "{prefix}");
+        }
+    }
 }

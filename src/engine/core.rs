@@ -738,6 +738,14 @@ impl Core {
     /// Deregisters an SCI: its metrics are withdrawn (notified as a state change with
     /// reason `deregistered`, new state `failed`); the validator keeps its history.
     pub fn remove_sci(&mut self, csci_id: &str) {
+        if self.remove_sci_quietly(csci_id) {
+            tracing::info!(csci_id, "SCI deregistered: its metrics are withdrawn");
+        }
+    }
+
+    /// [`Core::remove_sci`] without its log line (a commit removing thousands of SCIs logs
+    /// one summary); true when the SCI had a cache entry, whose metrics are withdrawn.
+    pub fn remove_sci_quietly(&mut self, csci_id: &str) -> bool {
         self.retire_history(csci_id);
         self.cache.remove_registration(csci_id);
         self.rate.forget(csci_id);
@@ -747,8 +755,8 @@ impl Core {
         let entry = self.cache.get(csci_id).map(|e| (e.cs_id().map(str::to_owned), e.state));
         let ev = self.cache.remove(csci_id);
         self.absorb(ev);
+        let withdrawn = entry.is_some();
         if let Some((cs_id, from)) = entry {
-            tracing::info!(csci_id, from = from.yang(), "SCI deregistered: its metrics are withdrawn");
             self.events.push(EngineEvent::SciStateChange {
                 csci_id: csci_id.to_owned(),
                 from,
@@ -757,6 +765,7 @@ impl Core {
             });
             self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id });
         }
+        withdrawn
     }
 
     /// How a registered SCI proves itself (kept with its history).

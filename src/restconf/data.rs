@@ -673,8 +673,9 @@ fn add_insert(tree: &DataTree<'static>, node: &str, p: &Params, store: Store) ->
     Ok(())
 }
 
-fn run_edit(rc: &Restconf, caller: &Caller, ds: Datastore, tree: &DataTree<'static>) -> Result<(), Failure> {
-    rc.core.datastores.edit(caller.session, ds, tree, EditOptions::default()).map(|_| ()).map_err(Failure::from)
+/// Applies an edit tree parsed for this request (handed over: what it creates is moved).
+fn run_edit(rc: &Restconf, caller: &Caller, ds: Datastore, tree: DataTree<'static>) -> Result<(), Failure> {
+    rc.core.datastores.edit_owned(caller.session, ds, tree, EditOptions::default()).map(|_| ()).map_err(Failure::from)
 }
 
 /// The body of a whole-datastore PUT: the `ietf-restconf:data` wrapper's content.
@@ -726,7 +727,7 @@ fn put(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Target,
     super::yangdata::add_meta(&tree, &node, "ietf-netconf:operation", "replace")?;
     add_insert(&tree, &node, p, store)?;
     let existed = exists(rc, ds, &node)?;
-    run_edit(rc, caller, ds, &tree)?;
+    run_edit(rc, caller, ds, tree)?;
     Ok(edited(rc, req, store, if existed { 204 } else { 201 }))
 }
 
@@ -774,7 +775,7 @@ fn post(
     super::yangdata::add_meta(&tree, node, "ietf-netconf:operation", "create")?;
     add_insert(&tree, node, p, store)?;
     let created = target.child_of_node(&tree.find_path(node).map_err(ly)?);
-    run_edit(rc, caller, ds, &tree)?;
+    run_edit(rc, caller, ds, tree)?;
     let mut r = edited(rc, req, store, 201);
     if let Ok(v) = HeaderValue::from_str(&format!("{}{}", store.uri_prefix(), created.uri())) {
         r.headers_mut().insert("location", v);
@@ -795,7 +796,7 @@ fn patch(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Targe
         // A plain patch of the datastore merges its content (RFC 8040 4.6.1).
         let inner = unwrap_datastore_body(&req.body, enc)?;
         let (tree, _) = parse_body_under(rc, target, &inner, enc)?;
-        run_edit(rc, caller, ds, &tree)?;
+        run_edit(rc, caller, ds, tree)?;
         return Ok(edited(rc, req, store, 204));
     }
     if !target.is_single_instance() {
@@ -808,7 +809,7 @@ fn patch(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Targe
     }
     let (tree, node) = parse_target_body(rc, target, &req.body, enc)?;
     super::yangdata::add_meta(&tree, &node, "ietf-netconf:operation", "merge")?;
-    run_edit(rc, caller, ds, &tree)?;
+    run_edit(rc, caller, ds, tree)?;
     Ok(edited(rc, req, store, 204))
 }
 
@@ -852,6 +853,6 @@ fn delete(rc: &Restconf, caller: &Caller, req: &Req, store: Store, target: &Targ
     precondition(rc, req, store)?;
     candidate_free(rc, caller, ds)?;
     let tree = deletion_tree(rc, ds, target, "delete")?;
-    run_edit(rc, caller, ds, &tree)?;
+    run_edit(rc, caller, ds, tree)?;
     Ok(edited(rc, req, store, 204))
 }

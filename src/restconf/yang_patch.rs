@@ -221,8 +221,7 @@ pub fn apply(
             Err(f) => return Ok(reply(f.status, out, status_body(&patch.id, out, Some((Some(&e.id), &f.errors))))),
         }
     }
-    let refs: Vec<&DataTree<'static>> = trees.iter().collect();
-    match rc.core.datastores.edit_all(caller.session, ds, &refs, EditOptions::default()) {
+    match rc.core.datastores.edit_all_owned(caller.session, ds, trees, EditOptions::default()) {
         Ok(_) => Ok(reply(200, out, status_body(&patch.id, out, None))),
         Err((which, errors)) => {
             let f = Failure::from(errors);

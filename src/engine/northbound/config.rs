@@ -3,7 +3,6 @@
 //! commit's typed changes (no rescan of 100 000 entries); the small containers
 //! (validation, cache, aggregation) are re-read whole when anything in them changed.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use yang2::data::{Data, DataTree};
@@ -250,47 +249,64 @@ fn sci_of(node: &yang2::data::DataNodeRef<'_, 'static>) -> SciConfig {
 /// walk over the `scis` list instead of one path lookup per entry.
 const WALK_ABOVE: usize = 256;
 
+/// Up to this many SCI entries changed in one commit, each deregistration is logged; above,
+/// one line counts them (a bulk delete of 100 000 SCIs is not 100 000 log lines).
+const LOG_EACH_UP_TO: usize = 64;
+
 /// The new configuration of every SCI entry a commit touched (None: removed), in CSCI-ID
 /// order. A few entries are looked up by path; a bulk change (100 000 entries created in
 /// one edit) reads the list once, so the cost follows the list, not entries × lookup.
 fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
-    let entries: BTreeSet<(String, String)> = tx.changes_under(SCI).filter_map(|c| sci_entry(&c.path)).collect();
-    if entries.len() <= WALK_ABOVE {
-        return entries
-            .into_iter()
-            .map(|(entry, key)| {
-                let s = sci(tx.config, &entry);
-                (key, s)
-            })
-            .collect();
+    // Each entry once, borrowed from the change paths (a 100 000-entry commit has three
+    // changes per entry: nothing is allocated per change); the changes of one entry are
+    // neighbours, so most are recognised by the previous key without hashing.
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut entries: Vec<(&str, &str)> = Vec::new();
+    let mut last: Option<&str> = None;
+    for c in tx.changes_under(SCI) {
+        let Some((entry, key)) = sci_entry_ref(&c.path) else { continue };
+        if last == Some(key) {
+            continue;
+        }
+        last = Some(key);
+        if seen.insert(key) {
+            entries.push((entry, key));
+        }
     }
-    let mut found: std::collections::HashMap<String, SciConfig> = std::collections::HashMap::new();
-    let keys: std::collections::HashSet<&str> = entries.iter().map(|(_, k)| k.as_str()).collect();
+    if entries.len() <= WALK_ABOVE {
+        entries.sort_unstable_by(|a, b| a.1.cmp(b.1));
+        return entries.into_iter().map(|(entry, key)| (key.to_owned(), sci(tx.config, entry))).collect();
+    }
+    // One walk over the list: an entry whose key is in `seen` changed and is still there;
+    // what is left in `seen` afterwards was removed.
+    let mut out: Vec<(String, Option<SciConfig>)> = Vec::with_capacity(entries.len());
     if let Ok(scis) = tx.config.find_path(&format!("{ROOT}/scis")) {
         for n in scis.children().filter(|n| n.schema().name() == "sci") {
             let Some(key) = n.list_keys().next().and_then(|k| k.value_canonical()) else { continue };
-            if keys.contains(key.as_str()) {
-                found.insert(key, sci_of(&n));
+            if seen.remove(key.as_str()) {
+                let s = sci_of(&n);
+                out.push((key, Some(s)));
             }
         }
     }
-    entries
-        .into_iter()
-        .map(|(_, key)| {
-            let s = found.remove(&key);
-            (key, s)
-        })
-        .collect()
+    out.extend(entries.into_iter().filter(|(_, k)| seen.contains(k)).map(|(_, k)| (k.to_owned(), None)));
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// `/cats-sma:cats-sma/scis/sci[csci-id='x']/cs-id[.='y']` → the entry path and its key.
 fn sci_entry(path: &str) -> Option<(String, String)> {
+    sci_entry_ref(path).map(|(e, k)| (e.to_owned(), k.to_owned()))
+}
+
+/// [`sci_entry`] as slices of `path`.
+fn sci_entry_ref(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix(SCI)?;
     let pred = rest.strip_prefix("[csci-id=")?;
     let quote = pred.chars().next()?;
     let end = pred[1..].find(quote)? + 1;
-    let key = pred[1..end].to_owned();
-    let entry = format!("{SCI}{}", &rest[.."[csci-id=".len() + end + 2]);
+    let key = &pred[1..end];
+    let entry = path.get(..SCI.len() + "[csci-id=".len() + end + 2)?;
     Some((entry, key))
 }
 
@@ -497,6 +513,8 @@ impl ConfigConsumer for EngineConfig {
         }
         // One engine job for the whole commit, not one per SCI.
         self.engine.submit(move |core| {
+            let quiet = updates.len() > LOG_EACH_UP_TO;
+            let mut withdrawn = 0usize;
             for (key, s) in updates {
                 match s {
                     Some(s) => {
@@ -504,8 +522,12 @@ impl ConfigConsumer for EngineConfig {
                         crate::engine::discovery::configured(core, &key);
                         core.set_sci(&key, s)
                     }
+                    None if quiet => withdrawn += usize::from(core.remove_sci_quietly(&key)),
                     None => core.remove_sci(&key),
                 }
+            }
+            if withdrawn > 0 {
+                tracing::info!(count = withdrawn, "SCIs deregistered: their metrics are withdrawn");
             }
         });
     }

@@ -13,7 +13,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     match inline {
         Some(config) => {
             let tree =
-                ds.parse_config(config_text(config, src)?.as_bytes(), DataFormat::XML).map_err(locate(config))?;
+                ds.parse_config(config_text(config, src)?.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
             ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         }
         None => {

@@ -51,7 +51,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let ds = &ctx.server.datastores;
     if opts.default_operation == EditOp::Replace {
         // RFC 6241 7.2: with default-operation replace, <config> replaces the whole target.
-        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
+        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
         if opts.test_option == TestOption::TestOnly {
             ds.validate(Source::Config(&tree)).map_err(one)?;
         } else {
@@ -59,8 +59,8 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         }
         return Ok(Body::Ok);
     }
-    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
-    ds.edit(ctx.id, target, &edit, opts)?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
+    ds.edit_owned(ctx.id, target, edit, opts)?;
     Ok(Body::Ok)
 }
 

@@ -35,11 +35,11 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     let text = config_text(config, src)?;
     let ds = &ctx.server.datastores;
     if default_operation == EditOp::Replace {
-        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
+        let tree = ds.parse_config(text.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
         ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         return Ok(Body::Ok);
     }
-    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config))?;
-    ds.edit(ctx.id, target, &edit, EditOptions { default_operation, ..Default::default() })?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
+    ds.edit_owned(ctx.id, target, edit, EditOptions { default_operation, ..Default::default() })?;
     Ok(Body::Ok)
 }

@@ -132,7 +132,7 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
         ctx.info.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
         (errors_reply(ctx, attrs, &errors), After::Continue)
     };
-    let root = match xml::parse_with(src, crate::config::message_limits::get()) {
+    let root = match xml::parse_rpc(src, crate::config::message_limits::get()) {
         Ok(r) => r,
         Err(e) => {
             refused_input(ctx, &e);
@@ -485,11 +485,20 @@ pub(crate) fn config_text(config: &Element, src: &str) -> Result<String, Vec<Rpc
 
 /// Adds the bad-element libyang cannot name to errors about the content of `config`
 /// (RFC 6241 Appendix A: unknown-namespace carries bad-element and bad-namespace).
-pub(crate) fn locate(config: &Element) -> impl Fn(RpcError) -> Vec<RpcError> + '_ {
+/// `src` is the message `config` was parsed from: its content was skimmed
+/// ([`xml::parse_rpc`]), so on such an error it is parsed again in full to find the element.
+pub(crate) fn locate<'a>(config: &'a Element, src: &'a str) -> impl Fn(RpcError) -> Vec<RpcError> + 'a {
     move |mut e| {
         if e.bad_element.is_none() {
             if let Some(ns) = e.bad_namespace.clone() {
-                let mut stack: Vec<&Element> = config.children.iter().collect();
+                let full = config
+                    .standalone_text(src)
+                    .ok()
+                    .and_then(|t| xml::parse_with(&t, crate::config::message_limits::get()).ok());
+                let mut stack: Vec<&Element> = match &full {
+                    Some(f) => f.children.iter().collect(),
+                    None => config.children.iter().collect(),
+                };
                 while let Some(el) = stack.pop() {
                     if el.ns.as_deref() == Some(ns.as_str()) {
                         e.bad_element = Some(el.name.clone());

@@ -11,7 +11,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
     match op.param("source").and_then(|s| s.param("config")) {
         Some(config) => {
             let tree =
-                ds.parse_config(config_text(config, src)?.as_bytes(), DataFormat::XML).map_err(locate(config))?;
+                ds.parse_config(config_text(config, src)?.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
             ds.validate(Source::Config(&tree)).map_err(one)?;
         }
         None => {
