@@ -964,3 +964,33 @@ fn rfc6241_7_2_a_refused_edit_leaves_nothing_validation_removed() {
     let algorithm = "/cats-sma:cats-sma/collection/authentication/credential[name='k']/algorithm[.='HS256']";
     assert!(ds.with_tree(Datastore::Candidate, |t| t.find_path(algorithm).is_ok()).unwrap());
 }
+
+/// A new entry's defaults come with validation, not with the edit that created it: a later
+/// edit of the same transaction (YANG Patch) or of the same unvalidated candidate that writes
+/// a defaulted leaf creates it, and the candidate holds no defaults of uncommitted entries.
+#[test]
+fn issue22_new_entries_get_their_defaults_at_validation_only() {
+    let ds = open();
+    let owned = |xml: &str| ds.parse_edit(xml.as_bytes(), DataFormat::XML).unwrap();
+    let interval = |id: &str| {
+        format!("<scis><sci><csci-id>{id}</csci-id><expected-interval>5000</expected-interval></sci></scis>")
+    };
+    let leaf = |changes: &[Change], id: &str| {
+        let path = format!("/cats-sma:cats-sma/scis/sci[csci-id='{id}']/expected-interval");
+        changes.iter().find(|c| c.path == path).map(|c| (c.op, c.old_value.clone()))
+    };
+    // Candidate: created by one edit-config (moved whole into the tree), written by the next.
+    ds.edit_owned(1, Datastore::Candidate, owned(&cfg(&sci("a", "AR1"))), EditOptions::default()).unwrap();
+    assert_eq!(value(&ds, Datastore::Candidate, &format!("{SCI_A}/expected-interval")), None);
+    let changes = ds.edit_owned(1, Datastore::Candidate, owned(&cfg(&interval("a"))), EditOptions::default()).unwrap();
+    assert_eq!(leaf(&changes, "a"), Some((ChangeOp::Create, None)));
+    // One transaction of two edits on running: the second creates the leaf.
+    let edits = vec![owned(&cfg(&sci("b", "AR1"))), owned(&cfg(&interval("b")))];
+    let changes = ds.edit_all_owned(1, Datastore::Running, edits, EditOptions::default()).unwrap();
+    assert_eq!(leaf(&changes, "b"), Some((ChangeOp::Create, None)));
+    // Validated running has the defaults of what was created whole.
+    ds.edit_owned(1, Datastore::Running, owned(&cfg(&sci("c", "AR1"))), EditOptions::default()).unwrap();
+    let c = "/cats-sma:cats-sma/scis/sci[csci-id='c']";
+    assert_eq!(value(&ds, Datastore::Running, &format!("{c}/expected-interval")).as_deref(), Some("5000"));
+    assert_eq!(value(&ds, Datastore::Running, &format!("{c}/authentication")).as_deref(), Some("required"));
+}

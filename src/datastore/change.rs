@@ -69,7 +69,7 @@ impl Change {
         let path = node.path();
         Change {
             op,
-            schema_path: schema_path_of(&path).into(),
+            schema_path: schema_data_path(&schema).into(),
             path,
             kind: schema.kind().into(),
             is_key: schema.is_list_key(),
@@ -108,18 +108,11 @@ pub(crate) fn subtree(
     out: &mut Vec<Change>,
 ) {
     let schema = root.schema();
-    let (path, schema_path) = match (parent_path, root.parent()) {
-        (Some(pp), Some(parent)) => {
-            let path = child_path(pp, &parent.schema(), &schema, root);
-            let sp = paths.get(&schema, || schema_path_of(&path));
-            (path, sp)
-        }
-        _ => {
-            let path = root.path();
-            let sp = paths.get(&schema, || schema_path_of(&path));
-            (path, sp)
-        }
+    let path = match (parent_path, root.parent()) {
+        (Some(pp), Some(parent)) => child_path(pp, &parent.schema(), &schema, root),
+        _ => root.path(),
     };
+    let schema_path = paths.get(&schema, || schema_data_path(&schema));
     let value = root.value_canonical();
     let (value, old_value) = match op {
         ChangeOp::Delete => (None, value),
@@ -245,6 +238,13 @@ fn below(
             out.push(Change { path: child_path, ..change });
         }
     }
+}
+
+/// A schema node's path in the form of [`Change::schema_path`], from the schema (not from a
+/// data path: a key value holding both quote kinds makes libyang's data path ambiguous).
+fn schema_data_path(schema: &SchemaNode<'_>) -> String {
+    // SAFETY: `schema` is a live node of the process-wide context.
+    unsafe { super::local::schema_path(schema.as_raw()) }
 }
 
 /// Strips list/leaf-list predicates from a data path.
@@ -454,6 +454,10 @@ mod tests {
                 let parent = root.parent().map(|p| p.path());
                 for op in [ChangeOp::Create, ChangeOp::Delete] {
                     let want: Vec<Change> = root.traverse().map(|d| Change::of_node(op, &d)).collect();
+                    // The schema's path is the data path without predicates.
+                    for c in &want {
+                        assert_eq!(*c.schema_path, schema_path_of(&c.path), "{}", c.path);
+                    }
                     assert_eq!(of(op, &root, false, parent.as_deref(), &mut paths), want);
                     assert_eq!(of(op, &root, false, None, &mut paths), want);
                     let want: Vec<Change> = root

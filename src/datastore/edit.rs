@@ -103,6 +103,8 @@ pub(crate) struct Editor<'t> {
     parent_path: Option<(*mut yang2::ffi::lyd_node, String)>,
     /// New subtrees are moved out of the edit tree instead of copied (see [`Editor::apply`]).
     consume: bool,
+    /// The subtrees created whole (copied or moved in), for [`Editor::add_defaults`].
+    created: Vec<*mut yang2::ffi::lyd_node>,
 }
 
 impl<'t> Editor<'t> {
@@ -115,6 +117,7 @@ impl<'t> Editor<'t> {
             paths: Default::default(),
             parent_path: None,
             consume: false,
+            created: Vec::new(),
         }
     }
 
@@ -204,6 +207,7 @@ impl<'t> Editor<'t> {
 
     /// Puts the target back as it was before the first change.
     pub fn rollback(&mut self) {
+        self.created.clear();
         while let Some(u) = self.undo.pop() {
             match u {
                 Undo::Created(path) => {
@@ -597,16 +601,27 @@ impl<'t> Editor<'t> {
         if let Some(c) = self.changes.get(first) {
             self.undo.push(Undo::Created(c.path.clone()));
         }
-        // The subtree's implicit defaults now, as validation would add them: a bulk create
-        // then leaves validation nothing to add, and what it adds is not recorded in its
-        // diff node by node (14 % of a 100 000-SCI create). They are not changes (as before:
-        // only what the edit wrote is), and the undo step above removes them with the rest.
-        // SAFETY: `node` was just linked into the target and is live; lyd_new_implicit_tree
-        // only adds children below it (configuration only, no diff).
-        unsafe {
-            yang2::ffi::lyd_new_implicit_tree(node, yang2::ffi::LYD_IMPLICIT_NO_STATE, std::ptr::null_mut());
-        }
+        self.created.push(node);
         true
+    }
+
+    /// Gives the subtrees created whole their implicit defaults, as validation would: a bulk
+    /// create then leaves validation nothing to add and record in its diff node by node (14 %
+    /// of a 100 000-SCI create). Called once every edit of the transaction is applied and
+    /// right before validating it, never on a candidate that is kept unvalidated (later edits
+    /// must not find defaults there that an unvalidated entry would not have). The defaults
+    /// are not changes (only what the edits wrote is), and the undo steps remove them with
+    /// their subtrees.
+    pub fn add_defaults(&mut self) {
+        for n in self.created.drain(..) {
+            // SAFETY: `n` was linked into the target by this editor and nothing has been
+            // freed since (the edit steps unlink, never free; only a rollback frees, and it
+            // clears this list): it is live, in the target or in a subtree the undo log owns.
+            // lyd_new_implicit_tree only adds configuration children below it, no diff.
+            unsafe {
+                yang2::ffi::lyd_new_implicit_tree(n, yang2::ffi::LYD_IMPLICIT_NO_STATE, std::ptr::null_mut());
+            }
+        }
     }
 
     /// Removes a target node and its subtree, recording a Delete per node (implicit

@@ -919,7 +919,7 @@ unsafe fn subtree_of(s: *mut ffi::lysc_node) -> HashSet<Snode> {
 
 /// A schema node's path in the data-path form the changes use
 /// (`/cats-sma:cats-sma/collection/pull/target/sci`).
-unsafe fn schema_path(n: *const ffi::lysc_node) -> String {
+pub(super) unsafe fn schema_path(n: *const ffi::lysc_node) -> String {
     owned(ffi::lysc_path(n, ffi::LYSC_PATH_TYPE::LYSC_PATH_DATA, null_mut(), 0)).unwrap_or_default()
 }
 

@@ -693,6 +693,7 @@ impl Datastores {
         }
         let (mut validated, mut vdiff) = (Validated::Fast, validate::ValidationDiff::none());
         if !changes.is_empty() {
+            ed.add_defaults();
             if !self.fast_path.covers(&changes) {
                 // libyang's validation may free nodes the undo log points at.
                 ed.pin();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use yang2::data::{Data, DataTree};
 
 use super::{leaf, leaf_u64, ROOT};
-use crate::datastore::{ConfigConsumer, Transaction};
+use crate::datastore::{ChangeOp, ConfigConsumer, Transaction};
 use crate::engine::aggregate::ComputingTimeFunction;
 use crate::engine::core::{CacheConfig, SciConfig};
 use crate::engine::policy::{
@@ -18,6 +18,8 @@ use crate::engine::validate::{AnomalyAction, ValidationConfig};
 use crate::engine::Engine;
 
 const SCI: &str = "/cats-sma:cats-sma/scis/sci";
+/// The schema path prefix of an SCI entry's children.
+const SCI_CHILD: &str = "/cats-sma:cats-sma/scis/sci/";
 const POLICY: &str = "/cats-sma:cats-sma/cats-sma-policy:policy";
 
 /// Feeds commits to the engine.
@@ -222,27 +224,37 @@ pub fn sci(t: &DataTree<'static>, entry_path: &str) -> Option<SciConfig> {
 
 /// One registry entry, read from its list entry node.
 fn sci_of(node: &yang2::data::DataNodeRef<'_, 'static>) -> SciConfig {
-    let mut s = SciConfig {
+    let mut s = sci_defaults();
+    for c in node.children() {
+        sci_field(&mut s, c.schema().name(), c.value_canonical());
+    }
+    s
+}
+
+/// An entry before its children are read: what the schema's defaults give (the tests check
+/// them against the YANG module).
+fn sci_defaults() -> SciConfig {
+    SciConfig {
         cs_ids: Vec::new(),
         credential_ref: None,
         unauthenticated: false,
         expected_interval: Duration::from_millis(5000),
-    };
-    for c in node.children() {
-        let v = c.value_canonical();
-        match c.schema().name() {
-            "cs-id" => s.cs_ids.extend(v),
-            "credential-ref" => s.credential_ref = v,
-            "authentication" => s.unauthenticated = v.as_deref() == Some("none"),
-            "expected-interval" => {
-                if let Some(ms) = v.and_then(|x| x.parse().ok()) {
-                    s.expected_interval = Duration::from_millis(ms);
-                }
-            }
-            _ => {}
-        }
     }
-    s
+}
+
+/// One child of an SCI entry into its registry entry.
+fn sci_field(s: &mut SciConfig, name: &str, v: Option<String>) {
+    match name {
+        "cs-id" => s.cs_ids.extend(v),
+        "credential-ref" => s.credential_ref = v,
+        "authentication" => s.unauthenticated = v.as_deref() == Some("none"),
+        "expected-interval" => {
+            if let Some(ms) = v.and_then(|x| x.parse().ok()) {
+                s.expected_interval = Duration::from_millis(ms);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Above this many changed SCI entries in one commit, their configuration is read in one
@@ -257,41 +269,84 @@ const LOG_EACH_UP_TO: usize = 64;
 /// order. A few entries are looked up by path; a bulk change (100 000 entries created in
 /// one edit) reads the list once, so the cost follows the list, not entries × lookup.
 fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
+    /// What the changes say about one entry.
+    enum Seen<'c> {
+        /// Created whole in this commit (its own changes only, all creates): its registry
+        /// entry is built from them, the schema's defaults filling the rest.
+        Created(SciConfig),
+        /// Deleted whole (its own changes only, all deletes).
+        Deleted,
+        /// Anything else (a leaf changed, touched twice): read from the tree at this path.
+        Read(&'c str),
+    }
     // Each entry once, borrowed from the change paths (a 100 000-entry commit has three
-    // changes per entry: nothing is allocated per change); the changes of one entry are
-    // neighbours, so most are recognised by the previous key without hashing.
-    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    let mut entries: Vec<(&str, &str)> = Vec::new();
-    let mut last: Option<&str> = None;
-    for c in tx.changes_under(SCI) {
+    // changes per entry: nothing is allocated per change but the values kept). The changes
+    // of an entry created or deleted whole are its root's followed by its children's.
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut entries: Vec<(&str, Seen<'_>)> = Vec::new();
+    let mut changes = tx.changes_under(SCI).peekable();
+    while let Some(c) = changes.next() {
         let Some((entry, key)) = sci_entry_ref(&c.path) else { continue };
-        if last == Some(key) {
-            continue;
+        let whole = c.path.len() == entry.len() && matches!(c.op, ChangeOp::Create | ChangeOp::Delete);
+        let mut built = (whole && c.op == ChangeOp::Create).then(sci_defaults);
+        let mut plain = whole;
+        while let Some(n) = changes.peek() {
+            if !n.path.starts_with(entry) || n.path.as_bytes().get(entry.len()) != Some(&b'/') {
+                break;
+            }
+            let n = changes.next().expect("peeked");
+            plain &= n.op == c.op;
+            if let (Some(b), Some(name)) = (built.as_mut(), n.schema_path.strip_prefix(SCI_CHILD)) {
+                if n.op == ChangeOp::Create && !n.is_key && !name.contains('/') {
+                    sci_field(b, name, n.value.clone());
+                }
+            }
         }
-        last = Some(key);
-        if seen.insert(key) {
-            entries.push((entry, key));
+        if index.is_empty() {
+            // Sized once for a bulk change (an entry has about three changes), not rehashed
+            // as it grows.
+            index.reserve(tx.changes.len() / 3);
         }
-    }
-    if entries.len() <= WALK_ABOVE {
-        entries.sort_unstable_by(|a, b| a.1.cmp(b.1));
-        return entries.into_iter().map(|(entry, key)| (key.to_owned(), sci(tx.config, entry))).collect();
-    }
-    // One walk over the list: an entry whose key is in `seen` changed and is still there;
-    // what is left in `seen` afterwards was removed.
-    let mut out: Vec<(String, Option<SciConfig>)> = Vec::with_capacity(entries.len());
-    if let Ok(scis) = tx.config.find_path(&format!("{ROOT}/scis")) {
-        for n in scis.children().filter(|n| n.schema().name() == "sci") {
-            let Some(key) = n.list_keys().next().and_then(|k| k.value_canonical()) else { continue };
-            if seen.remove(key.as_str()) {
-                let s = sci_of(&n);
-                out.push((key, Some(s)));
+        let seen = match (plain, built) {
+            (true, Some(b)) => Seen::Created(b),
+            (true, None) => Seen::Deleted,
+            (false, _) => Seen::Read(entry),
+        };
+        match index.entry(key) {
+            std::collections::hash_map::Entry::Occupied(i) => entries[*i.get()].1 = Seen::Read(entry),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(entries.len());
+                entries.push((key, seen));
             }
         }
     }
-    out.extend(entries.into_iter().filter(|(_, k)| seen.contains(k)).map(|(_, k)| (k.to_owned(), None)));
-    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    out
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let reads = entries.iter().filter(|(_, s)| matches!(s, Seen::Read(_))).count();
+    // The entries that must be read: a few by path, many in one walk over the list.
+    let mut walked: std::collections::HashMap<String, SciConfig> = std::collections::HashMap::new();
+    if reads > WALK_ABOVE {
+        if let Ok(scis) = tx.config.find_path(&format!("{ROOT}/scis")) {
+            for n in scis.children().filter(|n| n.schema().name() == "sci") {
+                let Some(key) = n.list_keys().next().and_then(|k| k.value_canonical()) else { continue };
+                if matches!(index.get(key.as_str()).map(|&i| &entries[i].1), Some(Seen::Read(_))) {
+                    let s = sci_of(&n);
+                    walked.insert(key, s);
+                }
+            }
+        }
+    }
+    entries
+        .into_iter()
+        .map(|(key, seen)| {
+            let s = match seen {
+                Seen::Created(s) => Some(s),
+                Seen::Deleted => None,
+                Seen::Read(_) if reads > WALK_ABOVE => walked.remove(key),
+                Seen::Read(entry) => sci(tx.config, entry),
+            };
+            (key.to_owned(), s)
+        })
+        .collect()
 }
 
 /// `/cats-sma:cats-sma/scis/sci[csci-id='x']/cs-id[.='y']` → the entry path and its key.
@@ -536,6 +591,91 @@ impl ConfigConsumer for EngineConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type Updates = Vec<(String, Option<SciConfig>)>;
+
+    /// Records what `sci_updates` gives and what reading every entry from the tree gives.
+    #[derive(Default)]
+    struct Probe(std::sync::Mutex<Vec<(Updates, Updates)>>);
+
+    impl ConfigConsumer for Probe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn prepare(&self, _tx: &Transaction<'_>) -> Result<(), String> {
+            Ok(())
+        }
+        fn apply(&self, tx: &Transaction<'_>) {
+            let got = sci_updates(tx);
+            let want = got
+                .iter()
+                .map(|(k, _)| {
+                    let path = format!("{SCI}[csci-id={}]", crate::datastore::tree::quote(k));
+                    (k.clone(), sci(tx.config, &path))
+                })
+                .collect();
+            self.0.lock().unwrap().push((got, want));
+        }
+    }
+
+    #[test]
+    fn issue14_sci_changes_give_what_the_tree_holds() {
+        let ds = crate::datastore::Datastores::open(crate::yang::context(), None).unwrap();
+        let probe = std::sync::Arc::new(Probe::default());
+        ds.register_consumer(probe.clone());
+        let edit = |body: String| {
+            let xml = format!(
+                "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\" xmlns:nc=\"urn:ietf:params:xml:ns:netconf:base:1.0\">{body}</cats-sma>"
+            );
+            let tree = ds.parse_edit(xml.as_bytes(), yang2::data::DataFormat::XML).unwrap();
+            ds.edit_owned(1, crate::datastore::Datastore::Running, tree, Default::default()).unwrap();
+        };
+        let cred = "<collection><authentication><credential><name>k</name><type>hmac-sha256</type><key>MDEyMzQ1Njc4OWFiY2RlZg==</key></credential></authentication></collection>";
+        let sci = |i: usize| {
+            match i % 4 {
+            0 => format!("<sci><csci-id>s{i}</csci-id><cs-id>A</cs-id></sci>"),
+            1 => format!("<sci><csci-id>it's{i}</csci-id><cs-id>A</cs-id><cs-id>B</cs-id><expected-interval>700</expected-interval></sci>"),
+            2 => format!("<sci><csci-id>s{i}</csci-id><cs-id>B</cs-id><credential-ref>k</credential-ref></sci>"),
+            _ => format!("<sci><csci-id>s{i}</csci-id><cs-id>C</cs-id><authentication>none</authentication></sci>"),
+        }
+        };
+        // Few and many (the walk) entries, created, changed, replaced, deleted.
+        for n in [5, WALK_ABOVE + 50] {
+            let all: String = (0..n).map(sci).collect();
+            edit(format!("{cred}<scis>{all}</scis>"));
+            let changed: String = (0..n)
+                .step_by(3)
+                .map(|i| {
+                    format!(
+                        "<sci><csci-id>s{i}</csci-id><expected-interval>900</expected-interval><cs-id>Z</cs-id></sci>"
+                    )
+                })
+                .collect();
+            edit(format!("<scis>{changed}</scis>"));
+            let replaced: String = (0..n)
+                .step_by(5)
+                .map(|i| format!("<sci nc:operation=\"replace\"><csci-id>s{i}</csci-id><cs-id>R</cs-id></sci>"))
+                .collect();
+            edit(format!("<scis>{replaced}</scis>"));
+            let deleted: String = (0..n)
+                .map(|i| {
+                    let id = if i % 4 == 1 { format!("it&apos;s{i}") } else { format!("s{i}") };
+                    format!("<sci nc:operation=\"remove\"><csci-id>{id}</csci-id></sci>")
+                })
+                .collect();
+            edit(format!("<scis>{deleted}</scis>"));
+        }
+        let seen = probe.0.lock().unwrap();
+        assert_eq!(seen.len(), 8);
+        for (got, want) in seen.iter() {
+            assert!(!got.is_empty());
+            assert_eq!(got, want);
+        }
+        // Created entries were built from the changes with the schema's defaults.
+        let (first, _) = &seen[0];
+        let s0 = first.iter().find(|(k, _)| k == "s0").and_then(|(_, s)| s.clone()).unwrap();
+        assert_eq!(s0, SciConfig { cs_ids: vec!["A".into()], ..sci_defaults() });
+    }
 
     fn tree(update_control: &str) -> DataTree<'static> {
         let xml = format!(
