@@ -1141,14 +1141,16 @@ fn select(ctx: &'static Context, tree: &DataTree<'static>, xpath: Option<&str>) 
 fn diff_changes(old: &DataTree<'static>, new: &DataTree<'static>) -> Result<Vec<Change>, RpcError> {
     let diff = old.diff(new, DataDiffFlags::empty()).map_err(ly)?;
     let mut out = Vec::new();
+    let mut paths = change::SchemaPaths::default();
     for (op, node) in diff.iter() {
-        let mut c = Change::of_node(
+        let mut c = Change::of_node_in(
             match op {
                 DataDiffOp::Create => ChangeOp::Create,
                 DataDiffOp::Delete => ChangeOp::Delete,
                 DataDiffOp::Replace => ChangeOp::Modify,
             },
             &node,
+            &mut paths,
         );
         if op == DataDiffOp::Replace {
             c.old_value = node.meta().find(|m| m.name() == "orig-value").map(|m| m.value().to_owned());
@@ -1161,7 +1163,7 @@ fn diff_changes(old: &DataTree<'static>, new: &DataTree<'static>) -> Result<Vec<
                 if d.meta().any(|m| m.name() == "operation") {
                     continue;
                 }
-                out.push(Change::of_node(op, &d));
+                out.push(Change::of_node_in(op, &d, &mut paths));
             }
         }
     }

@@ -305,10 +305,14 @@ fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
         if index.is_empty() {
             // Sized once for a bulk change (an entry has about three changes), not rehashed
             // as it grows.
-            index.reserve(tx.changes.len() / 3);
+            index.reserve(tx.changes_under(SCI).count() / 3);
         }
         let seen = match (plain, built) {
-            (true, Some(b)) => Seen::Created(b),
+            // In the tree's order: a later edit of the transaction may have added values.
+            (true, Some(mut b)) => {
+                b.cs_ids.sort_unstable();
+                Seen::Created(b)
+            }
             (true, None) => Seen::Deleted,
             (false, _) => Seen::Read(entry),
         };
@@ -320,7 +324,6 @@ fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
             }
         }
     }
-    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let reads = entries.iter().filter(|(_, s)| matches!(s, Seen::Read(_))).count();
     // The entries that must be read: a few by path, many in one walk over the list.
     let mut walked: std::collections::HashMap<String, SciConfig> = std::collections::HashMap::new();
@@ -335,7 +338,7 @@ fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
             }
         }
     }
-    entries
+    let mut out: Vec<(String, Option<SciConfig>)> = entries
         .into_iter()
         .map(|(key, seen)| {
             let s = match seen {
@@ -346,7 +349,10 @@ fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
             };
             (key.to_owned(), s)
         })
-        .collect()
+        .collect();
+    // Sorted last: `index` holds positions in `entries` as first seen.
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// `/cats-sma:cats-sma/scis/sci[csci-id='x']/cs-id[.='y']` → the entry path and its key.
@@ -665,8 +671,32 @@ mod tests {
                 .collect();
             edit(format!("<scis>{deleted}</scis>"));
         }
+        // Transactions of several edits: 300 entries changed (read in one walk) and others
+        // created whole, first seen out of key order; an entry created by one edit and given
+        // another value by the next.
+        let many: String = (0..300).map(|i| format!("<sci><csci-id>m{i:03}</csci-id><cs-id>A</cs-id></sci>")).collect();
+        edit(format!("<scis>{many}</scis>"));
+        let owned = |body: String| {
+            let xml = format!("<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\">{body}</cats-sma>");
+            ds.parse_edit(xml.as_bytes(), yang2::data::DataFormat::XML).unwrap()
+        };
+        let changed: String = (0..300)
+            .map(|i| format!("<sci><csci-id>m{i:03}</csci-id><expected-interval>900</expected-interval></sci>"))
+            .collect();
+        let edits = vec![
+            owned(format!("<scis>{changed}</scis>")),
+            owned("<scis><sci><csci-id>a</csci-id><cs-id>B</cs-id></sci><sci><csci-id>b</csci-id><cs-id>B</cs-id></sci></scis>".into()),
+            // The next SCI change after b's creation: absorbed into it, in the tree's order.
+            owned("<scis><sci><csci-id>b</csci-id><cs-id>A</cs-id></sci></scis>".into()),
+        ];
+        ds.edit_all_owned(1, crate::datastore::Datastore::Running, edits, Default::default()).unwrap();
         let seen = probe.0.lock().unwrap();
-        assert_eq!(seen.len(), 8);
+        assert_eq!(seen.len(), 10);
+        let (last, _) = seen.last().unwrap();
+        assert_eq!(last.len(), 302);
+        assert!(last.iter().all(|(_, s)| s.is_some()));
+        let b = last.iter().find(|(k, _)| k == "b").and_then(|(_, s)| s.clone()).unwrap();
+        assert_eq!(b.cs_ids, vec!["A".to_string(), "B".to_string()]);
         for (got, want) in seen.iter() {
             assert!(!got.is_empty());
             assert_eq!(got, want);
