@@ -474,6 +474,9 @@ fn resolve_reference(r: &quick_xml::events::BytesRef<'_>) -> Result<char, XmlErr
     })
 }
 
+/// A namespace declaration: the prefix (None: the default namespace) and the URI.
+type Decl = (Option<String>, String);
+
 struct Parser<'l> {
     limits: &'l XmlLimits,
     stack: Vec<Element>,
@@ -527,6 +530,45 @@ impl Parser<'_> {
     /// budgets, attribute values, namespace declarations and prefixes) without building
     /// it; returns its scope for the elements inside it.
     fn skim_element(&mut self, reader: &NsReader<&[u8]>, e: &BytesStart<'_>) -> Result<Arc<Scope>, XmlError> {
+        self.count_element()?;
+        if let ResolveResult::Unknown(p) = reader.resolver().resolve_element(e.name()).0 {
+            return Err(XmlError(format!("undeclared namespace prefix \"{p}\"")));
+        }
+        let (decls, _) = self.attributes(reader, e, false)?;
+        self.scope_with(decls).map(|(scope, _)| scope)
+    }
+
+    fn start_element(
+        &mut self,
+        reader: &NsReader<&[u8]>,
+        e: &BytesStart<'_>,
+        start: usize,
+    ) -> Result<Element, XmlError> {
+        self.count_element()?;
+        let qname = e.name();
+        let (prefix, name) = split_qname(qname)?;
+        let ns = match reader.resolver().resolve_element(qname).0 {
+            ResolveResult::Bound(ns) => Some(self.intern(ns.0)),
+            ResolveResult::Unbound => None,
+            ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
+        };
+        let (decls, attrs) = self.attributes(reader, e, true)?;
+        let (scope, own_prefixes) = self.scope_with(decls)?;
+        Ok(Element {
+            ns,
+            prefix,
+            name,
+            attrs,
+            children: Vec::new(),
+            text: String::new(),
+            span: start..start,
+            scope,
+            own_prefixes,
+        })
+    }
+
+    /// The depth and element budget for one more element.
+    fn count_element(&mut self) -> Result<(), XmlError> {
         let l = self.limits;
         if self.stack.len() + self.skimmed.len() >= l.max_depth {
             return Err(XmlError(format!("elements nest deeper than {} levels", l.max_depth)));
@@ -535,65 +577,7 @@ impl Parser<'_> {
         if self.elements > l.max_elements {
             return Err(XmlError(format!("the message has more than {} elements", l.max_elements)));
         }
-        let resolver = reader.resolver();
-        let qname = e.name();
-        if let ResolveResult::Unknown(p) = resolver.resolve_element(qname).0 {
-            return Err(XmlError(format!("undeclared namespace prefix \"{p}\"")));
-        }
-        let mut decls: Vec<(Option<String>, String)> = Vec::new();
-        let mut attrs = 0usize;
-        for a in e.attributes() {
-            let a = a.map_err(|err| XmlError(format!("bad attribute: {err}")))?;
-            if a.value.len() > l.max_attribute_size {
-                return Err(XmlError(format!("an attribute value exceeds {} bytes", l.max_attribute_size)));
-            }
-            let value = a
-                .normalized_value(quick_xml::XmlVersion::Implicit1_0)
-                .map_err(|err| XmlError(format!("bad attribute value: {err}")))?;
-            if !value.chars().all(is_xml_char) {
-                return Err(XmlError("an attribute value holds a character XML 1.0 does not allow".into()));
-            }
-            if let Some(d) = a.key.as_namespace_binding() {
-                if decls.len() == l.max_namespace_declarations_per_element {
-                    return Err(XmlError(format!(
-                        "an element declares more than {} namespaces",
-                        l.max_namespace_declarations_per_element
-                    )));
-                }
-                let p = match d {
-                    PrefixDeclaration::Default => None,
-                    PrefixDeclaration::Named(p) => Some(p.to_owned()),
-                };
-                decls.push((p, value.into_owned()));
-                continue;
-            }
-            if attrs == l.max_attributes {
-                return Err(XmlError(format!("an element has more than {} attributes", l.max_attributes)));
-            }
-            attrs += 1;
-            self.elements += 1;
-            if self.elements > l.max_elements {
-                return Err(XmlError(format!("the message has more than {} elements and attributes", l.max_elements)));
-            }
-            if let ResolveResult::Unknown(p) = resolver.resolve_attribute(a.key).0 {
-                return Err(XmlError(format!("undeclared namespace prefix \"{p}\"")));
-            }
-        }
-        let parent = match self.skimmed.last() {
-            Some(s) => s,
-            None => self.stack.last().map(|p| &p.scope).unwrap_or(&self.top),
-        };
-        if decls.is_empty() || parent.unchanged_by(&decls) {
-            return Ok(parent.clone());
-        }
-        self.decls += decls.len();
-        if self.decls > l.max_namespace_declarations {
-            return Err(XmlError(format!(
-                "the message declares more than {} namespaces",
-                l.max_namespace_declarations
-            )));
-        }
-        Ok(Arc::new(parent.with(&decls)))
+        Ok(())
     }
 
     /// The shared copy of a namespace name: consecutive elements mostly share one.
@@ -620,30 +604,19 @@ impl Parser<'_> {
         }
     }
 
-    fn start_element(
+    /// An element's namespace declarations and (when `build`) its other attributes, every
+    /// attribute checked against the limits and counted in the element budget.
+    fn attributes(
         &mut self,
         reader: &NsReader<&[u8]>,
         e: &BytesStart<'_>,
-        start: usize,
-    ) -> Result<Element, XmlError> {
+        build: bool,
+    ) -> Result<(Vec<Decl>, Vec<Attr>), XmlError> {
         let l = self.limits;
-        if self.stack.len() >= l.max_depth {
-            return Err(XmlError(format!("elements nest deeper than {} levels", l.max_depth)));
-        }
-        self.elements += 1;
-        if self.elements > l.max_elements {
-            return Err(XmlError(format!("the message has more than {} elements", l.max_elements)));
-        }
         let resolver = reader.resolver();
-        let qname = e.name();
-        let (prefix, name) = split_qname(qname)?;
-        let ns = match resolver.resolve_element(qname).0 {
-            ResolveResult::Bound(ns) => Some(self.intern(ns.0)),
-            ResolveResult::Unbound => None,
-            ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
-        };
-        let mut decls: Vec<(Option<String>, String)> = Vec::new();
+        let mut decls: Vec<Decl> = Vec::new();
         let mut attrs = Vec::new();
+        let mut count = 0usize;
         for a in e.attributes() {
             let a = a.map_err(|err| XmlError(format!("bad attribute: {err}")))?;
             if a.value.len() > l.max_attribute_size {
@@ -651,8 +624,7 @@ impl Parser<'_> {
             }
             let value = a
                 .normalized_value(quick_xml::XmlVersion::Implicit1_0)
-                .map_err(|err| XmlError(format!("bad attribute value: {err}")))?
-                .into_owned();
+                .map_err(|err| XmlError(format!("bad attribute value: {err}")))?;
             if !value.chars().all(is_xml_char) {
                 return Err(XmlError("an attribute value holds a character XML 1.0 does not allow".into()));
             }
@@ -667,27 +639,41 @@ impl Parser<'_> {
                     PrefixDeclaration::Default => None,
                     PrefixDeclaration::Named(p) => Some(p.to_owned()),
                 };
-                decls.push((p, value));
+                decls.push((p, value.into_owned()));
                 continue;
             }
-            if attrs.len() == l.max_attributes {
+            if count == l.max_attributes {
                 return Err(XmlError(format!("an element has more than {} attributes", l.max_attributes)));
             }
+            count += 1;
             // Attributes share the element budget: each costs as much memory as an element.
             self.elements += 1;
             if self.elements > l.max_elements {
                 return Err(XmlError(format!("the message has more than {} elements and attributes", l.max_elements)));
             }
-            let (p, n) = split_qname(a.key)?;
             // Unprefixed attributes are in no namespace (XML Namespaces 6.2).
             let ans = match resolver.resolve_attribute(a.key).0 {
                 ResolveResult::Bound(ns) => Some(ns.0.to_owned()),
                 ResolveResult::Unbound => None,
                 ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
             };
-            attrs.push(Attr { ns: ans, prefix: p, name: n, value });
+            if build {
+                let (p, n) = split_qname(a.key)?;
+                attrs.push(Attr { ns: ans, prefix: p, name: n, value: value.into_owned() });
+            }
         }
-        let parent = self.stack.last().map(|p| &p.scope).unwrap_or(&self.top);
+        Ok((decls, attrs))
+    }
+
+    /// The scope of an element declaring `decls` in the innermost open element's scope
+    /// (shared when they change nothing), counted in the declaration budget, and the
+    /// prefixes it declares.
+    fn scope_with(&mut self, decls: Vec<Decl>) -> Result<(Arc<Scope>, Vec<Option<String>>), XmlError> {
+        let l = self.limits;
+        let parent = match self.skimmed.last() {
+            Some(s) => s,
+            None => self.stack.last().map(|p| &p.scope).unwrap_or(&self.top),
+        };
         let scope = if parent.unchanged_by(&decls) {
             parent.clone()
         } else {
@@ -700,17 +686,7 @@ impl Parser<'_> {
             }
             Arc::new(parent.with(&decls))
         };
-        Ok(Element {
-            ns,
-            prefix,
-            name,
-            attrs,
-            children: Vec::new(),
-            text: String::new(),
-            span: start..start,
-            scope,
-            own_prefixes: decls.into_iter().map(|(p, _)| p).collect(),
-        })
+        Ok((scope, decls.into_iter().map(|(p, _)| p).collect()))
     }
 }
 
