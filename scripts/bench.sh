@@ -4,7 +4,7 @@
 # management plane, the bare loop for the engine), and prints one markdown table of figures
 # and ratios — the table in docs/performance.md is this script's output.
 #
-#   scripts/bench.sh                 # everything (about 15 minutes on 2 cores)
+#   scripts/bench.sh                 # everything (4.5 minutes on a quiet 2-core machine, after the build)
 #   scripts/bench.sh netconf engine  # some sections only
 #   ROUNDS=5 scripts/bench.sh        # more rounds per comparison (the median is printed)
 #

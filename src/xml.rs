@@ -653,8 +653,8 @@ impl Parser<'_> {
             }
             // Unprefixed attributes are in no namespace (XML Namespaces 6.2).
             let ans = match resolver.resolve_attribute(a.key).0 {
-                ResolveResult::Bound(ns) => Some(ns.0.to_owned()),
-                ResolveResult::Unbound => None,
+                ResolveResult::Bound(ns) if build => Some(ns.0.to_owned()),
+                ResolveResult::Bound(_) | ResolveResult::Unbound => None,
                 ResolveResult::Unknown(p) => return Err(XmlError(format!("undeclared namespace prefix \"{p}\""))),
             };
             if build {
