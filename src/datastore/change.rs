@@ -75,7 +75,7 @@ impl Change {
         let path = node.path();
         Change {
             op,
-            schema_path: paths.get(&schema, || schema_data_path(&schema)),
+            schema_path: paths.get(&schema),
             path,
             kind: schema.kind().into(),
             is_key: schema.is_list_key(),
@@ -91,8 +91,15 @@ impl Change {
 pub(crate) struct SchemaPaths(HashMap<usize, Arc<str>>);
 
 impl SchemaPaths {
-    fn get(&mut self, schema: &SchemaNode<'_>, make: impl FnOnce() -> String) -> Arc<str> {
-        self.0.entry(schema.as_raw() as usize).or_insert_with(|| make().into()).clone()
+    /// `schema`'s path in the form of [`Change::schema_path`], taken from the schema (not
+    /// from a data path: a key value holding both quote kinds makes libyang's data path
+    /// ambiguous), once per schema node.
+    fn get(&mut self, schema: &SchemaNode<'_>) -> Arc<str> {
+        self.0
+            .entry(schema.as_raw() as usize)
+            // SAFETY: `schema` is a live node of the process-wide context.
+            .or_insert_with(|| unsafe { super::local::schema_path(schema.as_raw()) }.into())
+            .clone()
     }
 }
 
@@ -118,7 +125,7 @@ pub(crate) fn subtree(
         (Some(pp), Some(parent)) => child_path(pp, &parent.schema(), &schema, root),
         _ => root.path(),
     };
-    let schema_path = paths.get(&schema, || schema_data_path(&schema));
+    let schema_path = paths.get(&schema);
     let value = root.value_canonical();
     let (value, old_value) = match op {
         ChangeOp::Delete => (None, value),
@@ -134,7 +141,7 @@ pub(crate) fn subtree(
         value,
         old_value,
     });
-    below(op, root, &path, &schema_path, skip_defaults, paths, out);
+    below(op, root, &path, skip_defaults, paths, out);
     out[idx].path = path;
 }
 
@@ -163,7 +170,7 @@ fn child_path(path: &str, parent: &SchemaNode<'_>, schema: &SchemaNode<'_>, n: &
             }
             let Some(v) = n.value_canonical() else { return n.path() };
             out.push_str("[.=");
-            push_quoted(&mut out, &v);
+            super::tree::push_quoted(&mut out, &v);
             out.push(']');
         }
         SchemaNodeKind::List => {
@@ -173,7 +180,7 @@ fn child_path(path: &str, parent: &SchemaNode<'_>, schema: &SchemaNode<'_>, n: &
                 out.push('[');
                 out.push_str(k.schema().name());
                 out.push('=');
-                push_quoted(&mut out, &v);
+                super::tree::push_quoted(&mut out, &v);
                 out.push(']');
                 keys += 1;
             }
@@ -186,19 +193,10 @@ fn child_path(path: &str, parent: &SchemaNode<'_>, schema: &SchemaNode<'_>, n: &
     out
 }
 
-/// `v` quoted as [`super::tree::quote`] does, appended to `out`.
-fn push_quoted(out: &mut String, v: &str) {
-    let q = if v.contains('\'') { '"' } else { '\'' };
-    out.push(q);
-    out.push_str(v);
-    out.push(q);
-}
-
 fn below(
     op: ChangeOp,
     node: &DataNodeRef<'_, '_>,
     path: &str,
-    schema_path: &str,
     skip_defaults: bool,
     paths: &mut SchemaPaths,
     out: &mut Vec<Change>,
@@ -211,14 +209,7 @@ fn below(
         let schema = child.schema();
         let kind = schema.kind();
         let child_path = child_path(path, &parent_schema, &schema, &child);
-        let child_schema = paths.get(&schema, || {
-            let module = schema.module();
-            if module != parent_schema.module() {
-                format!("{schema_path}/{}:{}", module.name(), schema.name())
-            } else {
-                format!("{schema_path}/{}", schema.name())
-            }
-        });
+        let child_schema = paths.get(&schema);
         let value = child.value_canonical();
         let (value, old_value) = match op {
             ChangeOp::Delete => (None, value),
@@ -236,21 +227,13 @@ fn below(
         if matches!(kind, SchemaNodeKind::Container | SchemaNodeKind::List) {
             // The entry goes before its descendants; its path is moved in after them.
             let idx = out.len();
-            let sp = change.schema_path.clone();
             out.push(change);
-            below(op, &child, &child_path, &sp, skip_defaults, paths, out);
+            below(op, &child, &child_path, skip_defaults, paths, out);
             out[idx].path = child_path;
         } else {
             out.push(Change { path: child_path, ..change });
         }
     }
-}
-
-/// A schema node's path in the form of [`Change::schema_path`], from the schema (not from a
-/// data path: a key value holding both quote kinds makes libyang's data path ambiguous).
-fn schema_data_path(schema: &SchemaNode<'_>) -> String {
-    // SAFETY: `schema` is a live node of the process-wide context.
-    unsafe { super::local::schema_path(schema.as_raw()) }
 }
 
 /// Strips list/leaf-list predicates from a data path.
@@ -279,6 +262,13 @@ pub fn schema_path_of(data_path: &str) -> String {
 /// netconf-config-change of a 100 000-entry edit was quadratic when every change was
 /// compared with every root kept so far).
 pub fn roots(changes: &[Change]) -> Vec<&Change> {
+    roots_covering(changes, false)
+}
+
+/// [`roots`], where with `any_below` a kept created or deleted subtree root covers every
+/// change below it whatever its operation (what a subscriber holding the subtree's content
+/// needs: on-change YANG-Push), not only changes of its own operation.
+pub(crate) fn roots_covering(changes: &[Change], any_below: bool) -> Vec<&Change> {
     // Sized for a bulk edit up front: most changes of a 100 000-entry create are entries
     // (roots) or their keys, and growing the set by rehashing cost more than the lookups.
     let mut covering: std::collections::HashSet<(bool, &str)> =
@@ -287,23 +277,26 @@ pub fn roots(changes: &[Change]) -> Vec<&Change> {
     // covered by it, which a prefix comparison shows without hashing.
     let mut last: Option<(bool, &str)> = None;
     let mut out = Vec::new();
+    // The operation a covering root is kept under (with `any_below`, one for all).
+    let class = |create: bool| create || any_below;
     for c in changes {
         let subtree_op = match c.op {
             ChangeOp::Create => Some(true),
             ChangeOp::Delete => Some(false),
             _ => None,
         };
-        let covered = subtree_op.is_some_and(|create| {
+        let probe = if any_below { Some(true) } else { subtree_op };
+        let covered = probe.is_some_and(|k| {
             last.is_some_and(|(op, r)| {
-                op == create && c.path.len() > r.len() && c.path.starts_with(r) && c.path[r.len()..].starts_with('/')
-            }) || ancestor_ends(&c.path).any(|end| covering.contains(&(create, &c.path[..end])))
+                op == k && c.path.len() > r.len() && c.path.starts_with(r) && c.path[r.len()..].starts_with('/')
+            }) || ancestor_ends(&c.path).any(|end| covering.contains(&(k, &c.path[..end])))
         });
         if covered || c.is_key {
             continue;
         }
         if let Some(create) = subtree_op {
-            covering.insert((create, c.path.as_str()));
-            last = Some((create, c.path.as_str()));
+            covering.insert((class(create), c.path.as_str()));
+            last = Some((class(create), c.path.as_str()));
         }
         out.push(c);
     }

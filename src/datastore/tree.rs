@@ -134,11 +134,17 @@ pub fn leaf(tree: &DataTree<'static>, path: &str) -> Option<String> {
 /// A list key or leaf-list value as an XPath predicate literal: single-quoted unless the
 /// value holds a single quote.
 pub fn quote(v: &str) -> String {
-    if v.contains('\'') {
-        format!("\"{v}\"")
-    } else {
-        format!("'{v}'")
-    }
+    let mut out = String::with_capacity(v.len() + 2);
+    push_quoted(&mut out, v);
+    out
+}
+
+/// [`quote`] appended to `out`.
+pub fn push_quoted(out: &mut String, v: &str) {
+    let q = if v.contains('\'') { '"' } else { '\'' };
+    out.push(q);
+    out.push_str(v);
+    out.push(q);
 }
 
 /// Creates or updates the node at `path` (state rendering: every provider builds its part

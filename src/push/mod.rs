@@ -612,28 +612,9 @@ impl ConfigConsumer for RunningFeed {
 }
 
 /// The changes not implied by another (a created or deleted subtree is one edit: any change
-/// below it is in the subtree the edit carries), keys left out. One set lookup per ancestor
-/// of each change, so a 100 000-entry commit is not compared root by root (it was
-/// quadratic, like the notifier's before `datastore::change::roots`).
+/// below it is in the subtree the edit carries), keys left out.
 fn roots(changes: &[crate::datastore::Change]) -> Vec<&crate::datastore::Change> {
-    let mut covering: std::collections::HashSet<&str> = std::collections::HashSet::with_capacity(changes.len() / 2);
-    // The last subtree root kept: most changes follow their root, a prefix test shows it.
-    let mut last: Option<&str> = None;
-    let mut out: Vec<&crate::datastore::Change> = Vec::new();
-    for c in changes {
-        let p = c.path.as_str();
-        let covered = last.is_some_and(|r| p.len() > r.len() && p.starts_with(r) && p[r.len()..].starts_with('/'))
-            || crate::datastore::change::ancestor_ends(p).any(|end| covering.contains(&p[..end]));
-        if covered || c.is_key {
-            continue;
-        }
-        if matches!(c.op, ChangeOp::Create | ChangeOp::Delete) {
-            covering.insert(p);
-            last = Some(p);
-        }
-        out.push(c);
-    }
-    out
+    crate::datastore::change::roots_covering(changes, true)
 }
 
 #[cfg(test)]

@@ -282,7 +282,10 @@ fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
     // Each entry once, borrowed from the change paths (a 100 000-entry commit has three
     // changes per entry: nothing is allocated per change but the values kept). The changes
     // of an entry created or deleted whole are its root's followed by its children's.
-    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    // Sized once for a bulk change (an entry has about three changes), not rehashed as it
+    // grows.
+    let mut index: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(tx.changes_under(SCI).count() / 3);
     let mut entries: Vec<(&str, Seen<'_>)> = Vec::new();
     let mut changes = tx.changes_under(SCI).peekable();
     while let Some(c) = changes.next() {
@@ -301,11 +304,6 @@ fn sci_updates(tx: &Transaction<'_>) -> Vec<(String, Option<SciConfig>)> {
                     sci_field(b, name, n.value.clone());
                 }
             }
-        }
-        if index.is_empty() {
-            // Sized once for a bulk change (an entry has about three changes), not rehashed
-            // as it grows.
-            index.reserve(tx.changes_under(SCI).count() / 3);
         }
         let seen = match (plain, built) {
             // In the tree's order: a later edit of the transaction may have added values.
