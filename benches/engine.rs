@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use cats_sma::engine::clock::Clock;
-use cats_sma::engine::core::{Core, SciConfig};
+use cats_sma::engine::core::{Core, SciConfig, Sender};
 use cats_sma::engine::report::RawReport;
 use chrono::{DateTime, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -90,6 +90,21 @@ fn round(core: &mut Core, reports: &mut [RawReport], seq: u64) {
     }
 }
 
+/// The same round as the collectors hand it over: each chunk of `BATCH` reports is one
+/// message, ingested by `Core::ingest_batch` (the path of `Engine::ingest_from`, which HTTP
+/// batches and MQTT messages take).
+fn batch_round(core: &mut Core, reports: &mut [RawReport], seq: u64, sender: &Sender) {
+    let wall = core.clock.wall();
+    for chunk in reports.chunks_mut(BATCH) {
+        for r in chunk.iter_mut() {
+            r.sequence = seq;
+            r.timestamp = wall;
+        }
+        let _ = black_box(core.ingest_batch(chunk, sender));
+        core.events.clear();
+    }
+}
+
 /// The bare loop: the same reports applied to a plain `HashMap<String, _>` holding what a
 /// cache entry minimally needs (sequence, timestamp, metrics), with the sequence check.
 #[derive(Default)]
@@ -130,6 +145,14 @@ fn ingest(c: &mut Criterion) {
         b.iter(|| {
             seq += 1;
             round(&mut core, &mut reports, seq);
+        })
+    });
+    assert_eq!(core.stats.received, core.stats.accepted, "every benchmark report is accepted");
+    let sender = Sender::default();
+    g.bench_function("core_ingest_batch_100k", |b| {
+        b.iter(|| {
+            seq += 1;
+            batch_round(&mut core, &mut reports, seq, &sender);
         })
     });
     assert_eq!(core.stats.received, core.stats.accepted, "every benchmark report is accepted");

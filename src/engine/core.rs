@@ -447,6 +447,39 @@ impl Core {
     /// taken at its word. The sender may only report for itself and for the CS-IDs it is
     /// registered for (seed 004, SCI Authentication).
     pub fn ingest_from(&mut self, raw: &RawReport, sender: &Sender) -> Result<(), (Rejection, String)> {
+        let now = self.clock.now();
+        let at = (now, self.clock.wall_at(now));
+        self.ingest_at(raw, sender, at)
+    }
+
+    /// The reports of one message, in order, with one verdict each: [`Core::ingest_from`]
+    /// for each, at one instant (the message's arrival; one clock read per message). While
+    /// one report is judged, the slot of a report a few places on is already being loaded
+    /// ([`MetricCache::prefetch`]): at 100 000 SCIs a slot is a memory access, and a batch
+    /// lets those overlap instead of waiting for each in turn.
+    pub fn ingest_batch(&mut self, raws: &[RawReport], sender: &Sender) -> Vec<Result<(), (Rejection, String)>> {
+        const AHEAD: usize = 4;
+        let now = self.clock.now();
+        let at = (now, self.clock.wall_at(now));
+        for r in raws.iter().take(AHEAD) {
+            self.cache.prefetch(&r.csci_id);
+        }
+        let mut verdicts = Vec::with_capacity(raws.len());
+        for (i, raw) in raws.iter().enumerate() {
+            if let Some(next) = raws.get(i + AHEAD) {
+                self.cache.prefetch(&next.csci_id);
+            }
+            verdicts.push(self.ingest_at(raw, sender, at));
+        }
+        verdicts
+    }
+
+    fn ingest_at(
+        &mut self,
+        raw: &RawReport,
+        sender: &Sender,
+        (now, wall): (Instant, DateTime<Utc>),
+    ) -> Result<(), (Rejection, String)> {
         self.stats.received += 1;
         // Identifiers first: nothing below may store, log or notify one that is not of its
         // YANG type.
@@ -507,7 +540,6 @@ impl Core {
             return Err((Rejection::RateLimited, d));
         }
         let (ttl, grace) = (self.cache_config.ttl_for_interval(expected_interval), self.cache_config.grace_period);
-        let (now, wall) = (self.clock.now(), self.clock.wall());
         if self.cache.at(slot).is_none() {
             // Registered, not (or no longer) in the cache: the slot gets its entry again.
             let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);

@@ -233,7 +233,7 @@ impl Engine {
 
     /// Ingests the reports of one message from `sender`.
     pub async fn ingest_from(&self, reports: Vec<RawReport>, sender: Sender) -> IngestResult {
-        self.query(move |core| reports.iter().map(|r| core.ingest_from(r, &sender)).collect()).await.unwrap_or_default()
+        self.query(move |core| core.ingest_batch(&reports, &sender)).await.unwrap_or_default()
     }
 
     /// Verifies the proof a message carries (see [`auth`]) and ingests its reports; a

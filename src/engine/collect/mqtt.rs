@@ -398,10 +398,8 @@ fn ingest(engine: &Engine, pattern: &str, p: &Publish, broker: Option<std::net::
         }
     };
     engine.submit(move |core| {
-        for r in &raws {
-            if let Err((reason, detail)) = core.ingest_from(r, &sender) {
-                debug!(topic = %shown, reason = reason.identity(), "MQTT report refused: {detail:?}");
-            }
+        for (reason, detail) in core.ingest_batch(&raws, &sender).into_iter().filter_map(Result::err) {
+            debug!(topic = %shown, reason = reason.identity(), "MQTT report refused: {detail:?}");
         }
         drop(slot);
     });
