@@ -131,7 +131,7 @@ struct Site {
 /// SCIs sci-a (its certificate, CommonName sci-a, maps to it through the CA's
 /// fingerprint) and sci-b (an HMAC credential), both for CS-ID AR1; gRPC with TLS on an
 /// ephemeral port, client certificates optional.
-fn site(max_message: u32) -> Site {
+fn site(max_message: u32, collection: &str) -> Site {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let ca = Ca::new("grpc test CA");
@@ -148,7 +148,7 @@ fn site(max_message: u32) -> Site {
             "<cats-sma xmlns=\"{NS_CATS}\"><collection>\
              <grpc><enabled>true</enabled><port>0</port><max-message-size>{max_message}</max-message-size>\
              <tls><client-ca-file>{}</client-ca-file>{map}</tls></grpc>\
-             <authentication><credential><name>kb</name><type>hmac-sha256</type><key>{key}</key></credential></authentication>\
+             <authentication><credential><name>kb</name><type>hmac-sha256</type><key>{key}</key></credential></authentication>{collection}\
              </collection><scis>\
              <sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id></sci>\
              <sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id><credential-ref>kb</credential-ref></sci>\
@@ -170,7 +170,7 @@ fn site(max_message: u32) -> Site {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seed004_sci_collection_grpc_stream_verdicts_identities_and_counters() {
-    let s = site(65536);
+    let s = site(65536, "");
     let (accepted0, _) = counters(&s.agent, "unknown-sci");
 
     // No client certificate: sci-b proves each report with its HMAC.
@@ -241,7 +241,7 @@ async fn seed004_sci_collection_grpc_stream_verdicts_identities_and_counters() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seed004_sci_collection_grpc_bad_input_gets_a_status_and_a_count() {
-    let s = site(1024);
+    let s = site(1024, "");
     let (_, malformed0) = counters(&s.agent, "malformed");
     // sci-a's certificate proves its reports.
     let mut anon = connect(s.grpc, &s.cacert, Some(&s.a)).await;
@@ -286,4 +286,20 @@ async fn seed004_sci_collection_grpc_bad_input_gets_a_status_and_a_count() {
     // And the agent still serves.
     let (v, _) = stream(&mut anon, vec![report("sci-a", "AR1", 6, "after")]).await;
     assert!(v[0].accepted, "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed004_sci_collection_grpc_rate_limited_reports_say_when_to_retry() {
+    // seed 004, Security Considerations: rate limiting per SCI, as over HTTP.
+    let s = site(65536, "<rate-limit><per-sci><rate>0.1</rate><burst>1</burst></per-sci></rate-limit>");
+    let mut a = connect(s.grpc, &s.cacert, Some(&s.a)).await;
+    let batch = pb::ReportBatch { reports: (1..=3).map(|i| report("sci-a", "AR1", i, &format!("a-{i}"))).collect() };
+    let bv = a.batch(batch).await.unwrap().into_inner();
+    assert_eq!(bv.accepted, 1, "{bv:?}");
+    for v in &bv.verdicts[1..] {
+        assert_eq!(v.reason, "rate-limited", "{bv:?}");
+        assert!(v.retry_after_seconds >= 1, "{bv:?}");
+    }
+    let (v, _) = stream(&mut a, vec![report("sci-a", "AR1", 4, "a-4")]).await;
+    assert_eq!((v[0].reason.as_str(), v[0].retry_after_seconds >= 1), ("rate-limited", true), "{v:?}");
 }

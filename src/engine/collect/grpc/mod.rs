@@ -316,6 +316,7 @@ impl pb::sci_collector_server::SciCollector for Arc<Collector> {
             .await
             .map_err(|f| Status::unauthenticated(format!("{} (unauthenticated)", f.detail)))?;
         let mut accepted = 0;
+        let mut limited = Vec::new();
         for (i, (v, r)) in verdicts.iter_mut().zip(results).enumerate() {
             match r {
                 Ok(()) => {
@@ -325,11 +326,22 @@ impl pb::sci_collector_server::SciCollector for Arc<Collector> {
                 Err((reason, detail)) => {
                     *v = refused(std::mem::take(v), reason, detail);
                     if reason == Rejection::RateLimited {
-                        let id = ids[i].clone();
-                        let wait = self.engine.query(move |core| core.rate.retry_after(&id)).await.flatten();
-                        v.retry_after_seconds = seconds(wait.unwrap_or(Duration::from_secs(1)));
+                        limited.push((i, ids[i].clone()));
                     }
                 }
+            }
+        }
+        if !limited.is_empty() {
+            // One engine query for every rate-limited report of the batch.
+            let waits = self
+                .engine
+                .query(move |core| {
+                    limited.into_iter().map(|(i, id)| (i, core.rate.retry_after(&id))).collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or_default();
+            for (i, wait) in waits {
+                verdicts[i].retry_after_seconds = seconds(wait.unwrap_or(Duration::from_secs(1)));
             }
         }
         if accepted > 0 {
