@@ -1,6 +1,9 @@
 //! Embeds the YANG modules into the binary so `cats-sma run` needs no files at runtime:
 //! our own modules from `yang/`, and the IETF modules that `scripts/setup.sh` installs into
-//! `yang/ietf/` from the PyPI `pyang` wheel (they are never committed).
+//! `yang/ietf/` from the PyPI `pyang` wheel (they are never committed). Compiles `proto/`
+//! with protox (a protobuf compiler in Rust: no protoc to install) into the messages, the
+//! gRPC client, the SCI collector's server side and the descriptor set that server
+//! reflection serves.
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -59,4 +62,48 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_yang.rs");
     std::fs::write(out, code).unwrap();
+    protos(&root);
+}
+
+/// `proto/cats/sma/v1/sci.proto`: prost messages and a tonic client (tonic-prost-build),
+/// the server side with a codec that hands the handlers each message's bytes as received
+/// (tonic-build's manual services: the HMAC and the JWT body hash of a report cover those
+/// bytes, and a decoded-then-re-encoded message need not be the same bytes), and the
+/// encoded FileDescriptorSet for gRPC server reflection.
+fn protos(root: &Path) {
+    use prost::Message as _;
+    let dir = root.join("proto");
+    let file = dir.join("cats/sma/v1/sci.proto");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    println!("cargo:rerun-if-changed={}", file.display());
+    let fds = protox::compile([&file], [&dir]).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    std::fs::write(out.join("sci_descriptor.bin"), fds.encode_to_vec()).unwrap();
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(true)
+        .build_transport(false)
+        .compile_fds(fds)
+        .unwrap_or_else(|e| panic!("generating code for {}: {e}", file.display()));
+    let raw = "crate::engine::collect::grpc::codec::RawCodec";
+    let method = |name: &str, route: &str, input: &str, output: &str| {
+        tonic_build::manual::Method::builder()
+            .name(name)
+            .route_name(route)
+            .input_type(input)
+            .output_type(output)
+            .codec_path(raw)
+    };
+    let server = tonic_build::manual::Service::builder()
+        .name("SciCollector")
+        .package("cats.sma.v1")
+        .method(
+            method("stream", "Stream", "::bytes::Bytes", "super::Verdict")
+                .client_streaming()
+                .server_streaming()
+                .build(),
+        )
+        .method(method("batch", "Batch", "::bytes::Bytes", "super::BatchVerdict").build())
+        .build();
+    tonic_build::manual::Builder::new().build_client(false).build_transport(false).compile(&[server]);
 }

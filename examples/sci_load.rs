@@ -10,6 +10,10 @@
 //! target/release/examples/sci_load --transport mqtt --scis 100000 --rounds 1
 //! # the generator's ceiling: the same load against a bare hyper server that decodes and drops
 //! target/release/examples/sci_load --transport http --scis 100000 --rounds 3 --batch 250 --connections 2 --bare
+//! # gRPC (plain h2c): Batch calls of 250 over 2 connections, or --grpc-stream: one Stream
+//! # per connection, one report per message, a verdict each
+//! target/release/examples/sci_load --transport grpc --scis 100000 --rounds 3 --batch 250 --connections 2
+//! target/release/examples/sci_load --transport grpc --grpc-stream --scis 100000 --rounds 3 --connections 2
 //! # keep the agent (and its 100 000 cache entries) for NETCONF measurements afterwards
 //! target/release/examples/sci_load --transport http --hold --netconf-port 18850
 //! ```
@@ -52,6 +56,8 @@ const MARKER: &str = "marker";
 enum Transport {
     Http,
     Mqtt,
+    /// gRPC push (`cats.sma.v1.SciCollector`), plain HTTP/2.
+    Grpc,
 }
 
 /// How each SCI proves its messages (seed 004, SCI Authentication).
@@ -167,6 +173,10 @@ struct Args {
     /// (`report::decode`) and drops the reports, answering `{"accepted": n}`.
     #[arg(long)]
     bare: bool,
+    /// With `--transport grpc`: Stream calls (one report per message, one verdict each)
+    /// instead of Batch calls of `--batch` reports.
+    #[arg(long)]
+    grpc_stream: bool,
 }
 
 /// The `--bare` server: parses and drops. Returns its address.
@@ -244,7 +254,7 @@ impl Drop for Reaped {
     }
 }
 
-fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
+fn startup_xml(args: &Args, mqtt_port: Option<u16>, grpc_port: Option<u16>, dir: &Path) -> String {
     let mut xml = String::with_capacity(args.scis * 80 + 1024);
     xml.push_str(&format!(
         "<cats-sma xmlns=\"{NS}\"><agent><csma-id>sci-load</csma-id></agent><collection>\
@@ -264,6 +274,13 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
         ));
     }
     xml.push_str("</http>");
+    if let Some(p) = grpc_port {
+        // Plain h2c, like the plain HTTP the HTTP figures are for.
+        xml.push_str(&format!(
+            "<grpc><enabled>true</enabled><port>{p}</port><max-message-size>67108864</max-message-size>\
+             <tls><enabled>false</enabled></tls></grpc>"
+        ));
+    }
     if let Some(p) = mqtt_port {
         xml.push_str(&format!(
             "<mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{p}</broker-port><allow-plaintext>true</allow-plaintext>\
@@ -324,10 +341,10 @@ fn startup_xml(args: &Args, mqtt_port: Option<u16>, dir: &Path) -> String {
     xml
 }
 
-fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>) -> (Reaped, SocketAddr, u16) {
+fn start_agent(args: &Args, dir: &Path, mqtt_port: Option<u16>, grpc_port: Option<u16>) -> (Reaped, SocketAddr, u16) {
     let state = dir.join("state");
     std::fs::create_dir_all(&state).expect("state dir");
-    std::fs::write(state.join("startup.xml"), startup_xml(args, mqtt_port, dir)).expect("startup file");
+    std::fs::write(state.join("startup.xml"), startup_xml(args, mqtt_port, grpc_port, dir)).expect("startup file");
     let sci = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let nc = args.netconf_port.unwrap_or_else(free_port);
     let log = std::fs::File::create(dir.join("agent.log")).expect("agent log");
@@ -794,7 +811,8 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let broker_port = (args.transport == Transport::Mqtt).then(free_port);
     let _broker = broker_port.map(|p| start_broker(&args.mosquitto, dir.path(), p));
-    let (mut agent, sci, nc) = start_agent(&args, dir.path(), broker_port);
+    let grpc_port = (args.transport == Transport::Grpc).then(free_port);
+    let (mut agent, sci, nc) = start_agent(&args, dir.path(), broker_port, grpc_port);
     eprintln!(
         "agent pid {} with {} SCIs; collector {sci}, NETCONF 127.0.0.1:{nc} (admin/bench); log {}",
         agent.0.id(),
@@ -805,6 +823,10 @@ async fn main() {
     let probe = wait_ready(sci, uses_tls(&args).then_some(state.as_path())).await;
     match (args.transport, broker_port) {
         (Transport::Mqtt, Some(port)) => mqtt_load(&args, probe, port).await,
+        (Transport::Grpc, _) => {
+            drop(probe);
+            grpc_load(&args, SocketAddr::from(([127, 0, 0, 1], grpc_port.unwrap_or(0)))).await
+        }
         _ if args.per_sci || args.tls || args.auth != Auth::None => per_sci_load(&args, sci, &state).await,
         _ => http_load(&args, sci).await,
     }
@@ -817,4 +839,107 @@ async fn main() {
         let mut sink = String::new();
         while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
     }
+}
+
+type GrpcClient =
+    cats_sma::engine::collect::grpc::pb::sci_collector_client::SciCollectorClient<tonic::transport::Channel>;
+
+/// gRPC: like HTTP, one report per SCI per round, over `--connections` HTTP/2 connections:
+/// Batch calls of `--batch` reports, or with `--grpc-stream` one Stream per connection with
+/// one report per message (each answered by its verdict). Only the sending is timed.
+async fn grpc_load(args: &Args, addr: SocketAddr) {
+    use cats_sma::engine::collect::grpc::pb;
+    let ids: Vec<String> = (0..args.scis).map(csci_id).collect();
+    let cs: Vec<String> = (0..args.scis).map(|i| format!("CS{}", i % args.services)).collect();
+    let mut clients = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect to the gRPC collector");
+        clients.push(GrpcClient::new(ch));
+    }
+    let report = |i: usize, seq: u64, ts: DateTime<Utc>| pb::Report {
+        csci_id: ids[i].clone(),
+        cs_id: cs[i].clone(),
+        sequence: seq,
+        timestamp: Some(prost_types::Timestamp { seconds: ts.timestamp(), nanos: ts.timestamp_subsec_nanos() as i32 }),
+        gas: 400 + (i % 50) as i64,
+        computing_time: 5 + (i % 7) as i64,
+        health: pb::Health::Healthy as i32,
+        cost: Some(10),
+        ..pb::Report::default()
+    };
+    let mode = if args.grpc_stream { "stream" } else { "batch" };
+    let (mut total, mut elapsed) = (0usize, Duration::ZERO);
+    for round in 1..=args.rounds {
+        let ts = Utc::now();
+        let per = if args.grpc_stream { args.scis.div_ceil(clients.len()) } else { args.batch.max(1) };
+        let chunks: Arc<Vec<Vec<pb::Report>>> = Arc::new(
+            (0..args.scis)
+                .collect::<Vec<_>>()
+                .chunks(per.max(1))
+                .map(|c| c.iter().map(|&i| report(i, round as u64, ts)).collect())
+                .collect(),
+        );
+        let next = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for mut c in clients.drain(..) {
+            let (chunks, next, stream) = (chunks.clone(), next.clone(), args.grpc_stream);
+            tasks.push(tokio::spawn(async move {
+                let (mut accepted, mut refused) = (0usize, 0usize);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(chunk) = chunks.get(i) else { break };
+                    let verdicts = if stream {
+                        let out = c.stream(tokio_stream::iter(chunk.clone())).await.expect("Stream call");
+                        let mut inbound = out.into_inner();
+                        let mut v = Vec::with_capacity(chunk.len());
+                        while let Some(x) = inbound.message().await.expect("verdict") {
+                            v.push(x);
+                        }
+                        v
+                    } else {
+                        let b = pb::ReportBatch { reports: chunk.clone() };
+                        c.batch(b).await.expect("Batch call").into_inner().verdicts
+                    };
+                    for v in verdicts {
+                        if v.accepted {
+                            accepted += 1;
+                        } else {
+                            if refused == 0 {
+                                eprintln!("first refusal: {} {}", v.reason, v.detail);
+                            }
+                            refused += 1;
+                        }
+                    }
+                }
+                (c, accepted, refused)
+            }));
+        }
+        let (mut accepted, mut refused) = (0, 0);
+        for t in tasks {
+            let (c, a, r) = t.await.expect("load task");
+            clients.push(c);
+            accepted += a;
+            refused += r;
+        }
+        let dt = t0.elapsed();
+        println!(
+            "grpc {mode} round {round}: {accepted} accepted, {refused} refused in {:.3} s: {:.0} reports/s",
+            dt.as_secs_f64(),
+            accepted as f64 / dt.as_secs_f64(),
+        );
+        total += accepted;
+        elapsed += dt;
+    }
+    println!(
+        "grpc total: {total} reports accepted in {:.3} s: {:.0} reports/s ({mode}{}, {} connections)",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64(),
+        if args.grpc_stream { String::new() } else { format!(" of {}", args.batch) },
+        args.connections,
+    );
 }

@@ -341,3 +341,41 @@ rules = [
 ]
 for i, (c, a) in enumerate(rules):
     write("policy", f"rule-{i}", f"{c}\n{a}")
+
+# sci_grpc: selector (bit 0: ReportBatch, else one stream Report), then the protobuf
+# message (proto/cats/sma/v1/sci.proto), encoded by hand: varints and length-delimited fields.
+def pb_varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def pb_field(number, value):
+    if isinstance(value, int):
+        return pb_varint(number << 3) + pb_varint(value & (2**64 - 1))
+    if isinstance(value, str):
+        value = value.encode()
+    return pb_varint(number << 3 | 2) + pb_varint(len(value)) + value
+
+
+def pb_report(csci, seq, auth=None, **extra):
+    ts = pb_field(1, 1795860000) + pb_field(2, 5)
+    m = (pb_field(1, csci) + pb_field(2, "AR1") + pb_field(3, seq) + pb_field(4, ts) + pb_field(5, 400)
+         + pb_field(6, 5) + pb_field(7, 1) + pb_field(11, "corr-1"))
+    for number, v in extra.items():
+        m += pb_field(int(number[1:]), v)
+    if auth:
+        m += pb_field(15, auth)
+    return m
+
+
+write("sci_grpc", "stream-one", b"\x00" + pb_report("188.3.67.3:67", 42))
+write("sci_grpc", "stream-optional", b"\x00" + pb_report("188.3.67.3:67", 43, f8=7, f9=9, f10=3))
+write("sci_grpc", "stream-negative", b"\x00" + pb_report("sci-a", 44, f5=-5))
+write("sci_grpc", "stream-hmac", b"\x00" + pb_report("sci-a", 45, auth="CATS-HMAC-SHA256 ts=1800000000, sig=" + "00" * 32))
+write("sci_grpc", "batch", b"\x01" + pb_field(1, pb_report("188.3.67.3:67", 46)) + pb_field(1, pb_report("sci-a", 47)))

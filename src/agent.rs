@@ -21,6 +21,10 @@ pub struct Agent {
     pub sci_http: Option<SocketAddr>,
     /// What the SCI listener speaks (https / http) and its server certificate.
     pub sci_tls: Arc<crate::engine::collect::http::TlsStatus>,
+    /// Where SCIs stream reports over gRPC, when gRPC collection is enabled, and whether it
+    /// speaks TLS.
+    pub sci_grpc: Option<SocketAddr>,
+    pub sci_grpc_tls: Arc<crate::engine::collect::tls_status::TlsStatus>,
     /// The metric engine (its update stream feeds the C-PS adapters and YANG-Push).
     pub engine: crate::engine::Engine,
     /// The C-PS REST adapters (one session per configured peer).
@@ -70,7 +74,8 @@ impl Agent {
         netconf::attach(&server);
         server.events.configure(&boot.peer_limits);
         crate::cps::transport::set_reply_limit(boot.peer_limits.cps_reply_bytes);
-        let (engine, sci_http, sci_tls) = start_engine(&datastores, &server, &boot, &state.path).await?;
+        let Collectors { engine, sci_http, sci_tls, sci_grpc, sci_grpc_tls } =
+            start_engine(&datastores, &server, &boot, &state.path).await?;
         let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path, boot.cps.signing_algorithm)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
@@ -107,6 +112,10 @@ impl Agent {
             Some(a) => format!("; SCI reports: {}://{a}/reports", sci_tls.scheme()),
             None => "; SCI HTTP collection disabled".into(),
         };
+        let sci = match sci_grpc {
+            Some(a) => format!("{sci}; SCI gRPC: {}://{a}", if sci_grpc_tls.is_tls() { "grpcs" } else { "grpc" }),
+            None => sci,
+        };
         let rc = match &restconf {
             Some((_, l)) => format!(
                 "; RESTCONF: {}",
@@ -120,6 +129,8 @@ impl Agent {
             netconf_addrs: addrs,
             sci_http,
             sci_tls,
+            sci_grpc,
+            sci_grpc_tls,
             engine,
             cps,
             restconf,
@@ -138,17 +149,26 @@ impl Agent {
     }
 }
 
+/// What [`start_engine`] started: the engine and the SCI listeners' addresses and TLS.
+struct Collectors {
+    engine: crate::engine::Engine,
+    sci_http: Option<SocketAddr>,
+    sci_tls: Arc<crate::engine::collect::http::TlsStatus>,
+    sci_grpc: Option<SocketAddr>,
+    sci_grpc_tls: Arc<crate::engine::collect::tls_status::TlsStatus>,
+}
+
 /// Starts the metric engine: configuration from running, a consumer for later commits, its
 /// state in the operational view, its notifications on the NETCONF stream, and the HTTP
-/// collector. Returns the engine and the collector's address.
+/// and gRPC collectors.
 async fn start_engine(
     datastores: &Arc<Datastores>,
     server: &Arc<crate::mgmt::Core>,
     boot: &Bootstrap,
     state_dir: &std::path::Path,
-) -> Result<(crate::engine::Engine, Option<SocketAddr>, Arc<crate::engine::collect::http::TlsStatus>), String> {
+) -> Result<Collectors, String> {
     let (sci_listen, limits) = (boot.sci_listen, &boot.peer_limits);
-    use crate::engine::collect::http;
+    use crate::engine::collect::{grpc, http, tls_status};
     use crate::engine::northbound::{config, state};
     let weak = Arc::downgrade(server);
     let sink: crate::engine::NotificationSink = Arc::new(move |module: &str, name: &str, body: String| {
@@ -158,10 +178,15 @@ async fn start_engine(
     });
     let engine = crate::engine::Engine::start_with(crate::engine::clock::Clock::new(), sink, limits.clone());
     server.push.set_engine(engine.changes.clone());
-    let (mut settings, mqtt_settings, pull_settings) = datastores
+    let (mut settings, mqtt_settings, pull_settings, grpc_settings) = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| {
             config::load_all(&engine, t);
-            (http::settings(t), crate::engine::collect::mqtt::settings(t), crate::engine::collect::pull::settings(t))
+            (
+                http::settings(t),
+                crate::engine::collect::mqtt::settings(t),
+                crate::engine::collect::pull::settings(t),
+                grpc::settings(t),
+            )
         })
         .map_err(|e| e.to_string())?;
     let (pull_tx, pull_rx) = tokio::sync::watch::channel(pull_settings);
@@ -191,11 +216,14 @@ async fn start_engine(
     }
     let (http_tx, http_rx) = tokio::sync::watch::channel(settings);
     let (bound_tx, mut bound_rx) = tokio::sync::watch::channel(None);
+    let (grpc_tx, grpc_rx) = tokio::sync::watch::channel(grpc_settings);
+    let (grpc_bound_tx, mut grpc_bound_rx) = tokio::sync::watch::channel(None);
     datastores.register_consumer(Arc::new(config::EngineConfig {
         engine: engine.clone(),
         http: http_tx,
         http_override: sci_listen,
         http_plain: boot.sci_plain_http,
+        grpc: grpc_tx,
         mqtt: mqtt_tx,
         pull: pull_tx,
         pending_policy: Default::default(),
@@ -203,7 +231,7 @@ async fn start_engine(
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
         Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
-    let tls_status = Arc::new(http::TlsStatus::default());
+    let tls_status = Arc::new(http::TlsStatus::new(tls_status::HTTP));
     datastores.register_state_provider(tls_status.clone());
     tokio::spawn(http::serve(
         engine.clone(),
@@ -213,10 +241,24 @@ async fn start_engine(
         state_dir.to_owned(),
         tls_status.clone(),
     ));
-    // The collector reports its first bind (or that it is disabled / failed).
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), bound_rx.changed()).await;
-    let bound = *bound_rx.borrow();
-    Ok((engine, bound, tls_status))
+    let grpc_tls = Arc::new(tls_status::TlsStatus::new(tls_status::GRPC));
+    datastores.register_state_provider(grpc_tls.clone());
+    tokio::spawn(grpc::serve(
+        engine.clone(),
+        grpc_rx,
+        grpc_bound_tx,
+        server.limits.sci_grpc.clone(),
+        state_dir.to_owned(),
+        grpc_tls.clone(),
+    ));
+    // The collectors report their first bind (or that they are disabled / failed).
+    let wait = std::time::Duration::from_secs(5);
+    let _ = tokio::join!(
+        tokio::time::timeout(wait, bound_rx.changed()),
+        tokio::time::timeout(wait, grpc_bound_rx.changed())
+    );
+    let (sci_http, sci_grpc) = (*bound_rx.borrow(), *grpc_bound_rx.borrow());
+    Ok(Collectors { engine, sci_http, sci_tls: tls_status, sci_grpc, sci_grpc_tls: grpc_tls })
 }
 
 /// Starts the C-PS adapters: subscribed to the update controller before any peer starts (a

@@ -322,6 +322,25 @@ pub fn yang_patch(data: &[u8]) {
     restconf_one(user, hyper::Method::PATCH, target, headers, body.to_vec());
 }
 
+/// gRPC SCI reports (`proto/cats/sma/v1/sci.proto`): a `ReportBatch` when the first byte
+/// is odd, else one `Report` of a stream; a stream report that decodes decodes again from
+/// the bytes its proof covers (field 15 removed), to the same report without a proof.
+pub fn sci_grpc(data: &[u8]) {
+    use crate::engine::collect::grpc::wire::{decode_batch, decode_stream_report};
+    let Some((&sel, body)) = data.split_first() else { return };
+    if body.len() > MAX_INPUT {
+        return;
+    }
+    if sel & 1 == 1 {
+        let _ = decode_batch(body);
+        return;
+    }
+    if let Ok(r) = decode_stream_report(bytes::Bytes::copy_from_slice(body)) {
+        let again = decode_stream_report(r.signed.clone()).expect("the signed bytes decode");
+        assert_eq!((&again.raw, again.authorization.as_str()), (&r.raw, ""), "signed bytes round trip");
+    }
+}
+
 /// SCI reports (docs/sci-protocol.md), JSON when the first byte is even, else CBOR; what
 /// decodes re-encodes and decodes to the same reports.
 pub fn sci_report(data: &[u8]) {

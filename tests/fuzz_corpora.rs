@@ -88,6 +88,7 @@ corpus_tests!(
     restconf_request,
     yang_patch,
     sci_report,
+    sci_grpc,
     sci_auth,
     cps_wire,
     push_params,

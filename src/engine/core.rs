@@ -152,7 +152,7 @@ pub struct Sender {
     pub csci_id: Option<CsciId>,
     /// How `csci_id` was proven, if it was.
     pub proof: Option<Proof>,
-    /// `http`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
+    /// `http`, `grpc`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
     pub transport: &'static str,
     pub address: Option<std::net::IpAddr>,
     /// With a `Proof::Credential`: the credential that verified it (it must be the SCI's
@@ -358,7 +358,11 @@ impl Core {
     fn notify_auth_failure(&mut self, sender: &Sender, claimed: Option<CsciId>, reason: Rejection, detail: String) {
         use super::auth_failures::{Failure, Source, Verdict};
         // The audit trail records every failure, aggregated per source by its own windows.
-        let transport = if sender.transport == "http" { "sci-http" } else { sender.transport };
+        let transport = match sender.transport {
+            "http" => "sci-http",
+            "grpc" => "sci-grpc",
+            t => t,
+        };
         let source_text = sender.address.map(|a| a.to_string()).unwrap_or_else(|| "in-process".into());
         let mut rec = crate::mgmt::audit::event(crate::mgmt::audit::Category::SciAuthFailure)
             .outcome("failure")

@@ -75,7 +75,7 @@ impl Limit {
 }
 
 /// The collection transports counted (YANG `collection-transport`).
-pub const TRANSPORTS: [&str; 3] = ["http", "mqtt", "pull"];
+pub const TRANSPORTS: [&str; 4] = ["http", "grpc", "mqtt", "pull"];
 
 fn transport_index(t: &str) -> Option<usize> {
     TRANSPORTS.iter().position(|x| *x == t)
@@ -85,9 +85,9 @@ fn transport_index(t: &str) -> Option<usize> {
 /// engine task (per SCI); read for the operational state.
 #[derive(Debug, Default)]
 pub struct Counters {
-    refused: [[AtomicU64; 3]; 2],
+    refused: [[AtomicU64; TRANSPORTS.len()]; 2],
     /// Unix milliseconds of the last refusal; 0 for never.
-    last: [[AtomicI64; 3]; 2],
+    last: [[AtomicI64; TRANSPORTS.len()]; 2],
     /// Sources forgotten because the table was full.
     pub evicted: AtomicU64,
 }

@@ -1,6 +1,6 @@
 //! What an unauthenticated peer may cost (DESIGN decision 7, issue 11 class 5), shared by
 //! every listener: the SSH (NETCONF) and HTTPS (RESTCONF) management listeners and the SCI
-//! HTTP collector.
+//! HTTP and gRPC collectors.
 //!
 //! - [`Gate`]: one per listener. A connection is *pending* from accept until it has
 //!   authenticated (SSH user authentication, a RESTCONF request with valid credentials, an
@@ -37,7 +37,8 @@ use crate::mgmt::users::UserStore;
 
 // ----- configuration ---------------------------------------------------------------------
 
-/// `[limits.ssh]`, `[limits.restconf]`, `[limits.sci_http]` in the bootstrap file.
+/// `[limits.ssh]`, `[limits.restconf]`, `[limits.sci_http]`, `[limits.sci_grpc]` in the
+/// bootstrap file.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListenerLimits {
@@ -113,6 +114,9 @@ pub struct LimitsSettings {
     pub ssh: ListenerLimits,
     pub restconf: ListenerLimits,
     pub sci_http: ListenerLimits,
+    /// The SCI gRPC collector (`[limits.sci_grpc]`); its HTTP/2 has no header or body
+    /// deadline of its own: the authentication deadline bounds a pending connection.
+    pub sci_grpc: ListenerLimits,
     /// NETCONF over TLS (RFC 7589): its listener and TLS Call Home (`[limits.netconf_tls]`).
     pub netconf_tls: ListenerLimits,
     /// Threads that run argon2 (each holds one argon2 memory block while it works).
@@ -137,6 +141,7 @@ impl Default for LimitsSettings {
             ssh: ListenerLimits::default(),
             restconf: ListenerLimits::default(),
             sci_http: ListenerLimits::default(),
+            sci_grpc: ListenerLimits::default(),
             netconf_tls: ListenerLimits::default(),
             password_workers: 2,
             password_queue: 256,
@@ -155,6 +160,7 @@ impl LimitsSettings {
         self.ssh.check("limits.ssh")?;
         self.restconf.check("limits.restconf")?;
         self.sci_http.check("limits.sci_http")?;
+        self.sci_grpc.check("limits.sci_grpc")?;
         self.netconf_tls.check("limits.netconf_tls")?;
         for (k, v) in [
             ("password_workers", self.password_workers as u64),
@@ -230,6 +236,7 @@ pub struct Counters {
     pub ssh: ListenerCounters,
     pub restconf: ListenerCounters,
     pub sci_http: ListenerCounters,
+    pub sci_grpc: ListenerCounters,
     pub netconf_tls: ListenerCounters,
     pub password: PasswordCounters,
 }
@@ -352,6 +359,7 @@ impl Gate {
             "ssh" => &self.counters.ssh,
             "restconf" => &self.counters.restconf,
             "netconf-tls" => &self.counters.netconf_tls,
+            "sci-grpc" => &self.counters.sci_grpc,
             _ => &self.counters.sci_http,
         }
     }
@@ -882,6 +890,7 @@ pub struct Limits {
     pub ssh: Arc<Gate>,
     pub restconf: Arc<Gate>,
     pub sci_http: Arc<Gate>,
+    pub sci_grpc: Arc<Gate>,
     pub netconf_tls: Arc<Gate>,
     pub passwords: PasswordPool,
 }
@@ -894,6 +903,7 @@ impl Limits {
             ssh: Gate::new("ssh", settings.ssh.clone(), counters.clone()),
             restconf: Gate::new("restconf", settings.restconf.clone(), counters.clone()),
             sci_http: Gate::new("sci-http", settings.sci_http.clone(), counters.clone()),
+            sci_grpc: Gate::new("sci-grpc", settings.sci_grpc.clone(), counters.clone()),
             netconf_tls: Gate::new("netconf-tls", settings.netconf_tls.clone(), counters.clone()),
             passwords,
             counters,
@@ -919,7 +929,7 @@ impl crate::datastore::StateProvider for LimitsState {
         }
         let Some(l) = self.limits.upgrade() else { return Ok(()) };
         let base = "/cats-sma:cats-sma/listener-limits";
-        for gate in [&l.ssh, &l.restconf, &l.sci_http, &l.netconf_tls] {
+        for gate in [&l.ssh, &l.restconf, &l.sci_http, &l.sci_grpc, &l.netconf_tls] {
             let c = gate.counters();
             let entry = format!("{base}/listener[name='{}']", gate.listener);
             set(tree, &format!("{entry}/pending"), Some(&gate.pending().min(u32::MAX as usize).to_string()))?;

@@ -96,20 +96,32 @@ pub struct Listener {
     pub label: &'static str,
     pub generated_cert: &'static str,
     pub generated_key: &'static str,
-    /// Whether ALPN offers h2 and http/1.1 (the HTTP listeners); NETCONF over TLS has no
-    /// ALPN protocol id (RFC 7589).
-    pub http: bool,
+    /// The protocols ALPN offers: h2 and http/1.1 for the HTTP listeners, h2 alone for
+    /// gRPC; none for NETCONF over TLS, which has no ALPN protocol id (RFC 7589).
+    pub alpn: &'static [&'static [u8]],
 }
 
-pub const RESTCONF: Listener =
-    Listener { label: "RESTCONF", generated_cert: "restconf-cert.pem", generated_key: "restconf-key.pem", http: true };
+const HTTP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+pub const RESTCONF: Listener = Listener {
+    label: "RESTCONF",
+    generated_cert: "restconf-cert.pem",
+    generated_key: "restconf-key.pem",
+    alpn: HTTP_ALPN,
+};
 pub const SCI_HTTP: Listener =
-    Listener { label: "SCI collection", generated_cert: "sci-cert.pem", generated_key: "sci-key.pem", http: true };
+    Listener { label: "SCI collection", generated_cert: "sci-cert.pem", generated_key: "sci-key.pem", alpn: HTTP_ALPN };
+/// gRPC runs on HTTP/2 only (gRPC over HTTP2, "Protocol").
+pub const SCI_GRPC: Listener = Listener {
+    label: "SCI gRPC collection",
+    generated_cert: "sci-grpc-cert.pem",
+    generated_key: "sci-grpc-key.pem",
+    alpn: &[b"h2"],
+};
 pub const NETCONF_TLS: Listener = Listener {
     label: "NETCONF over TLS",
     generated_cert: "netconf-tls-cert.pem",
     generated_key: "netconf-tls-key.pem",
-    http: false,
+    alpn: &[],
 };
 
 /// Why a connection did not get past TLS (the `reason` of the handshake-failure counters).
@@ -560,9 +572,7 @@ fn build(listener: Listener, s: &TlsSettings, cert_file: &Path, key_file: &Path)
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| format!("certificate {} / key {}: {e}", cert_file.display(), key_file.display()))?;
-    if listener.http {
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    }
+    config.alpn_protocols = listener.alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Loaded {
         config: Arc::new(config),
         verifier: client.verifier,

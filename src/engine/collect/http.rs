@@ -17,7 +17,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -36,6 +36,9 @@ use crate::engine::validate::Rejection;
 use crate::engine::Engine;
 use crate::mgmt::auth_limits::{Gate, Permit, Timeout};
 use crate::tls::{ClientAuth, Failure, Refused, ServerTls, TlsSettings};
+
+use super::tls_status::TlsNow;
+pub use super::tls_status::TlsStatus;
 
 /// Where and how the HTTP collector listens (YANG collection/http).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,104 +224,6 @@ fn too_many(wait: std::time::Duration, detail: String) -> Response<Full<Bytes>> 
 /// `cats-sma-types:rejection-reason` identity, counted) and why.
 fn refusal(status: StatusCode, reason: Rejection, detail: String) -> Response<Full<Bytes>> {
     reply(status, json!({"error": detail, "reason": reason.identity()}))
-}
-
-/// What the listener runs with now, for the operational state (collection/http/tls-state)
-/// and the ready line.
-#[derive(Default)]
-pub struct TlsStatus {
-    now: Mutex<TlsNow>,
-}
-
-#[derive(Clone, Default)]
-enum TlsNow {
-    /// Not listening.
-    #[default]
-    Off,
-    Plain,
-    Tls(Arc<ServerTls>),
-    /// TLS is configured but could not start: the listener stays closed (fail closed).
-    Failed(String),
-}
-
-impl TlsStatus {
-    fn set(&self, n: TlsNow) {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = n;
-    }
-
-    fn get(&self) -> TlsNow {
-        self.now.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// `https` or `http` (what the listener speaks now).
-    pub fn scheme(&self) -> &'static str {
-        match self.get() {
-            TlsNow::Tls(_) => "https",
-            _ => "http",
-        }
-    }
-
-    /// The server certificate in use, for clients to trust (the generated one, say).
-    pub fn cert_file(&self) -> Option<PathBuf> {
-        match self.get() {
-            TlsNow::Tls(t) => Some(t.cert_file().to_owned()),
-            _ => None,
-        }
-    }
-}
-
-impl crate::datastore::StateProvider for TlsStatus {
-    fn render(
-        &self,
-        tree: &mut yang2::data::DataTree<'static>,
-        xpath: Option<&str>,
-    ) -> Result<(), crate::error::RpcError> {
-        use crate::datastore::tree::set;
-        if crate::datastore::tree::outside_cats_sma(xpath) {
-            return Ok(());
-        }
-        let base = "/cats-sma:cats-sma/collection/http/tls-state";
-        let t = match self.get() {
-            TlsNow::Off => return Ok(()),
-            TlsNow::Plain => return set(tree, &format!("{base}/enabled"), Some("false")).map(|_| ()),
-            TlsNow::Failed(e) => {
-                set(tree, &format!("{base}/enabled"), Some("false"))?;
-                set(tree, &format!("{base}/last-reload-error"), Some(&e))?;
-                return Ok(());
-            }
-            TlsNow::Tls(t) => t,
-        };
-        let st = t.status();
-        let time = |d: chrono::DateTime<chrono::Utc>| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        set(tree, &format!("{base}/enabled"), Some("true"))?;
-        set(tree, &format!("{base}/certificate-file"), Some(&st.certificate_file.display().to_string()))?;
-        set(tree, &format!("{base}/generated-certificate"), Some(if st.generated { "true" } else { "false" }))?;
-        let auth = if st.client_ca.is_some() { st.client_auth.as_str() } else { "none" };
-        set(tree, &format!("{base}/client-auth"), Some(auth))?;
-        set(tree, &format!("{base}/loaded-at"), Some(&time(st.loaded_at)))?;
-        set(tree, &format!("{base}/reloads"), Some(&st.reloads.to_string()))?;
-        set(tree, &format!("{base}/reload-failures"), Some(&st.reload_failures.to_string()))?;
-        if let Some(e) = &st.last_reload_error {
-            set(tree, &format!("{base}/last-reload-error"), Some(e))?;
-        }
-        set(tree, &format!("{base}/mapped-connections"), Some(&st.mapped.to_string()))?;
-        for (i, c) in st.crls.iter().enumerate() {
-            let e = format!("{base}/crl[index='{i}']");
-            set(tree, &format!("{e}/file"), Some(&c.file.display().to_string()))?;
-            set(tree, &format!("{e}/issuer"), Some(&c.issuer))?;
-            if let Some(d) = c.this_update {
-                set(tree, &format!("{e}/this-update"), Some(&time(d)))?;
-            }
-            if let Some(d) = c.next_update {
-                set(tree, &format!("{e}/next-update"), Some(&time(d)))?;
-            }
-            set(tree, &format!("{e}/revoked-certificates"), Some(&c.revoked.min(u32::MAX as usize).to_string()))?;
-        }
-        for (reason, n) in st.failures {
-            set(tree, &format!("{base}/handshake-failures[reason='{reason}']/count"), Some(&n.to_string()))?;
-        }
-        Ok(())
-    }
 }
 
 /// Serves until the settings change to disabled / another address (then rebinds) or the

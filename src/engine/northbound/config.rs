@@ -30,6 +30,8 @@ pub struct EngineConfig {
     pub http_override: Option<std::net::SocketAddr>,
     /// `--sci-plain-http` / `sci_plain_http`: plain HTTP whatever collection/http/tls says.
     pub http_plain: bool,
+    /// The gRPC collector's settings.
+    pub grpc: tokio::sync::watch::Sender<crate::engine::collect::grpc::GrpcSettings>,
     /// The pull targets.
     pub pull: tokio::sync::watch::Sender<crate::engine::collect::pull::PullSettings>,
     /// The MQTT collector's settings.
@@ -460,6 +462,9 @@ impl ConfigConsumer for EngineConfig {
                 crate::tls::server::check_files(&t).map_err(|e| format!("collection/http/tls: {e}"))?;
             }
         }
+        if tx.changes_under(&format!("{ROOT}/collection/grpc")).next().is_some() {
+            crate::engine::collect::grpc::check(tx.config)?;
+        }
         if tx.changes_under(&format!("{ROOT}/scis/discovery")).next().is_some() {
             crate::engine::discovery::settings(tx.config)?;
         }
@@ -517,6 +522,10 @@ impl ConfigConsumer for EngineConfig {
                 h.force_plain();
             }
             self.http.send_if_modified(|cur| std::mem::replace(cur, h.clone()) != h);
+        }
+        if touched("collection/grpc") {
+            let g = crate::engine::collect::grpc::settings(tx.config);
+            self.grpc.send_if_modified(|cur| std::mem::replace(cur, g.clone()) != g);
         }
         if touched("failure-detection") {
             let p = crate::engine::probe::settings(tx.config);
