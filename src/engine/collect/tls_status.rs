@@ -1,10 +1,16 @@
 //! What an SCI listener's TLS runs with now (HTTP push, gRPC push), rendered into its
 //! `tls-state` container of the operational datastore.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::tls::ServerTls;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{error, warn};
+
+use crate::tls::server::Listener;
+use crate::tls::{ServerTls, TlsSettings};
 
 /// collection/http/tls-state.
 pub const HTTP: &str = "/cats-sma:cats-sma/collection/http/tls-state";
@@ -62,6 +68,61 @@ impl TlsStatus {
         match self.get() {
             TlsNow::Tls(t) => Some(t.cert_file().to_owned()),
             _ => None,
+        }
+    }
+}
+
+/// One (re)bind of an SCI listener (HTTP push, gRPC push) for one set of its settings:
+/// TLS started when configured, then the socket bound. `None` when it stays closed
+/// (disabled, TLS configured but unable to start — fail closed —, or the address taken),
+/// with the status set, the reason logged and `bound` told; the caller then waits for the
+/// next settings.
+pub(super) async fn open(
+    which: Listener,
+    enabled: bool,
+    listen: SocketAddr,
+    (tls, tls_error): (&Option<TlsSettings>, &Option<String>),
+    state_dir: &Path,
+    status: &TlsStatus,
+    bound: &watch::Sender<Option<SocketAddr>>,
+) -> Option<(Option<Arc<ServerTls>>, TcpListener)> {
+    let tls = if !enabled {
+        Err(None)
+    } else {
+        match (tls, tls_error) {
+            (_, Some(e)) => Err(Some(e.clone())),
+            (None, None) => Ok(None),
+            (Some(t), None) => {
+                let (t, dir) = (t.clone(), state_dir.to_owned());
+                match tokio::task::spawn_blocking(move || ServerTls::start(which, t, &dir)).await {
+                    Ok(Ok(t)) => Ok(Some(t)),
+                    Ok(Err(e)) => Err(Some(e)),
+                    Err(e) => Err(Some(e.to_string())),
+                }
+            }
+        }
+    };
+    let tls = match tls {
+        Ok(t) => t,
+        Err(why) => {
+            match why {
+                Some(e) => {
+                    error!("{}: TLS cannot start, the listener stays closed: {e}", which.label);
+                    status.set(TlsNow::Failed(e));
+                }
+                None => status.set(TlsNow::Off),
+            }
+            let _ = bound.send(None);
+            return None;
+        }
+    };
+    match TcpListener::bind(listen).await {
+        Ok(l) => Some((tls, l)),
+        Err(e) => {
+            warn!("{}: cannot listen on {listen}: {e}", which.label);
+            status.set(TlsNow::Off);
+            let _ = bound.send(None);
+            None
         }
     }
 }

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -456,52 +455,21 @@ pub async fn serve(
     let reflection = Reflection::new();
     loop {
         let current = settings.borrow_and_update().clone();
-        let tls = if !current.enabled {
-            Err(None)
-        } else {
-            match (&current.tls, &current.tls_error) {
-                (_, Some(e)) => Err(Some(e.clone())),
-                (None, None) => Ok(None),
-                (Some(t), None) => {
-                    let (t, dir) = (t.clone(), state_dir.clone());
-                    match tokio::task::spawn_blocking(move || ServerTls::start(crate::tls::server::SCI_GRPC, t, &dir))
-                        .await
-                    {
-                        Ok(Ok(t)) => Ok(Some(t)),
-                        Ok(Err(e)) => Err(Some(e)),
-                        Err(e) => Err(Some(e.to_string())),
-                    }
-                }
+        let opened = super::tls_status::open(
+            crate::tls::server::SCI_GRPC,
+            current.enabled,
+            current.listen,
+            (&current.tls, &current.tls_error),
+            &state_dir,
+            &status,
+            &bound,
+        )
+        .await;
+        let Some((tls, listener)) = opened else {
+            if settings.changed().await.is_err() {
+                return;
             }
-        };
-        let tls = match tls {
-            Ok(t) => t,
-            Err(why) => {
-                match why {
-                    Some(e) => {
-                        error!("SCI gRPC collection: TLS cannot start, the listener stays closed: {e}");
-                        status.set(TlsNow::Failed(e));
-                    }
-                    None => status.set(TlsNow::Off),
-                }
-                let _ = bound.send(None);
-                if settings.changed().await.is_err() {
-                    return;
-                }
-                continue;
-            }
-        };
-        let listener = match TcpListener::bind(current.listen).await {
-            Ok(l) => l,
-            Err(e) => {
-                warn!("SCI gRPC collection: cannot listen on {}: {e}", current.listen);
-                status.set(TlsNow::Off);
-                let _ = bound.send(None);
-                if settings.changed().await.is_err() {
-                    return;
-                }
-                continue;
-            }
+            continue;
         };
         let addr = listener.local_addr().ok();
         let shown = addr.map(|a| a.to_string()).unwrap_or_default();
