@@ -3,7 +3,7 @@
 //! `yang/ietf/` from the PyPI `pyang` wheel (they are never committed). Compiles `proto/`
 //! with protox (a protobuf compiler in Rust: no protoc to install) into the messages, the
 //! gRPC client, the SCI collector's server side and the descriptor set that server
-//! reflection serves.
+//! reflection serves; `cps.proto` (the C-PS stream) separately into `OUT_DIR/cps/`.
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -65,10 +65,11 @@ fn main() {
     protos(&root);
 }
 
-/// `proto/cats/sma/v1/sci.proto`: prost messages and a tonic client (tonic-prost-build),
+/// `proto/cats/sma/v1/sci.proto`: prost messages and tonic clients (tonic-prost-build),
 /// the server side with a codec that hands the handlers each message's bytes as received
 /// (tonic-build's manual services: the HMAC and the JWT body hash of a report cover those
-/// bytes, and a decoded-then-re-encoded message need not be the same bytes), and the
+/// bytes, and a decoded-then-re-encoded message need not be the same bytes), the SciAgent
+/// server an SCI runs for gRPC pull, and the
 /// encoded FileDescriptorSet for gRPC server reflection.
 fn protos(root: &Path) {
     use prost::Message as _;
@@ -105,5 +106,44 @@ fn protos(root: &Path) {
         )
         .method(method("batch", "Batch", "::bytes::Bytes", "super::BatchVerdict").build())
         .build();
-    tonic_build::manual::Builder::new().build_client(false).build_transport(false).compile(&[server]);
+    // The SciAgent server (served by SCIs for gRPC pull): decoded with prost, for SCI
+    // simulators and the tests; the C-SMA itself only calls it (the generated client, with
+    // a codec that keeps the answer's bytes: `grpc/pull.rs`).
+    let agent = tonic_build::manual::Service::builder()
+        .name("SciAgent")
+        .package("cats.sma.v1")
+        .method(
+            tonic_build::manual::Method::builder()
+                .name("get_report")
+                .route_name("GetReport")
+                .input_type("super::GetReportRequest")
+                .output_type("super::Report")
+                .codec_path("::tonic_prost::ProstCodec")
+                .build(),
+        )
+        .build();
+    tonic_build::manual::Builder::new().build_client(false).build_transport(false).compile(&[server, agent]);
+    cps_proto(&dir, &out);
+}
+
+/// `proto/cats/sma/v1/cps.proto` (the C-PS stream) into `OUT_DIR/cps/`: its messages and
+/// the C-PS side's server trait (the reference C-PS serves it; the C-SMA's client is
+/// `tonic::client::Grpc` with a codec that hands it each C-PS message's bytes, so decoding
+/// and its errors are ours, `src/cps/grpc/wire.rs`), and its descriptor set for the
+/// reference C-PS's server reflection.
+fn cps_proto(dir: &Path, out: &Path) {
+    use prost::Message as _;
+    let file = dir.join("cats/sma/v1/cps.proto");
+    println!("cargo:rerun-if-changed={}", file.display());
+    let fds = protox::compile([&file], [dir]).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let cps = out.join("cps");
+    std::fs::create_dir_all(&cps).unwrap();
+    std::fs::write(cps.join("cps_descriptor.bin"), fds.encode_to_vec()).unwrap();
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(false)
+        .build_transport(false)
+        .out_dir(&cps)
+        .compile_fds(fds)
+        .unwrap_or_else(|e| panic!("generating code for {}: {e}", file.display()));
 }

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use cats_sma::cps::reference::{CpsConfig, CpsState, RefCps};
+use cats_sma::cps::reference::{CpsConfig, CpsState, RefCps, RefGrpc};
 
 #[tokio::main]
 async fn main() {
@@ -16,14 +16,19 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let mut path = None;
     let mut listen: Option<SocketAddr> = None;
+    let mut grpc_listen: Option<SocketAddr> = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => match args.next().and_then(|v| v.parse().ok()) {
                 Some(v) => listen = Some(v),
                 None => fail("--listen needs ADDR:PORT"),
             },
+            "--grpc-listen" => match args.next().and_then(|v| v.parse().ok()) {
+                Some(v) => grpc_listen = Some(v),
+                None => fail("--grpc-listen needs ADDR:PORT"),
+            },
             "-h" | "--help" => {
-                println!("usage: ref_cps CONFIG.toml [--listen ADDR:PORT]");
+                println!("usage: ref_cps CONFIG.toml [--listen ADDR:PORT] [--grpc-listen ADDR:PORT]");
                 return;
             }
             _ if path.is_none() => path = Some(a),
@@ -38,11 +43,24 @@ async fn main() {
         None => CpsConfig::default(),
     };
     let addr = listen.unwrap_or(config.listen);
+    let grpc_addr = grpc_listen.or(config.grpc_listen);
     let scheme = if config.tls_cert.is_some() { "https" } else { "http" };
     let state = CpsState::new(config).unwrap_or_else(|e| fail(&e));
     let server = RefCps::start(addr, state).await.unwrap_or_else(|e| fail(&e));
     eprintln!("reference C-PS ready: {scheme}://{}/cats/metrics", server.addr);
+    let grpc = match grpc_addr {
+        Some(a) => {
+            let g = RefGrpc::start(a, server.state.clone()).await.unwrap_or_else(|e| fail(&e));
+            let scheme = if scheme == "https" { "grpcs" } else { "grpc" };
+            eprintln!("reference C-PS gRPC stream ready: {scheme}://{}", g.addr);
+            Some(g)
+        }
+        None => None,
+    };
     let _ = tokio::signal::ctrl_c().await;
+    if let Some(g) = grpc {
+        g.stop().await;
+    }
     server.stop().await;
 }
 

@@ -378,4 +378,31 @@ write("sci_grpc", "stream-one", b"\x00" + pb_report("188.3.67.3:67", 42))
 write("sci_grpc", "stream-optional", b"\x00" + pb_report("188.3.67.3:67", 43, f8=7, f9=9, f10=3))
 write("sci_grpc", "stream-negative", b"\x00" + pb_report("sci-a", 44, f5=-5))
 write("sci_grpc", "stream-hmac", b"\x00" + pb_report("sci-a", 45, auth="CATS-HMAC-SHA256 ts=1800000000, sig=" + "00" * 32))
+# cps_grpc: selector (bit 0: a PSK peer), then a CpsMessage (proto/cats/sma/v1/cps.proto):
+# body (an encoded CpsBody), counter, MAC (hex HMAC-SHA256 under b"fuzz-psk" over
+# "csma-1\n7\n<counter>\n" + body).
+def cps_message(kind, inner, counter=1, psk=False):
+    import hashlib
+    import hmac as _hmac
+    body = pb_field(kind, inner)
+    m = pb_field(1, body) + pb_field(2, counter)
+    if psk:
+        m += pb_field(3, _hmac.new(b"fuzz-psk", f"csma-1\n7\n{counter}\n".encode() + body, hashlib.sha256).hexdigest())
+    return m
+
+
+write("cps_grpc", "welcome", b"\x00" + cps_message(1, pb_field(1, 42) + pb_field(3, 1) + pb_field(4, 180)))
+write("cps_grpc", "ack-psk", b"\x01" + cps_message(2, pb_field(1, 43) + pb_field(2, 1), psk=True))
+write("cps_grpc", "refusal", b"\x00" + cps_message(3, pb_field(1, "sequence-mismatch") + pb_field(2, "x")))
+write("cps_grpc", "full-sync-psk", b"\x01" + cps_message(4, pb_field(1, "restart"), counter=3, psk=True))
+write("cps_grpc", "policy-xml", b"\x00" + cps_message(5, pb_field(1, 1) + pb_field(2, 1) + pb_field(3, '<cats-sma xmlns="urn:cats-sma:yang:cats-sma"/>')))
+write("cps_grpc", "policy-json", b"\x01" + cps_message(5, pb_field(1, 2) + pb_field(2, 2) + pb_field(3, '{"cats-sma:cats-sma":{}}'), psk=True))
+write("cps_grpc", "query", b"\x00" + cps_message(6, pb_field(1, 9) + pb_field(2, "AR1")))
+write("cps_grpc", "bad-mac", b"\x01" + cps_message(6, pb_field(1, 9)) + pb_field(3, "00" * 32))
 write("sci_grpc", "batch", b"\x01" + pb_field(1, pb_report("188.3.67.3:67", 46)) + pb_field(1, pb_report("sci-a", 47)))
+
+# sse_event: chunk-size selector, then a text/event-stream (WHATWG HTML 9.2.5).
+write("sse_event", "reports", b"\x03" + b"\xef\xbb\xbf: hello\r\nid: 1\r\nevent: report\r\ndata: {\"csci-id\":\"sci-a\"}\r\n\r\n"
+      + b"retry: 2000\nid: 2\ndata: a\ndata: b\n\n")
+write("sse_event", "cr-only", b"\x00" + b"data: x\r\rdata: y\r\r\rid\r\r")
+write("sse_event", "oversized", b"\x07" + b"data: " + b"x" * 300 + b"\n\n" + (b"data: " + b"y" * 200 + b"\n") * 6 + b"\ndata: ok\n\n")

@@ -413,6 +413,25 @@ def reset(m, body=""):
     assert_ok(m.copy_config(source=inline, target="running"))
 
 
+def grpc_stubs(out, *protos):
+    """Generates Python messages and gRPC stubs for `protos` (paths under proto/) into
+    `out` with grpcio-tools' protoc and imports them from there: {"sci_pb2": module, ...}."""
+    import importlib
+
+    from grpc_tools import protoc
+
+    well_known = Path(protoc.__file__).parent / "_proto"
+    args = ["protoc", f"-I{REPO / 'proto'}", f"-I{well_known}", f"--python_out={out}", f"--grpc_python_out={out}"]
+    rc = protoc.main(args + [str(REPO / "proto" / p) for p in protos])
+    assert rc == 0, f"protoc failed on {protos}"
+    sys.path.insert(0, str(out))
+    try:
+        names = [Path(p).stem + suffix for p in protos for suffix in ("_pb2", "_pb2_grpc")]
+        return {n: importlib.import_module(f"cats.sma.v1.{n}") for n in names}
+    finally:
+        sys.path.remove(str(out))
+
+
 def wait_until(predicate, timeout=5.0, interval=0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -8,19 +8,15 @@ reflection (grpcio-reflection)."""
 import base64
 import hashlib
 import hmac
-import importlib
 import re
-import sys
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from conftest import assert_ok, reset, sci
+from conftest import assert_ok, grpc_stubs, reset, sci
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY = b"python-grpc-sci-shared-secret"
 SCI = "py-sci-1"
 
@@ -28,26 +24,8 @@ SCI = "py-sci-1"
 @pytest.fixture(scope="module")
 def pb(tmp_path_factory):
     """sci_pb2 / sci_pb2_grpc generated from proto/ now, with grpcio-tools' protoc."""
-    from grpc_tools import protoc
-
-    out = tmp_path_factory.mktemp("stubs")
-    well_known = Path(protoc.__file__).parent / "_proto"
-    rc = protoc.main(
-        [
-            "protoc",
-            f"-I{ROOT / 'proto'}",
-            f"-I{well_known}",
-            f"--python_out={out}",
-            f"--grpc_python_out={out}",
-            str(ROOT / "proto/cats/sma/v1/sci.proto"),
-        ]
-    )
-    assert rc == 0, "protoc failed on proto/cats/sma/v1/sci.proto"
-    sys.path.insert(0, str(out))
-    try:
-        yield importlib.import_module("cats.sma.v1.sci_pb2"), importlib.import_module("cats.sma.v1.sci_pb2_grpc")
-    finally:
-        sys.path.remove(str(out))
+    s = grpc_stubs(tmp_path_factory.mktemp("stubs"), "cats/sma/v1/sci.proto")
+    return s["sci_pb2"], s["sci_pb2_grpc"]
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +115,71 @@ def test_seed004_sci_collection_grpc_services_are_listed_by_reflection(pb, chann
     fd = db.FindFileContainingSymbol("cats.sma.v1.SciCollector")
     assert fd.name == "cats/sma/v1/sci.proto"
     assert [m.name for m in fd.service[0].method] == ["Stream", "Batch"]
+
+
+# ----- gRPC pull: grpcio serves SciAgent, the agent calls it ---------------------------------
+
+
+def test_seed004_sci_collection_grpc_pull_from_a_grpcio_sci_agent(pb, agent):
+    """Seed 004, pull mode ("HTTP GET or gRPC unary"): a grpcio server plays the SCI and
+    serves cats.sma.v1.SciAgent/GetReport; the agent pulls it on the target's interval
+    (grpc://, allow-plaintext), checks the report's own HMAC proof (Report.authorization
+    over the Report serialised without it, as for Stream) and caches it; the metric cache
+    and the target's state are read back over NETCONF."""
+    from concurrent import futures
+
+    from lxml import etree
+
+    pb2, pb2_grpc = pb
+    asked = []
+
+    class Agent(pb2_grpc.SciAgentServicer):
+        def GetReport(self, request, context):
+            asked.append(request.csci_id)
+            r = report(pb2, 5000 + len(asked), csci=request.csci_id)
+            r.gas = 321
+            r.authorization = hmac_proof(r.SerializeToString())
+            return r
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb2_grpc.add_SciAgentServicer_to_server(Agent(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    m = agent.connect()
+    try:
+        key = base64.b64encode(KEY).decode()
+        reset(
+            m,
+            f"<collection><authentication><credential><name>py</name><type>hmac-sha256</type><key>{key}</key>"
+            "</credential></authentication>"
+            f"<pull><target><csci-id>{SCI}</csci-id><url>grpc://127.0.0.1:{port}</url><interval>1</interval>"
+            "<allow-plaintext>true</allow-plaintext></target></pull></collection>"
+            "<scis>" + sci(SCI, "<credential-ref>py</credential-ref>") + "</scis>",
+        )
+        ns = {"c": "urn:cats-sma:yang:cats-sma"}
+        flt = (
+            '<cats-sma xmlns="urn:cats-sma:yang:cats-sma">'
+            f"<metric-cache><entry><csci-id>{SCI}</csci-id></entry></metric-cache>"
+            f"<collection><pull><target><csci-id>{SCI}</csci-id><state/></target></pull></collection></cats-sma>"
+        )
+        got = {}
+
+        def pulled():
+            root = etree.fromstring(m.get(filter=("subtree", flt)).xml.encode())
+            got["gas"] = root.findtext(".//c:metric-cache/c:entry/c:gas", namespaces=ns)
+            got["seq"] = root.findtext(".//c:metric-cache/c:entry/c:sequence-number", namespaces=ns)
+            st = ".//c:collection/c:pull/c:target/c:state/c:"
+            got["transport"] = root.findtext(st + "transport", namespaces=ns)
+            got["pulls"] = int(root.findtext(st + "pulls", default="0", namespaces=ns))
+            return got["gas"] == "321" and got["pulls"] >= 2
+
+        deadline = time.time() + 30
+        while not pulled() and time.time() < deadline:
+            time.sleep(0.2)
+        assert got["gas"] == "321" and got["pulls"] >= 2, got
+        assert got["transport"] == "grpc", got
+        assert int(got["seq"]) > 5000, got
+        assert asked and set(asked) == {SCI}, asked
+    finally:
+        server.stop(0)
+        reset(m)

@@ -103,9 +103,10 @@ class Procs:
                 p.kill()
 
 
-def cps_config(port):
+def cps_config(port, grpc_port=None):
     lines = [
         f'listen = "127.0.0.1:{port}"',
+        *([f'grpc_listen = "127.0.0.1:{grpc_port}"'] if grpc_port else []),
         "weight = 0.5",
         "[[keys]]",
         f'id = "{PSK_ID}"',
@@ -117,7 +118,13 @@ def cps_config(port):
     return "\n".join(lines) + "\n"
 
 
-def agent_config(site, services, cps_port):
+def agent_config(site, services, cps_port, grpc_port=None):
+    # REST (gzip-compressed JSON) or, with --grpc, the gRPC stream (protobuf).
+    target = (
+        f"<url>grpc://127.0.0.1:{grpc_port}</url>"
+        if grpc_port
+        else f"<url>http://127.0.0.1:{cps_port}</url><compression>gzip</compression>"
+    )
     scis = "".join(
         f"""<sci><csci-id>{site}-{cs.lower()}</csci-id><cs-id>{cs}</cs-id>
             <credential-ref>{site}-{cs.lower()}</credential-ref>
@@ -144,9 +151,8 @@ def agent_config(site, services, cps_port):
     <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps">
       <peer>
         <name>ref-cps</name>
-        <url>http://127.0.0.1:{cps_port}</url>
+        {target}
         <allowed-cs-id>AR1</allowed-cs-id><allowed-cs-id>LLM1</allowed-cs-id>
-        <compression>gzip</compression>
         <psk><key-id>{PSK_ID}</key-id><key>{PSK_HEX}</key></psk>
         <backoff-initial>500</backoff-initial><backoff-max>4000</backoff-max>
       </peer>
@@ -267,6 +273,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=75, help="seconds to run (default 75)")
     ap.add_argument("--no-clear", action="store_true", help="print frames one after another")
+    ap.add_argument("--grpc", action="store_true",
+                    help="the C-SMAs report over the gRPC stream (grpc://) instead of REST")
     ap.add_argument("--bin", default=str(REPO / "target" / "debug" / "cats-sma"))
     ap.add_argument("--ref-cps", default=str(REPO / "target" / "debug" / "examples" / "ref_cps"))
     args = ap.parse_args()
@@ -277,7 +285,8 @@ def main():
     scis = []
     try:
         cps_port = free_port()
-        (work / "cps.toml").write_text(cps_config(cps_port))
+        grpc_port = free_port() if args.grpc else None
+        (work / "cps.toml").write_text(cps_config(cps_port, grpc_port))
         procs.start([args.ref_cps, str(work / "cps.toml")], env={"RUST_LOG": "warn"},
                     ready="reference C-PS ready", log=log)
         t0 = time.time()
@@ -293,7 +302,7 @@ def main():
             with manager.connect(host="127.0.0.1", port=nc_port, username="admin", password=PASSWORD,
                                  hostkey_verify=False, look_for_keys=False, allow_agent=False,
                                  timeout=30) as m:
-                m.edit_config(target="running", config=agent_config(site, services, cps_port))
+                m.edit_config(target="running", config=agent_config(site, services, cps_port, grpc_port))
             for cs, base in services.items():
                 sci = Sci(f"https://127.0.0.1:{sci_port}/reports", f"{site}-{cs.lower()}", cs, base, phase, t0,
                           str(work / site / "sci-cert.pem"))
@@ -309,7 +318,9 @@ def main():
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.2)
-        events = [f"t=   0s  3 C-SMAs configured over NETCONF; {len(scis)} SCIs reporting; logs in {work}/demo.log"]
+        how = "the gRPC stream" if args.grpc else "REST"
+        events = [f"t=   0s  3 C-SMAs configured over NETCONF, reporting over {how}; {len(scis)} SCIs reporting; "
+                  f"logs in {work}/demo.log"]
         history = {}
         failed = next(s for s in scis if s.csci == "site-b-llm1")
         fail_at, recover_at = args.duration * 0.45, args.duration * 0.75

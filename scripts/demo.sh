@@ -4,6 +4,7 @@
 # quick when nothing is missing).
 #   ./scripts/demo.sh                 # 75 s, redrawn in place
 #   ./scripts/demo.sh --duration 120 --no-clear
+#   ./scripts/demo.sh --grpc          # the C-SMAs report over the gRPC stream (grpc://)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL="framing xml_message subtree_filter xpath_filter restconf_decoders restconf_request yang_patch
-sci_report sci_grpc sci_auth cps_wire push_params policy rpc client_cert notif_decoders"
+sci_report sci_grpc cps_grpc sse_event sci_auth cps_wire push_params policy rpc client_cert notif_decoders"
 
 # -max_len per target: a little above the largest realistic input of that decoder.
 max_len() {
@@ -32,6 +32,7 @@ dict() {
         restconf_decoders) echo restconf ;;
         policy) echo policy ;;
         sci_auth) echo auth ;;
+        sse_event) echo sse ;;
         sci_report | cps_wire | yang_patch | restconf_request | notif_decoders) echo json ;;
         *) echo xml ;;
     esac

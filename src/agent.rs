@@ -171,11 +171,12 @@ async fn start_engine(
     use crate::engine::collect::{grpc, http, tls_status};
     use crate::engine::northbound::{config, state};
     let weak = Arc::downgrade(server);
-    let sink: crate::engine::NotificationSink = Arc::new(move |module: &str, name: &str, body: String| {
-        if let Some(s) = weak.upgrade() {
-            s.events.publish(module, name, body);
-        }
-    });
+    let sink: crate::engine::NotificationSink =
+        Arc::new(move |module: &'static str, name: &'static str, body: String| {
+            if let Some(s) = weak.upgrade() {
+                s.events.publish(module, name, body);
+            }
+        });
     let engine = crate::engine::Engine::start_with(crate::engine::clock::Clock::new(), sink, limits.clone());
     server.push.set_engine(engine.changes.clone());
     let (mut settings, mqtt_settings, pull_settings, grpc_settings) = datastores
@@ -310,6 +311,7 @@ fn start_cps(
     let placeholder = Identity { csma_id: String::new(), site_id: String::new() };
     let adapters = crate::cps::Adapters::start(placeholder, engine.updates.subscribe(), hooks);
     adapters.set_keys(keys);
+    adapters.set_northbound(Arc::new(crate::cps::grpc::policy::MgmtNorthbound { core: Arc::downgrade(server) }));
     let consumer = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| crate::cps::config::CpsConfig::load(adapters.clone(), t))
         .map_err(|e| e.to_string())?;

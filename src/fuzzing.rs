@@ -341,6 +341,63 @@ pub fn sci_grpc(data: &[u8]) {
     }
 }
 
+/// C-PS messages of the gRPC stream (`proto/cats/sma/v1/cps.proto`, `CpsMessage`), as the
+/// stream's reader decodes them: bit 0 of the first byte selects a PSK peer (the MAC is
+/// checked with the key `fuzz-psk`, C-SMA `csma-1`, Hello nonce 7). A message taken moves
+/// the counter to its own; one refused leaves it.
+pub fn cps_grpc(data: &[u8]) {
+    use crate::cps::grpc::wire::{decode, Verifier};
+    let Some((&sel, body)) = data.split_first() else { return };
+    if body.len() > MAX_INPUT {
+        return;
+    }
+    let psk = (sel & 1 == 1).then(|| b"fuzz-psk".to_vec());
+    let mut v = Verifier { psk, csma_id: "csma-1".into(), hello_nonce: 7, last_counter: 0 };
+    let before = v.last_counter;
+    match decode(body, &mut v) {
+        Ok(_) => assert!(v.last_counter > before, "a message taken moves the counter"),
+        Err(e) => {
+            let _ = e.reason();
+        }
+    }
+}
+
+/// The SSE event-stream parser (`engine/collect/sse/event.rs`) with small limits: the first
+/// byte sets the chunk size the rest is fed in. The events do not depend on how the stream
+/// is cut into chunks, each event's data is within its limit, and the parser never holds
+/// more than one line and one event's data.
+pub fn sse_event(data: &[u8]) {
+    use crate::engine::collect::sse::event::{Item, Limits, Parser, MAX_ID};
+    let Some((&sel, body)) = data.split_first() else { return };
+    if body.len() > MAX_INPUT {
+        return;
+    }
+    let limits = Limits { max_line: 1024, max_event: 2048 };
+    let run = |chunk: usize| {
+        let mut p = Parser::new(limits, String::new());
+        let mut items = Vec::new();
+        for c in body.chunks(chunk) {
+            p.push(bytes::Bytes::copy_from_slice(c));
+            while let Some(i) = p.next() {
+                if let Item::Event(e) = &i {
+                    assert!(e.data.len() <= limits.max_event, "event data over its limit");
+                    // At most MAX_ID bytes, each invalid one shown as U+FFFD (3 bytes).
+                    assert!(e.id.len() <= 3 * MAX_ID, "last event id over its limit");
+                }
+                items.push(i);
+            }
+            // A line, an event's data and type, the id being read and the last one committed
+            // (each at most MAX_ID bytes, an invalid byte shown as 3).
+            let bound = 2 * limits.max_line + limits.max_event + 2 * 3 * MAX_ID;
+            assert!(p.held() <= bound, "parser holds {} bytes", p.held());
+        }
+        (items, p.retry)
+    };
+    let whole = run(body.len().max(1));
+    let cut = run(usize::from(sel % 16) + 1);
+    assert_eq!(whole, cut, "events depend on the chunking");
+}
+
 /// SCI reports (docs/sci-protocol.md), JSON when the first byte is even, else CBOR; what
 /// decodes re-encodes and decodes to the same reports.
 pub fn sci_report(data: &[u8]) {

@@ -63,7 +63,7 @@ async fn retries_after_1_2_4_8_16_32_then_every_60_seconds_and_resets_on_success
     let session = Session {
         peer: peer.clone(),
         registry,
-        transport: transport.clone(),
+        transport: transport.clone().into(),
         hooks: ctl.hooks(),
         nonces: Arc::new(NonceSource::new()),
         signing: None,

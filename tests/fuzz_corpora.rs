@@ -89,6 +89,8 @@ corpus_tests!(
     yang_patch,
     sci_report,
     sci_grpc,
+    cps_grpc,
+    sse_event,
     sci_auth,
     cps_wire,
     push_params,

@@ -11,8 +11,9 @@ use yang2::data::{Data, DataTree};
 
 use super::auth::{unhex, Psk};
 use super::codec::Encoding;
-use super::session::{Identity, PeerSettings, Role};
-use super::transport::{client_config, Endpoint, HttpTransport, TlsFiles, Transport};
+use super::grpc::{is_grpc_url, GrpcEndpoint, GrpcLink};
+use super::session::{Channel, Identity, PeerSettings, Role};
+use super::transport::{client_config, Endpoint, HttpTransport, TlsFiles};
 use super::wire::Granularity;
 use super::Adapters;
 use crate::datastore::{ConfigConsumer, Transaction};
@@ -28,6 +29,10 @@ pub struct PeerConfig {
     pub settings: PeerSettings,
     pub tls: Option<TlsFiles>,
     pub timeout: Duration,
+    /// The NACM user a gRPC peer's policy updates are applied as (YANG `policy-user`).
+    pub policy_user: Option<String>,
+    /// Whether `encoding` / `compression` were set to something a gRPC peer cannot honour.
+    pub rest_only: Vec<&'static str>,
 }
 
 const POLICY_UC: &str = "/cats-sma:cats-sma/cats-sma-policy:policy/update-control";
@@ -104,6 +109,8 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
         };
         let mut tls = None;
         let mut timeout = Duration::from_millis(5000);
+        let mut policy_user = None;
+        let mut rest_only = Vec::new();
         for c in n.children() {
             let v = c.value_canonical().unwrap_or_default();
             let ms = || v.parse::<u64>().map(Duration::from_millis).map_err(|e| format!("{}: {e}", c.path()));
@@ -112,14 +119,23 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
                 "url" => s.url = v.clone(),
                 "role" => s.role = if v == "fallback" { Role::Fallback } else { Role::Primary },
                 "priority" => s.priority = v.parse().unwrap_or(100),
+                "policy-user" => policy_user = Some(v.clone()),
                 "encoding" => {
+                    if v != "json" {
+                        rest_only.push("encoding");
+                    }
                     s.encoding = Encoding::parse(&v).ok_or_else(|| format!("{}: unknown encoding {v}", c.path()))?
                 }
                 "granularity" => {
                     s.granularity =
                         Granularity::parse(&v).ok_or_else(|| format!("{}: unknown granularity {v}", c.path()))?
                 }
-                "compression" => s.gzip = v == "gzip",
+                "compression" => {
+                    s.gzip = v == "gzip";
+                    if s.gzip {
+                        rest_only.push("compression");
+                    }
+                }
                 "allowed-cs-id" => {
                     s.allowed.insert(v.clone());
                 }
@@ -164,14 +180,38 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
                 s.backoff_initial.as_millis()
             ));
         }
-        out.push(PeerConfig { settings: s, tls, timeout });
+        out.push(PeerConfig { settings: s, tls, timeout, policy_user, rest_only });
     }
     Ok(out)
 }
 
-/// A peer's transport; reads the TLS files. The error says which peer and why.
-pub fn transport(p: &PeerConfig) -> Result<Arc<dyn Transport>, String> {
+/// A peer's transport (REST for http/https urls, the gRPC stream for grpc/grpcs); reads
+/// the TLS files. The error says which peer and why.
+pub fn transport(p: &PeerConfig) -> Result<Channel, String> {
     let name = &p.settings.name;
+    if is_grpc_url(&p.settings.url) {
+        if let Some(leaf) = p.rest_only.first() {
+            return Err(format!(
+                "c-ps peer '{name}': '{leaf}' applies to REST peers only: a grpc url carries protobuf, uncompressed \
+                 (gRPC compression is not supported)"
+            ));
+        }
+        let endpoint = GrpcEndpoint::parse(&p.settings.url).map_err(|e| format!("c-ps peer '{name}': {e}"))?;
+        let tls = match &p.tls {
+            Some(t) => {
+                Some((client_config(t).map_err(|e| format!("c-ps peer '{name}': tls: {e}"))?, t.server_name.clone()))
+            }
+            None => None,
+        };
+        let link = GrpcLink::new(endpoint, tls, p.timeout, p.policy_user.clone())
+            .map_err(|e| format!("c-ps peer '{name}': {e}"))?;
+        return Ok(Channel::Grpc(Arc::new(link)));
+    }
+    if p.policy_user.is_some() {
+        return Err(format!(
+            "c-ps peer '{name}': 'policy-user' applies to gRPC peers only: a REST C-PS sends no policy updates"
+        ));
+    }
     let endpoint = Endpoint::parse(&p.settings.url).map_err(|e| format!("c-ps peer '{name}': {e}"))?;
     let tls = match &p.tls {
         Some(t) => {
@@ -180,10 +220,10 @@ pub fn transport(p: &PeerConfig) -> Result<Arc<dyn Transport>, String> {
         None => None,
     };
     let t = HttpTransport::new(endpoint, tls, p.timeout).map_err(|e| format!("c-ps peer '{name}': {e}"))?;
-    Ok(Arc::new(t))
+    Ok(Channel::Rest(Arc::new(t)))
 }
 
-type Prepared = (Identity, Vec<(PeerConfig, Arc<dyn Transport>)>);
+type Prepared = (Identity, Vec<(PeerConfig, Channel)>);
 
 /// Feeds commits to the adapters.
 pub struct CpsConfig {

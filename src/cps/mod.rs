@@ -1,6 +1,10 @@
 //! The northbound C-PS REST adapter (seed 004, Protocol Adapter, centralized model, and
 //! C-PS Failure Handling) and the reference C-PS it talks to.
 //!
+//! - `grpc/`: the gRPC stream (`proto/cats/sma/v1/cps.proto`): the same sessions over one
+//!   bidirectional call per peer, and the C-PS's full-sync requests, queries (answered from
+//!   `current.rs`, the site as last advertised) and policy updates (applied through the
+//!   datastore, `grpc/policy.rs`).
 //! - `wire.rs`: the bodies (one serde model) and gzip; `codec.rs`: their JSON, XML and
 //!   CBOR encodings (pure); `auth.rs`: HMAC-SHA256 signing and the
 //!   verifier (timestamp window, nonces); `transport.rs`: HTTP/1.1 over TCP or rustls.
@@ -15,6 +19,8 @@
 pub mod auth;
 pub mod codec;
 pub mod config;
+pub mod current;
+pub mod grpc;
 pub mod queue;
 pub mod reference;
 pub mod selection;
@@ -31,8 +37,8 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use self::auth::NonceSource;
-use self::session::{lock, Hooks, Peer, PeerSettings, Registry, Session};
-use self::transport::Transport;
+use self::grpc::policy::Northbound;
+use self::session::{lock, Channel, Hooks, Peer, PeerSettings, Registry, Session};
 use crate::engine::update::Advertisement;
 
 /// What the sessions sign with: the nonce source (persisted by the agent) and the C-SMA's
@@ -73,6 +79,8 @@ pub struct Adapters {
     dispatcher: JoinHandle<()>,
     /// What the update controller was last told of per-SCI rows (`SciDetail`).
     sci_detail: Mutex<bool>,
+    /// Where gRPC peers' policy updates go (the management core); None refuses them.
+    northbound: std::sync::RwLock<Option<Arc<dyn Northbound>>>,
 }
 
 impl Adapters {
@@ -91,15 +99,21 @@ impl Adapters {
             sessions: Mutex::new(HashMap::new()),
             dispatcher,
             sci_detail: Mutex::new(false),
+            northbound: std::sync::RwLock::new(None),
         })
     }
 
     /// Starts (or restarts with new settings) the session of one peer. Updates still buffered
     /// for a peer of the same name are carried over.
-    pub fn start_peer(&self, settings: PeerSettings, transport: Arc<dyn Transport>) {
+    pub fn start_peer(&self, settings: PeerSettings, transport: impl Into<Channel>) {
+        let transport = transport.into();
         let name = settings.name.clone();
         let old = self.stop_peer(&name);
         let peer = Arc::new(Peer::new(settings));
+        if let Channel::Grpc(link) = &transport {
+            link.set_northbound(self.northbound.read().unwrap_or_else(|e| e.into_inner()).clone());
+            let _ = peer.grpc.set(link.counters());
+        }
         if let Some(old) = old {
             let mut from = lock(&old.queue);
             let mut to = lock(&peer.queue);
@@ -160,6 +174,11 @@ impl Adapters {
         peer
     }
 
+    /// Where later gRPC sessions apply their C-PS's policy updates (the agent's core).
+    pub fn set_northbound(&self, nb: Arc<dyn Northbound>) {
+        *self.northbound.write().unwrap_or_else(|e| e.into_inner()) = Some(nb);
+    }
+
     /// Sets what later sessions sign with (the agent does so before any peer starts).
     pub fn set_keys(&self, keys: NorthboundKeys) {
         *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
@@ -197,6 +216,7 @@ async fn dispatch(registry: Arc<Registry>, mut rx: broadcast::Receiver<Arc<Adver
     loop {
         match rx.recv().await {
             Ok(ad) => {
+                lock(&registry.current).fold(&ad);
                 for peer in registry.peers() {
                     peer.offer(&ad);
                 }

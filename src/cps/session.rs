@@ -8,8 +8,9 @@
 //!                                                     └──── Backoff (1, 2, 4 … 60 s)
 //! ```
 //!
-//! Connecting is the reconciliation: `GET /cats/metrics` tells what the C-PS holds for the
-//! site. Nothing (it restarted and lost its state), a full-sync request, a gap in our buffer
+//! Connecting is the reconciliation: `GET /cats/metrics` (REST) or opening the stream,
+//! Hello → Welcome (gRPC, [`Channel::Grpc`]), tells what the C-PS holds for the site.
+//! Nothing (it restarted and lost its state), a full-sync request, a gap in our buffer
 //! (updates were dropped), a first contact or a reconnection after any failure (seed 004,
 //! Network Partition) → ask the update controller for a full snapshot addressed to this
 //! peer, and send no delta before it (the C-SMA's view wins). Otherwise the buffered
@@ -27,6 +28,8 @@ use tokio::time::Instant;
 
 use super::auth::{sign, verify_reply, NonceSource, Psk, Signed, H_REPLY_SIGNATURE};
 use super::codec::Encoding;
+use super::current::SiteView;
+use super::grpc::{self, GrpcLink};
 use super::queue::Queue;
 use super::signing::{RequestBinding, SigningKey, H_JWS};
 use super::transport::{Request, Response, Transport, TransportError};
@@ -126,6 +129,8 @@ pub struct Peer {
     pub status: Mutex<SessionStatus>,
     /// False while a fallback peer is on standby: it buffers nothing.
     pub accepting: AtomicBool,
+    /// A gRPC peer's stream counters (set when its session starts).
+    pub grpc: std::sync::OnceLock<Arc<grpc::Counters>>,
 }
 
 impl Peer {
@@ -137,6 +142,7 @@ impl Peer {
             notify: Notify::new(),
             status: Mutex::new(SessionStatus::default()),
             accepting: AtomicBool::new(accepting),
+            grpc: std::sync::OnceLock::new(),
         }
     }
 
@@ -172,6 +178,8 @@ pub struct Registry {
     pub identity: RwLock<Identity>,
     /// Bumped whenever a session changes state (fallbacks watch it).
     pub changed: watch::Sender<u64>,
+    /// The site as last advertised (what a C-PS's query is answered from).
+    pub current: Mutex<SiteView>,
 }
 
 impl Registry {
@@ -180,6 +188,7 @@ impl Registry {
             peers: RwLock::new(BTreeMap::new()),
             identity: RwLock::new(identity),
             changed: watch::Sender::new(0),
+            current: Mutex::new(SiteView::default()),
         })
     }
 
@@ -259,11 +268,37 @@ enum Phase {
     Backoff(Instant),
 }
 
+/// How a session reaches its C-PS: REST requests, or the gRPC stream. The session logic
+/// (buffer, backoff, fallback, reconciliation, full sync) is the same for both.
+#[derive(Clone)]
+pub enum Channel {
+    Rest(Arc<dyn Transport>),
+    Grpc(Arc<GrpcLink>),
+}
+
+impl<T: Transport> From<Arc<T>> for Channel {
+    fn from(t: Arc<T>) -> Channel {
+        Channel::Rest(t)
+    }
+}
+
+impl From<Arc<dyn Transport>> for Channel {
+    fn from(t: Arc<dyn Transport>) -> Channel {
+        Channel::Rest(t)
+    }
+}
+
+impl From<Arc<GrpcLink>> for Channel {
+    fn from(l: Arc<GrpcLink>) -> Channel {
+        Channel::Grpc(l)
+    }
+}
+
 /// One session task.
 pub struct Session {
     pub peer: Arc<Peer>,
     pub registry: Arc<Registry>,
-    pub transport: Arc<dyn Transport>,
+    pub transport: Channel,
     pub hooks: Hooks,
     pub nonces: Arc<NonceSource>,
     /// The C-SMA's private key: every request carries a JWS under it (seed 004, Metric
@@ -312,6 +347,10 @@ impl Session {
                         backoff.reset();
                         // On standby it is not failing: the next fallback need not stand in.
                         lock(&self.peer.status).down = false;
+                        // A fallback on standby keeps no stream open.
+                        if let Channel::Grpc(link) = &self.transport {
+                            link.close().await;
+                        }
                         self.set_state(SessionState::Disconnected, None);
                         phase = Phase::Standby;
                     }
@@ -364,6 +403,24 @@ impl Session {
                     }
                 }
                 Phase::Connected => {
+                    if let Channel::Grpc(link) = &self.transport {
+                        // What the stream's reader noticed: the stream ended, or the C-PS
+                        // asked for the complete set.
+                        if let Some(e) = link.broken() {
+                            failed_since_connect = true;
+                            view = None;
+                            phase = self.failed(
+                                DeliveryError::Transport(TransportError::Grpc(e)),
+                                &mut backoff,
+                                &mut outage_reported,
+                            );
+                            continue;
+                        }
+                        if link.take_full_sync() {
+                            self.request_full(&mut awaiting_full, &mut view);
+                            full_asked_at = Instant::now();
+                        }
+                    }
                     let batch = {
                         let q = lock(&self.peer.queue);
                         if awaiting_full && !q.front_is_full() {
@@ -446,6 +503,9 @@ impl Session {
                 }
             }
         }
+        if let Channel::Grpc(link) = &self.transport {
+            link.close().await;
+        }
         self.set_state(SessionState::Disconnected, None);
     }
 
@@ -505,6 +565,22 @@ impl Session {
     /// GET the C-PS's view of this site: whether a full snapshot is needed, and whether one
     /// already arrived (its reply was lost).
     async fn reconcile(&self) -> Result<(bool, bool), DeliveryError> {
+        if let Channel::Grpc(link) = &self.transport {
+            // Opening the stream is the reconciliation: Hello, and the C-PS's Welcome says
+            // what it holds.
+            let w = link.open(self.stream_context()).await?;
+            self.hints(w.keepalive, w.entry_ttl, w.refresh_interval);
+            if w.acked_sequence == 0 {
+                tracing::info!(c_ps = %self.peer.settings.name, "C-PS holds nothing for this site: full snapshot");
+            }
+            let (gap, full_arrived) = {
+                let mut q = lock(&self.peer.queue);
+                let full = q.already_acked(w.acked_sequence);
+                (q.gap, full)
+            };
+            lock(&self.peer.status).last_acked = Some(w.acked_sequence);
+            return Ok((w.acked_sequence == 0 || w.full_sync_requested || gap, full_arrived));
+        }
         let path = METRICS_PATH.to_owned();
         let resp = self.request("GET", path.clone(), Vec::new(), None).await?;
         if resp.status == 404 {
@@ -521,6 +597,55 @@ impl Session {
         };
         lock(&self.peer.status).last_acked = Some(state.acked_sequence);
         Ok((state.full_sync_requested || gap, full_arrived))
+    }
+
+    fn signer(&self) -> grpc::Signer {
+        grpc::Signer {
+            nonces: self.nonces.clone(),
+            signing: self.signing.clone(),
+            psk: self.peer.settings.psk.clone(),
+            csma_id: self.registry.identity().csma_id,
+        }
+    }
+
+    fn stream_context(&self) -> grpc::StreamContext {
+        grpc::StreamContext { peer: self.peer.clone(), registry: self.registry.clone(), signer: self.signer() }
+    }
+
+    /// The gRPC form of [`Session::deliver`]: a keepalive, or the reports (with their SCI
+    /// rows inside) in one Advertisement, each answered by an Ack or a Refusal.
+    async fn deliver_grpc(
+        &self,
+        link: &GrpcLink,
+        reports: &[(MetricReport, Vec<SciRow>)],
+        keepalive: Option<u64>,
+        view: &mut Option<View>,
+    ) -> Result<(Ack, bool), DeliveryError> {
+        use grpc::pb::csma_body::Kind;
+        let signer = self.signer();
+        if let Some(sequence) = keepalive {
+            match link.exchange(&signer, "Keepalive", Kind::Keepalive(grpc::pb::Keepalive { sequence })).await {
+                Ok(ack) => return Ok((ack, true)),
+                Err(DeliveryError::Rejected { status: 404 | 409, reason, .. }) => {
+                    tracing::info!(c_ps = %self.peer.settings.name, %reason, "keepalive refused; sending the full set");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if reports.is_empty() {
+            return Ok((Ack::default(), false));
+        }
+        let id = self.registry.identity();
+        let ad = grpc::pb::Advertisement {
+            csma_id: id.csma_id,
+            site_id: id.site_id,
+            reports: reports.iter().map(|(r, rows)| grpc::wire::report(r, rows)).collect(),
+        };
+        let ack = link.exchange(&signer, "Advertisement", Kind::Advertisement(ad)).await?;
+        for (r, rows) in reports {
+            View::apply(view, r, rows);
+        }
+        Ok((ack, false))
     }
 
     /// Takes what a C-PS announced in a successful reply: keepalive support, entry TTL and
@@ -598,6 +723,9 @@ impl Session {
             };
             let unchanged = view.as_ref().is_some_and(|v| v.same_as(r, rows));
             if let (true, true, Some(acked), Trigger::Heartbeat) = (supported, unchanged, last_acked, ad.trigger) {
+                if let Channel::Grpc(link) = &self.transport {
+                    return self.deliver_grpc(link, &reports, Some(acked), view).await;
+                }
                 let k = Keepalive { csma_id: id.csma_id.clone(), site_id: id.site_id.clone(), sequence: acked };
                 let body = s.encoding.encode(ROOT_KEEPALIVE, &k).map_err(|e| DeliveryError::BadReply("POST", e))?;
                 let resp = self.request("POST", KEEPALIVE_PATH.to_owned(), body, None).await?;
@@ -611,6 +739,9 @@ impl Session {
                     Err(e) => return Err(e),
                 }
             }
+        }
+        if let Channel::Grpc(link) = &self.transport {
+            return self.deliver_grpc(link, &reports, None, view).await;
         }
         for (r, rows) in &reports {
             for csci in &r.sci_withdrawn {
@@ -703,7 +834,10 @@ impl Session {
             headers.push((H_JWS, key.sign(&binding, &body)));
         }
         let path_for_errors = path.clone();
-        let resp = self.transport.send(Request { method, path, headers, body }).await?;
+        let Channel::Rest(transport) = &self.transport else {
+            return Err(DeliveryError::BadReply(method, "a gRPC peer makes no REST request".into()));
+        };
+        let resp = transport.send(Request { method, path, headers, body }).await?;
         if let Some(psk) = &s.psk {
             // Seed 004, C-PS Authentication: in PSK mode the C-PS proves its replies too. A
             // reply that does not verify is a failed request: nothing in it (acknowledged
@@ -828,11 +962,12 @@ pub fn decode_segment(s: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn peer(name: &str, role: Role, priority: u16, down: bool) -> Arc<Peer> {
-        let p = Peer::new(PeerSettings {
+    /// Settings of a test peer (also the gRPC link's unit tests).
+    pub(crate) fn settings(name: &str, role: Role, priority: u16) -> PeerSettings {
+        PeerSettings {
             name: name.into(),
             url: "http://127.0.0.1:1".into(),
             role,
@@ -846,7 +981,11 @@ mod tests {
             backoff_max: Duration::from_secs(60),
             encoding: Encoding::Json,
             granularity: Granularity::Site,
-        });
+        }
+    }
+
+    fn peer(name: &str, role: Role, priority: u16, down: bool) -> Arc<Peer> {
+        let p = Peer::new(settings(name, role, priority));
         lock(&p.status).down = down;
         Arc::new(p)
     }
@@ -897,14 +1036,14 @@ mod tests {
         let session = Session {
             peer: p,
             registry: r.clone(),
-            transport: Arc::new(
+            transport: Channel::Rest(Arc::new(
                 crate::cps::transport::HttpTransport::new(
                     crate::cps::transport::Endpoint::parse("http://127.0.0.1:1").unwrap(),
                     None,
                     Duration::from_secs(1),
                 )
                 .unwrap(),
-            ),
+            )),
             hooks: Hooks {
                 resync: Arc::new(|_: &str| {}),
                 unreachable: Arc::new(|_: &Unreachable| {}),

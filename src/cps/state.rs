@@ -12,6 +12,19 @@ use crate::datastore::tree::{quote, set, yang_time};
 use crate::datastore::StateProvider;
 use crate::error::RpcError;
 
+/// The leaves of `session/grpc`.
+const GRPC: [&str; 9] = [
+    "streams-opened",
+    "full-sync-requests",
+    "queries-answered",
+    "policy-updates-applied",
+    "policy-updates-refused",
+    "rejected-malformed",
+    "rejected-unauthenticated",
+    "rejected-replayed",
+    "rejected-unsolicited",
+];
+
 pub struct CpsState {
     pub adapters: Arc<Adapters>,
 }
@@ -74,8 +87,29 @@ impl StateProvider for CpsState {
             if let Some(t) = st.connected_since {
                 leaves.push(("connected-since", yang_time(t)));
             }
+            if let Some(c) = peer.grpc.get() {
+                use crate::cps::grpc::Counters as C;
+                let counters = [
+                    ("streams-opened", &c.streams_opened),
+                    ("full-sync-requests", &c.full_sync_requests),
+                    ("queries-answered", &c.queries_answered),
+                    ("policy-updates-applied", &c.policy_applied),
+                    ("policy-updates-refused", &c.policy_refused),
+                    ("rejected-malformed", &c.rejected_malformed),
+                    ("rejected-unauthenticated", &c.rejected_unauthenticated),
+                    ("rejected-replayed", &c.rejected_replayed),
+                    ("rejected-unsolicited", &c.rejected_unsolicited),
+                ];
+                for (name, v) in counters {
+                    leaves.push((name, C::get(v).to_string()));
+                }
+            }
             for (name, v) in leaves {
-                set(tree, &format!("{base}/{name}"), Some(&v))?;
+                set(
+                    tree,
+                    &if GRPC.contains(&name) { format!("{base}/grpc/{name}") } else { format!("{base}/{name}") },
+                    Some(&v),
+                )?;
             }
         }
         Ok(())

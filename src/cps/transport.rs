@@ -66,6 +66,9 @@ pub enum TransportError {
     Timeout(Duration),
     #[error("HTTP: {0}")]
     Http(String),
+    /// The gRPC stream failed or ended (`grpc.rs`).
+    #[error("gRPC stream: {0}")]
+    Grpc(String),
 }
 
 pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<Response, TransportError>> + Send + 'a>>;

@@ -344,11 +344,12 @@ pub fn gunzip(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::update::{Audience, Trigger};
 
-    fn site(cs: &str, gas: u32) -> SiteMetrics {
+    /// A healthy site row (the unit tests of `wire.rs` and `current.rs`).
+    pub(crate) fn site(cs: &str, gas: u32) -> SiteMetrics {
         SiteMetrics {
             cs_id: cs.into(),
             gas,

@@ -166,14 +166,33 @@ impl Datastores {
             return Ok(part);
         }
         let mut tree = part;
+        self.render_state_into(&mut tree, sel, Some(&xpath))?;
+        Ok(tree)
+    }
+
+    /// The operational state `sel` selects, without any configuration: what every state
+    /// provider renders for it (each skips what the selection does not reach), and the YANG
+    /// library when selected.
+    pub fn read_state(&self, sel: &Selection) -> Result<DataTree<'static>, RpcError> {
+        let mut tree = DataTree::new(self.ctx);
+        self.render_state_into(&mut tree, sel, sel.xpath().as_deref())?;
+        Ok(tree)
+    }
+
+    fn render_state_into(
+        &self,
+        tree: &mut DataTree<'static>,
+        sel: &Selection,
+        xpath: Option<&str>,
+    ) -> Result<(), RpcError> {
         let providers = self.providers.read().unwrap_or_else(|e| e.into_inner()).clone();
         for p in providers {
-            p.render_selected(&mut tree, sel, Some(&xpath))?;
+            p.render_selected(tree, sel, xpath)?;
         }
         if sel.touches_module("ietf-yang-library") {
-            super::tree::merge_moving(&mut tree, yang_library_cached(self.ctx)?)?;
+            super::tree::merge_moving(tree, yang_library_cached(self.ctx)?)?;
         }
-        Ok(tree)
+        Ok(())
     }
 }
 

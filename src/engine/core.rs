@@ -152,7 +152,7 @@ pub struct Sender {
     pub csci_id: Option<CsciId>,
     /// How `csci_id` was proven, if it was.
     pub proof: Option<Proof>,
-    /// `http`, `grpc`, `mqtt` or `pull` (YANG collection-transport); empty in-process.
+    /// `http`, `grpc`, `mqtt`, `pull` or `sse` (YANG collection-transport); empty in-process.
     pub transport: &'static str,
     pub address: Option<std::net::IpAddr>,
     /// With a `Proof::Credential`: the credential that verified it (it must be the SCI's
@@ -855,10 +855,10 @@ impl Core {
     }
 
     /// A pushed report of this SCI was anomalous: pull it now (seed 004 hybrid mode, "the
-    /// C-SMA pulls on-demand during recovery or anomaly detection"). A pulled report never
-    /// asks for another pull, and the pull task runs at most one pull per SCI at a time.
+    /// C-SMA pulls on-demand during recovery or anomaly detection"). A pulled (or SSE)
+    /// report never asks for another pull, and the pull task runs at most one pull per SCI at a time.
     fn pull_on_anomaly(&mut self, csci_id: &str, sender: &Sender) {
-        if sender.transport == "pull" || !self.pull_targets.contains(csci_id) {
+        if matches!(sender.transport, "pull" | "sse") || !self.pull_targets.contains(csci_id) {
             return;
         }
         if let Some(e) = self.cache.get_mut(csci_id) {

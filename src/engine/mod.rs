@@ -38,7 +38,7 @@ use self::validate::Rejection;
 
 /// Where the engine's notifications go (module, name, XML body); the agent wires it to the
 /// NETCONF event stream.
-pub type NotificationSink = Arc<dyn Fn(&str, &str, String) + Send + Sync>;
+pub type NotificationSink = Arc<dyn Fn(&'static str, &'static str, String) + Send + Sync>;
 
 type Job = Box<dyn FnOnce(&mut Core) + Send>;
 

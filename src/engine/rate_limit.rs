@@ -75,7 +75,7 @@ impl Limit {
 }
 
 /// The collection transports counted (YANG `collection-transport`).
-pub const TRANSPORTS: [&str; 4] = ["http", "grpc", "mqtt", "pull"];
+pub const TRANSPORTS: [&str; 5] = ["http", "grpc", "mqtt", "pull", "sse"];
 
 fn transport_index(t: &str) -> Option<usize> {
     TRANSPORTS.iter().position(|x| *x == t)

@@ -33,13 +33,24 @@ const MAX_EDITS: usize = 1_000;
 pub struct Event {
     pub seq: u64,
     pub time: DateTime<Utc>,
-    pub module: String,
-    pub name: String,
-    /// The notification content element (e.g. `<netconf-session-start xmlns=…>…`).
-    pub body: String,
+    /// The module and name of the notification: the schema's, so static (no allocation
+    /// per event kept in the replay log).
+    pub module: &'static str,
+    pub name: &'static str,
+    /// The notification content element (e.g. `<netconf-session-start xmlns=…>…`), sized
+    /// exactly: thousands of events stay in the replay log.
+    pub body: Box<str>,
 }
 
 impl Event {
+    /// The body followed by a NUL, as libyang's parser takes it (DESIGN, sharp edges).
+    pub fn body_nul(&self) -> Vec<u8> {
+        let mut text = Vec::with_capacity(self.body.len() + 1);
+        text.extend_from_slice(self.body.as_bytes());
+        text.push(0);
+        text
+    }
+
     /// The complete `<notification>` message.
     pub fn message(&self) -> String {
         format!(
@@ -72,14 +83,40 @@ impl EventClass {
 }
 
 /// What an event costs in the replay log: its text plus a fixed overhead.
-fn cost(ev: &Event) -> usize {
-    ev.body.len() + ev.module.len() + ev.name.len() + 96
+fn cost(body_len: usize) -> usize {
+    body_len + 96
+}
+
+/// Bytes of event text per block of the replay log.
+const BLOCK: usize = 64 * 1024;
+
+/// One event kept for replay: its text is a range of one of the ring's blocks.
+#[derive(Debug)]
+struct Kept {
+    seq: u64,
+    time: DateTime<Utc>,
+    module: &'static str,
+    name: &'static str,
+    /// Which block (counted from the first the ring ever made) and where in it.
+    block: u64,
+    start: u32,
+    len: u32,
 }
 
 /// One class's part of the replay log: bounded in events and in bytes, oldest out first.
+///
+/// The events' text is packed, in arrival order, into blocks of [`BLOCK`] bytes that are
+/// freed whole once their last event has left the log. Kept as one small allocation each,
+/// events published between large transient allocations (an event per login, between
+/// 100 000-entry edits) landed in heap pages that the edits' data had freed, and each kept
+/// such a page resident after the heap was trimmed: RSS grew with the log's event count by
+/// pages, not bytes (issue 22's soak).
 #[derive(Debug)]
 struct Ring {
-    events: VecDeque<Arc<Event>>,
+    events: VecDeque<Kept>,
+    blocks: VecDeque<Vec<u8>>,
+    /// The number of the first block in `blocks`.
+    first_block: u64,
     bytes: usize,
     max_events: usize,
     max_bytes: usize,
@@ -89,32 +126,86 @@ struct Ring {
 
 impl Ring {
     fn new(max_events: usize, max_bytes: usize) -> Ring {
-        Ring { events: VecDeque::new(), bytes: 0, max_events: max_events.max(1), max_bytes, oversized: 0 }
+        Ring {
+            events: VecDeque::new(),
+            blocks: VecDeque::new(),
+            first_block: 0,
+            bytes: 0,
+            max_events: max_events.max(1),
+            max_bytes,
+            oversized: 0,
+        }
     }
 
-    fn push(&mut self, ev: Arc<Event>) {
-        let c = cost(&ev);
-        if c > self.max_bytes {
+    fn push(&mut self, ev: &Event) {
+        let c = cost(ev.body.len());
+        if c > self.max_bytes || u32::try_from(ev.body.len()).is_err() {
             self.oversized += 1;
             return;
         }
         while self.events.len() >= self.max_events || self.bytes + c > self.max_bytes {
-            match self.events.pop_front() {
-                Some(old) => self.bytes -= cost(&old),
-                None => break,
+            if !self.pop_oldest() {
+                break;
             }
         }
+        let text = ev.body.as_bytes();
+        let fits = self.blocks.back().is_some_and(|b| b.capacity() - b.len() >= text.len());
+        if !fits {
+            self.blocks.push_back(Vec::with_capacity(BLOCK.max(text.len())));
+        }
+        let block = self.first_block + self.blocks.len() as u64 - 1;
+        let Some(last) = self.blocks.back_mut() else { return };
+        let start = last.len() as u32;
+        last.extend_from_slice(text);
         self.bytes += c;
-        self.events.push_back(ev);
+        self.events.push_back(Kept {
+            seq: ev.seq,
+            time: ev.time,
+            module: ev.module,
+            name: ev.name,
+            block,
+            start,
+            len: text.len() as u32,
+        });
+    }
+
+    /// Drops the oldest event, and the blocks no kept event uses any more.
+    fn pop_oldest(&mut self) -> bool {
+        let Some(old) = self.events.pop_front() else { return false };
+        self.bytes -= cost(old.len as usize);
+        let keep_from = self.events.front().map_or(self.first_block + self.blocks.len() as u64, |e| e.block);
+        while self.first_block < keep_from && self.blocks.len() > 1 {
+            self.blocks.pop_front();
+            self.first_block += 1;
+        }
+        if self.events.is_empty() {
+            // The last block too: nothing refers to it.
+            self.first_block += self.blocks.len() as u64;
+            self.blocks.clear();
+        }
+        true
+    }
+
+    fn text(&self, k: &Kept) -> &str {
+        let block = &self.blocks[(k.block - self.first_block) as usize];
+        let bytes = &block[k.start as usize..(k.start + k.len) as usize];
+        // Copied in whole from a str, so on char boundaries.
+        std::str::from_utf8(bytes).unwrap_or_default()
+    }
+
+    /// The kept events from `start` on, as events.
+    fn since(&self, start: DateTime<Utc>) -> impl Iterator<Item = Arc<Event>> + '_ {
+        self.events.iter().filter(move |k| k.time >= start).map(|k| {
+            Arc::new(Event { seq: k.seq, time: k.time, module: k.module, name: k.name, body: self.text(k).into() })
+        })
     }
 
     fn resize(&mut self, max_events: usize, max_bytes: usize) {
         self.max_events = max_events.max(1);
         self.max_bytes = max_bytes;
         while self.events.len() > self.max_events || self.bytes > self.max_bytes {
-            match self.events.pop_front() {
-                Some(old) => self.bytes -= cost(&old),
-                None => break,
+            if !self.pop_oldest() {
+                break;
             }
         }
     }
@@ -182,19 +273,19 @@ impl EventBus {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn publish(&self, module: &str, name: &str, body: String) {
+    pub fn publish(&self, module: &'static str, name: &'static str, body: String) {
         let mut log = self.lock();
         // Numbered under the lock: events enter the log and the broadcast in sequence order,
         // which the subscribers' "already replayed" checks (seq <= last) rely on.
         let ev = Arc::new(Event {
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
             time: Utc::now(),
-            module: module.to_owned(),
-            name: name.to_owned(),
-            body,
+            module,
+            name,
+            body: body.into_boxed_str(),
         });
         {
-            log.ring(EventClass::of(module)).push(ev.clone());
+            log.ring(EventClass::of(module)).push(&ev);
             // Sent under the lock, so a subscriber (which takes it too) sees each event
             // either in its replay or live, never both and never neither.
             let _ = self.tx.send(ev);
@@ -208,14 +299,7 @@ impl EventBus {
         let rx = self.tx.subscribe();
         let replay = match start {
             Some(t) => {
-                let mut v: Vec<Arc<Event>> = log
-                    .management
-                    .events
-                    .iter()
-                    .chain(log.peer.events.iter())
-                    .filter(|e| e.time >= t)
-                    .cloned()
-                    .collect();
+                let mut v: Vec<Arc<Event>> = log.management.since(t).chain(log.peer.since(t)).collect();
                 v.sort_by_key(|e| e.seq);
                 v
             }
@@ -275,8 +359,7 @@ impl NotificationFilter {
     /// content `user` may read: NACM prunes the content before the filter runs).
     pub fn matches(&self, ev: &Event, nacm: &crate::nacm::Nacm, user: &str) -> bool {
         let ctx = crate::yang::context();
-        let mut text = ev.body.clone().into_bytes();
-        text.push(0);
+        let text = ev.body_nul();
         let Ok(tree) = DataTree::parse_op_string(ctx, &text, DataFormat::XML, DataOperation::NotificationYang) else {
             return false;
         };
@@ -417,6 +500,50 @@ impl ConfigConsumer for ConfigChangeNotifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The packed ring keeps exactly what a plain bounded queue of events would, and gives
+    /// its blocks back as events leave (issue 22: memory follows the log's live data).
+    #[test]
+    fn issue_22_the_packed_replay_ring_holds_what_a_plain_queue_would() {
+        let mut rng = crate::testing::Rng(0x2545_f491);
+        for (max_events, max_bytes) in [(50, 1 << 20), (10_000, 200 * 1024), (3, 4096), (1, 1 << 20)] {
+            let mut ring = Ring::new(max_events, max_bytes);
+            let mut model: VecDeque<(u64, String)> = VecDeque::new();
+            let mut model_bytes = 0;
+            for seq in 0..3_000u64 {
+                // Mostly small events, sometimes one of several blocks or over the budget.
+                let len = match rng.below(100) {
+                    0 => BLOCK * 2 + rng.below(100),
+                    1..=3 => BLOCK - rng.below(8),
+                    _ => rng.below(600),
+                };
+                let body: String = (0..len).map(|i| char::from(b'a' + ((seq as usize + i) % 26) as u8)).collect();
+                let body = if seq % 7 == 0 { format!("é{body}") } else { body };
+                let ev = Event { seq, time: Utc::now(), module: "m", name: "n", body: body.clone().into() };
+                ring.push(&ev);
+                let c = cost(body.len());
+                if c <= max_bytes {
+                    while model.len() >= max_events.max(1) || model_bytes + c > max_bytes {
+                        let Some((_, old)) = model.pop_front() else { break };
+                        model_bytes -= cost(old.len());
+                    }
+                    model_bytes += c;
+                    model.push_back((seq, body));
+                }
+                let kept: Vec<(u64, String)> =
+                    ring.since(DateTime::<Utc>::MIN_UTC).map(|e| (e.seq, e.body.to_string())).collect();
+                assert_eq!(kept.len(), model.len(), "seq {seq}");
+                assert!(kept.iter().zip(&model).all(|(a, b)| a == b), "seq {seq}");
+                assert_eq!(ring.bytes, model_bytes);
+                // Only the blocks the kept events use (and the one being filled) are held.
+                let mut used: Vec<u64> = ring.events.iter().map(|k| k.block).collect();
+                used.dedup();
+                assert!(ring.blocks.len() <= used.len() + 1, "{} blocks for {} used", ring.blocks.len(), used.len());
+            }
+            ring.resize(1, max_bytes);
+            assert!(ring.events.len() <= 1 && ring.blocks.len() <= 1);
+        }
+    }
 
     #[test]
     fn issue_11_a_peer_flood_never_pushes_management_events_out_of_the_replay_log() {

@@ -580,6 +580,11 @@ impl Nacm {
         self.unrestricted(user, &self.policy())
     }
 
+    /// Whether `user` is the recovery user (RFC 8341 section 3.2), whom NACM never restricts.
+    pub fn is_recovery_user(&self, user: &str) -> bool {
+        self.recovery_user.as_deref() == Some(user)
+    }
+
     /// Users NACM does not apply to: the recovery user (section 3.2) when enforcement is on.
     fn unrestricted(&self, user: &str, policy: &Policy) -> bool {
         !policy.enabled || self.recovery_user.as_deref() == Some(user)
@@ -714,7 +719,7 @@ impl Nacm {
     /// not receive it at all, else the event with every node the user may not read removed
     /// from its content (the same event when nothing is removed). Filters run on this.
     pub fn event_for(&self, user: &str, ev: &Arc<Event>) -> Option<Arc<Event>> {
-        if !self.may_notify(user, &ev.module, &ev.name) {
+        if !self.may_notify(user, ev.module, ev.name) {
             return None;
         }
         let policy = self.policy();
@@ -723,8 +728,7 @@ impl Nacm {
         if self.unrestricted(user, &policy) || (policy.read_default == Action::Permit && !has_data_rules) {
             return Some(ev.clone());
         }
-        let mut text = ev.body.clone().into_bytes();
-        text.push(0);
+        let text = ev.body_nul();
         let flags = yang2::data::DataOperation::NotificationYang;
         let Ok(mut tree) =
             DataTree::parse_op_string(crate::yang::context(), &text, yang2::data::DataFormat::XML, flags)
@@ -742,7 +746,13 @@ impl Nacm {
             .print_text(yang2::data::DataFormat::XML, yang2::data::DataPrinterFlags::WITH_SIBLINGS)
             .ok()
             .flatten()?;
-        Some(Arc::new(Event { seq: ev.seq, time: ev.time, module: ev.module.clone(), name: ev.name.clone(), body }))
+        Some(Arc::new(Event {
+            seq: ev.seq,
+            time: ev.time,
+            module: ev.module,
+            name: ev.name,
+            body: body.into_boxed_str(),
+        }))
     }
 
     /// Collects the paths of the unreadable nodes under `n`. With `by_schema` (no rule path
@@ -843,13 +853,30 @@ impl StateProvider for Nacm {
             ("denied-notifications", &self.denied_notifications),
         ];
         let value = |v: &AtomicU64| v.load(Ordering::Relaxed).to_string();
-        // One path lookup: the other counters are made beside the first, in its container.
-        let path = format!("{ROOT}/{}", first.0);
-        let leaf = tree
-            .new_path(&path, Some(&value(first.1)), false)
-            .map_err(|e| RpcError::from_libyang(&e).with_path(&path))?;
-        let Some(mut nacm) = leaf.and_then(|l| l.parent()) else {
-            return Err(RpcError::application(ErrorTag::OperationFailed, "the NACM counters have no container"));
+        // The container is usually there already (a read covering /nacm copies its
+        // configuration): found among the top-level nodes, no path is parsed. Otherwise one
+        // path lookup makes it with the first counter.
+        let existing = tree.reference().and_then(|top| {
+            top.inclusive_siblings().find(|n| {
+                let schema = n.schema();
+                schema.name() == "nacm" && schema.module().name() == "ietf-netconf-acm"
+            })
+        });
+        let (mut nacm, rest) = match existing {
+            Some(nacm) => (nacm, &[first, rest[0], rest[1]][..]),
+            None => {
+                let path = format!("{ROOT}/{}", first.0);
+                let leaf = tree
+                    .new_path(&path, Some(&value(first.1)), false)
+                    .map_err(|e| RpcError::from_libyang(&e).with_path(&path))?;
+                let Some(nacm) = leaf.and_then(|l| l.parent()) else {
+                    return Err(RpcError::application(
+                        ErrorTag::OperationFailed,
+                        "the NACM counters have no container",
+                    ));
+                };
+                (nacm, &rest[..])
+            }
         };
         for (leaf, v) in rest {
             nacm.new_term(None, leaf, Some(&value(v)))

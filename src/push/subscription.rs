@@ -489,13 +489,12 @@ impl StreamSelector {
         if self.module.as_deref().is_some_and(|m| m != ev.module) {
             return None;
         }
-        if !(self.allowed)(&ev.module, &ev.name) {
+        if !(self.allowed)(ev.module, ev.name) {
             return None;
         }
         let ev = (self.content)(ev)?;
         let Some(f) = &self.filter else { return Some(ev) };
-        let mut text = ev.body.clone().into_bytes();
-        text.push(0);
+        let text = ev.body_nul();
         let tree =
             DataTree::parse_op_string(crate::yang::context(), &text, DataFormat::XML, DataOperation::NotificationYang)
                 .ok()?;

@@ -390,3 +390,83 @@ pub fn tls_connector(cert: &std::path::Path) -> tokio_rustls::TlsConnector {
         .with_no_client_auth();
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
+
+/// The cats-sma namespace, for edit-config and get bodies.
+pub const CATS_NS: &str = "urn:cats-sma:yang:cats-sma";
+
+/// A NETCONF 1.1 session as admin for the SCI collection tests: edit-config on running,
+/// subtree gets inside `<cats-sma>`, and polling a read until it holds.
+pub struct Nc {
+    pub s: RawSession,
+    pub id: u32,
+}
+
+impl Nc {
+    pub async fn open(agent: &AgentProcess) -> Nc {
+        let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+        s.hello(true).await;
+        Nc { s, id: 0 }
+    }
+
+    pub async fn call(&mut self, op: &str) -> String {
+        self.id += 1;
+        self.s.rpc11(&rpc(self.id, op)).await
+    }
+
+    pub async fn edit(&mut self, inner: &str) -> String {
+        self.call(&format!(
+            "<edit-config><target><running/></target><config><cats-sma xmlns=\"{CATS_NS}\">{inner}</cats-sma></config></edit-config>"
+        ))
+        .await
+    }
+
+    pub async fn get(&mut self, inner: &str) -> String {
+        self.call(&format!(
+            "<get><filter type=\"subtree\"><cats-sma xmlns=\"{CATS_NS}\">{inner}</cats-sma></filter></get>"
+        ))
+        .await
+    }
+
+    /// Polls a read until `ok` holds (the deadline only guards against a hang).
+    pub async fn wait(&mut self, what: &str, inner: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = self.get(inner).await;
+            if ok(&r) {
+                return r;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{what}: {r}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+pub fn registered(id: &str, interval_ms: u32) -> String {
+    format!(
+        "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
+         <expected-interval>{interval_ms}</expected-interval></sci>"
+    )
+}
+
+pub fn target(id: &str, url: &str, interval: u32, extra: &str) -> String {
+    format!("<target><csci-id>{id}</csci-id><url>{url}</url><interval>{interval}</interval>{extra}</target>")
+}
+
+pub fn state(id: &str) -> String {
+    format!("<collection><pull><target><csci-id>{id}</csci-id><state/></target></pull></collection>")
+}
+
+pub fn entry(id: &str) -> String {
+    format!("<metric-cache><entry><csci-id>{id}</csci-id></entry></metric-cache>")
+}
+
+/// The text of the first `<tag>` after `from` in `xml`.
+pub fn leaf_after(xml: &str, from: &str, tag: &str) -> Option<String> {
+    let rest = &xml[xml.find(from)?..];
+    let v = rest.split(&format!("<{tag}>")).nth(1)?;
+    Some(v.split(&format!("</{tag}>")).next()?.to_owned())
+}
+
+pub fn count(xml: &str, tag: &str) -> u64 {
+    leaf_after(xml, "", tag).and_then(|v| v.parse().ok()).unwrap_or(0)
+}

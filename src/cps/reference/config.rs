@@ -53,6 +53,13 @@ pub struct CpsConfig {
     /// entry_ttl / 4 at no load to entry_ttl / 2 at this rate and above.
     #[serde(default = "default_rated_load")]
     pub rated_load: f64,
+    /// Where the gRPC stream (`cats.sma.v1.CpsLink`) is served; none when absent.
+    #[serde(default)]
+    pub grpc_listen: Option<SocketAddr>,
+    /// gRPC only: milliseconds the C-PS waits before it takes each Advertisement (a slow
+    /// C-PS, for tests and load experiments); 0 by default.
+    #[serde(default)]
+    pub ack_delay_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -122,6 +129,8 @@ impl Default for CpsConfig {
             entry_ttl: default_entry_ttl(),
             keepalive: true,
             rated_load: default_rated_load(),
+            grpc_listen: None,
+            ack_delay_ms: 0,
         }
     }
 }

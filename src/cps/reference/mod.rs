@@ -2,12 +2,15 @@
 //! adapter, the end-to-end tests and the demo talk to. It verifies every report (HMAC,
 //! timestamp window, nonce replay), keeps the Computing Service Table per CS-ID and site,
 //! and answers "which site for this CS-ID from this ingress" with seed 000's cost
-//! algorithm. `examples/ref_cps.rs` runs it from a TOML file.
+//! algorithm. `examples/ref_cps.rs` runs it from a TOML file. `grpc.rs` serves the gRPC
+//! stream (`grpc_listen`) on the same table.
 
 pub mod config;
 pub mod cst;
+pub mod grpc;
 pub mod server;
 
 pub use config::CpsConfig;
 pub use cst::{Cst, Selection};
+pub use grpc::RefGrpc;
 pub use server::{CpsState, RefCps};

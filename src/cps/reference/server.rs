@@ -66,7 +66,7 @@ impl CpsState {
 
     const LOAD_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
-    fn tick(&self) {
+    pub(crate) fn tick(&self) {
         let mut l = lock(&self.load);
         let now = std::time::Instant::now();
         let elapsed = now.saturating_duration_since(l.0);
@@ -93,13 +93,30 @@ impl CpsState {
         lock(&self.refused).get(reason).copied().unwrap_or(0)
     }
 
-    fn count(&self, reason: &str) {
+    /// The secret of PSK `key_id`.
+    pub(crate) fn psk(&self, key_id: &str) -> Option<Vec<u8>> {
+        self.psks.get(key_id).cloned()
+    }
+
+    pub(crate) fn count(&self, reason: &str) {
         *lock(&self.refused).entry(reason.to_owned()).or_default() += 1;
     }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Binds `addr` with SO_REUSEADDR (a restarted server gets its port back) and listens;
+/// the REST and the gRPC listener of a reference C-PS.
+pub(crate) fn listen_reusable(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), String> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+        .map_err(|e| e.to_string())?;
+    socket.set_reuseaddr(true).map_err(|e| e.to_string())?;
+    socket.bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
+    let listener = socket.listen(1024).map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    Ok((listener, addr))
 }
 
 /// A running server.
@@ -113,12 +130,7 @@ pub struct RefCps {
 impl RefCps {
     /// Binds `addr` (SO_REUSEADDR, so a restarted server gets its port back) and serves.
     pub async fn start(addr: SocketAddr, state: Arc<CpsState>) -> Result<RefCps, String> {
-        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
-            .map_err(|e| e.to_string())?;
-        socket.set_reuseaddr(true).map_err(|e| e.to_string())?;
-        socket.bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
-        let listener = socket.listen(1024).map_err(|e| e.to_string())?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (listener, addr) = listen_reusable(addr)?;
         let tls = tls_acceptor(&state.config)?;
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, tls, state.clone(), stop_rx));
@@ -133,6 +145,14 @@ impl RefCps {
 }
 
 fn tls_acceptor(c: &CpsConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, String> {
+    tls_acceptor_with_alpn(c, &[])
+}
+
+/// The TLS acceptor of the configuration, offering `alpn` (the gRPC listener: h2).
+pub(crate) fn tls_acceptor_with_alpn(
+    c: &CpsConfig,
+    alpn: &[&[u8]],
+) -> Result<Option<tokio_rustls::TlsAcceptor>, String> {
     let (Some(cert), Some(key)) = (&c.tls_cert, &c.tls_key) else { return Ok(None) };
     let read = |p: &str| std::fs::read(p).map_err(|e| format!("{p}: {e}"));
     let chain: Vec<_> = rustls_pemfile::certs(&mut read(cert)?.as_slice())
@@ -158,7 +178,8 @@ fn tls_acceptor(c: &CpsConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, Stri
         }
         None => builder.with_no_client_auth(),
     };
-    let cfg = builder.with_single_cert(chain, key_der).map_err(|e| e.to_string())?;
+    let mut cfg = builder.with_single_cert(chain, key_der).map_err(|e| e.to_string())?;
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(cfg))))
 }
 

@@ -1,13 +1,16 @@
-//! HTTP pull (seed 004, pull and hybrid modes): the agent GETs each configured target
-//! (`collection/pull/target`: CSCI-ID, URL, interval) on its interval, and at once when the
-//! SCI goes STALE or one of its pushed reports is anomalous (the engine asks; at most one
-//! pull per SCI is outstanding, whatever asks). The answer is a report or batch, JSON or CBOR by
-//! Content-Type, attributed to the target's CSCI-ID. Also the `probe-sci` probe.
+//! Pull (seed 004, pull and hybrid modes: "HTTP GET or gRPC unary"): the agent pulls each
+//! configured target (`collection/pull/target`: CSCI-ID, URL, interval) on its interval,
+//! and at once when the SCI goes STALE or one of its pushed reports is anomalous (the
+//! engine asks; at most one pull per SCI is outstanding, whatever asks). An http(s) target
+//! is fetched with GET: the answer is a report or batch, JSON or CBOR by Content-Type. A
+//! grpc(s) target is asked with `cats.sma.v1.SciAgent/GetReport` (`grpc/pull.rs`): the
+//! answer is one protobuf `Report`. Either is attributed to the target's CSCI-ID and goes
+//! through the same engine path. Also the `probe-sci` probe.
 //!
-//! Targets are HTTPS: the server certificate is verified against the configured trust
+//! Targets are HTTPS or gRPC over TLS: the server certificate is verified against the configured trust
 //! anchors (`tls::client`; the target's own or the collection-wide `pull/tls`) and must name
 //! the URL's host; a client certificate is presented when configured. A plain http URL is
-//! accepted only with `allow-plaintext` (checked at commit), and warned about at every
+//! (or grpc) URL is accepted only with `allow-plaintext` (checked at commit), and warned about at every
 //! (re)start of the poller. Every failed pull is counted with its error in the target's
 //! operational state (`target/state`), never only logged. A verified HTTPS answer counts as
 //! a certificate proof of the target's CSCI-ID (an SCI without a credential-ref needs no
@@ -43,11 +46,21 @@ pub enum PullReason {
     Anomaly,
 }
 
+/// How a target is collected (YANG `target/mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Pulled on the interval, on STALE and on anomalies.
+    Poll,
+    /// Subscribed to as a Server-Sent Events stream (`sse/`): each event is a report.
+    Sse,
+}
+
 /// One pull target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub url: String,
     pub interval: Duration,
+    pub mode: Mode,
     /// An http URL is accepted (YANG `allow-plaintext`).
     pub allow_plaintext: bool,
     /// The TLS files in effect: the target's own leaves, the rest from `pull/tls`.
@@ -87,6 +100,7 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> PullSettings {
                     Target {
                         url,
                         interval: interval.unwrap_or(Duration::from_secs(10)).max(Duration::from_secs(1)),
+                        mode: if l("mode").as_deref() == Some("sse") { Mode::Sse } else { Mode::Poll },
                         allow_plaintext: l("allow-plaintext").as_deref() == Some("true"),
                         own_tls: !own.is_empty(),
                         tls: own.or(&wide),
@@ -103,6 +117,51 @@ pub fn settings(t: &yang2::data::DataTree<'static>) -> PullSettings {
 pub enum Scheme {
     Https,
     Http,
+    /// gRPC (`SciAgent/GetReport`) over TLS, ALPN h2.
+    Grpcs,
+    /// gRPC over plaintext HTTP/2 (h2c, prior knowledge; allow-plaintext).
+    Grpc,
+}
+
+impl Scheme {
+    /// The YANG `target/state/transport` enum.
+    pub fn yang(self) -> &'static str {
+        match self {
+            Scheme::Https => "https",
+            Scheme::Http => "http",
+            Scheme::Grpcs => "grpcs",
+            Scheme::Grpc => "grpc",
+        }
+    }
+
+    pub fn tls(self) -> bool {
+        matches!(self, Scheme::Https | Scheme::Grpcs)
+    }
+
+    /// The ALPN protocols the TLS handshake offers.
+    pub fn alpn(self) -> &'static [&'static [u8]] {
+        match self {
+            Scheme::Grpcs | Scheme::Grpc => &[b"h2"],
+            Scheme::Https | Scheme::Http => &[b"http/1.1"],
+        }
+    }
+
+    fn default_port(self) -> u16 {
+        match self {
+            Scheme::Https | Scheme::Grpcs => 443,
+            Scheme::Http | Scheme::Grpc => 80,
+        }
+    }
+
+    fn of(uri: &hyper::Uri) -> Option<Scheme> {
+        match uri.scheme_str()? {
+            "https" => Some(Scheme::Https),
+            "http" => Some(Scheme::Http),
+            "grpcs" => Some(Scheme::Grpcs),
+            "grpc" => Some(Scheme::Grpc),
+            _ => None,
+        }
+    }
 }
 
 /// The target's scheme, if the agent may pull it: https with trust anchors, or http by
@@ -112,16 +171,28 @@ pub fn scheme(t: &Target) -> Result<Scheme, String> {
     if uri.host().is_none() {
         return Err(format!("url {:?}: no host", t.url));
     }
-    match uri.scheme_str() {
-        Some("https") if t.tls.trusted_ca_file.is_none() => Err(format!(
-            "{} is https but no trusted-ca-file is configured (here or in pull/tls; the system's roots are not used)",
+    let s = Scheme::of(&uri).ok_or_else(|| {
+        format!("url {:?}: the scheme must be https or grpcs (or http or grpc with allow-plaintext)", t.url)
+    })?;
+    if matches!(s, Scheme::Grpc | Scheme::Grpcs) && !matches!(uri.path(), "" | "/") {
+        return Err(format!(
+            "{}: a gRPC target's URL has no path (the method is /cats.sma.v1.SciAgent/GetReport)",
             t.url
+        ));
+    }
+    if t.mode == Mode::Sse && !matches!(s, Scheme::Http | Scheme::Https) {
+        return Err(format!("{}: an sse target's URL is https (or http with allow-plaintext)", t.url));
+    }
+    match s {
+        Scheme::Https | Scheme::Grpcs if t.tls.trusted_ca_file.is_none() => Err(format!(
+            "{} is {} but no trusted-ca-file is configured (here or in pull/tls; the system's roots are not used)",
+            t.url,
+            s.yang()
         )),
-        Some("https") => Ok(Scheme::Https),
-        Some("http") if t.own_tls => Err(format!("{}: 'tls' is configured but the url is not https", t.url)),
-        Some("http") if t.allow_plaintext => Ok(Scheme::Http),
-        Some("http") => Err(format!("{} is plaintext http: use https, or set allow-plaintext", t.url)),
-        _ => Err(format!("url {:?}: the scheme must be https (or http with allow-plaintext)", t.url)),
+        Scheme::Https | Scheme::Grpcs => Ok(s),
+        _ if t.own_tls => Err(format!("{}: 'tls' is configured but the url is not https or grpcs", t.url)),
+        _ if t.allow_plaintext => Ok(s),
+        _ => Err(format!("{} is plaintext {}: use {}s, or set allow-plaintext", t.url, s.yang(), s.yang())),
     }
 }
 
@@ -130,21 +201,30 @@ pub fn scheme(t: &Target) -> Result<Scheme, String> {
 pub fn check(t: &yang2::data::DataTree<'static>) -> Result<(), String> {
     for (id, target) in settings(t) {
         let shown = crate::text::printable(&id, 64);
-        if scheme(&target).map_err(|e| format!("pull target {shown}: {e}"))? == Scheme::Https {
-            crate::tls::client::config(&target.tls, &[b"http/1.1"]).map_err(|e| format!("pull target {shown}: {e}"))?;
+        let s = scheme(&target).map_err(|e| format!("pull target {shown}: {e}"))?;
+        if s.tls() {
+            crate::tls::client::config(&target.tls, s.alpn()).map_err(|e| format!("pull target {shown}: {e}"))?;
         }
     }
     Ok(())
 }
 
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a pull may take, connection, TLS handshake and answer together (and, again,
+/// reading an HTTP body).
+pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A pulled response: body, encoding, the SCI's proof (`Authorization` response header)
-/// and the address it came from.
+/// What a target answered, as received.
+pub enum Payload {
+    /// An HTTP answer: its body, encoding by Content-Type, and the SCI's proof (the
+    /// `Authorization` response header).
+    Http { body: Bytes, encoding: Encoding, proof: Option<String> },
+    /// A gRPC `GetReport` answer: the `Report` message's bytes (its proof is inside).
+    Grpc(Bytes),
+}
+
+/// A pulled response and the address it came from.
 pub struct Fetched {
-    pub body: Bytes,
-    pub encoding: Encoding,
-    pub proof: Option<String>,
+    pub payload: Payload,
     pub address: Option<std::net::IpAddr>,
     /// The answer came over TLS from a server whose certificate chained to the target's
     /// trust anchors and named the URL's host.
@@ -179,7 +259,7 @@ impl std::fmt::Display for FetchError {
 /// An error with its causes ("connection error: received fatal alert: …"), as a TLS
 /// failure when rustls raised one of them: with TLS 1.3 a server refusing the client's
 /// certificate says so only after the handshake, when the request is sent.
-fn failure(e: &(dyn std::error::Error + 'static)) -> FetchError {
+pub(crate) fn failure(e: &(dyn std::error::Error + 'static)) -> FetchError {
     let mut text = e.to_string();
     let mut tls = false;
     let mut cur = Some(e);
@@ -214,45 +294,95 @@ where
     sender.send_request(req).await.map_err(|e| failure(&e))
 }
 
-/// GETs a target, reading at most `max_body` bytes of its answer; `tls` is the client
-/// configuration for an https URL. The answer is read as sent: the agent asks for no
-/// content coding and refuses one (a compressed body could expand without bound).
-pub async fn fetch(url: &str, tls: Option<Arc<rustls::ClientConfig>>, max_body: usize) -> Result<Fetched, FetchError> {
-    use FetchError::{Config, Refused, Unreachable};
-    let uri: hyper::Uri = url.parse().map_err(|e| Config(format!("bad URL {url}: {e}")))?;
-    let https = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") => false,
-        _ => return Err(Config(format!("url {url:?}: the scheme must be https or http"))),
-    };
-    let host = uri.host().ok_or_else(|| Config(format!("url {url:?}: no host")))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let authority = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_else(|| host.clone());
-    let path = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
-    let req = hyper::Request::get(path)
-        .header(hyper::header::HOST, authority)
-        .header(hyper::header::ACCEPT_ENCODING, "identity")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| Config(e.to_string()))?;
-    let connect = async {
+/// A byte stream to a target: TCP, or TLS over TCP.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A connection to a target.
+pub(crate) struct Connected {
+    pub io: Box<dyn Io>,
+    pub address: Option<std::net::IpAddr>,
+    /// The server chose HTTP/2 in the TLS handshake (ALPN h2).
+    pub h2: bool,
+}
+
+/// Where a URL points: its scheme, host (without IPv6 brackets), port and authority.
+pub(crate) struct Endpoint {
+    pub scheme: Scheme,
+    pub host: String,
+    pub port: u16,
+    pub authority: String,
+    pub uri: hyper::Uri,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, FetchError> {
+        use FetchError::Config;
+        let uri: hyper::Uri = url.parse().map_err(|e| Config(format!("bad URL {url}: {e}")))?;
+        let scheme = Scheme::of(&uri)
+            .ok_or_else(|| Config(format!("url {url:?}: the scheme must be https, http, grpcs or grpc")))?;
+        let host = uri.host().ok_or_else(|| Config(format!("url {url:?}: no host")))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let port = uri.port_u16().unwrap_or(scheme.default_port());
+        let authority = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_else(|| host.clone());
+        Ok(Endpoint { scheme, host, port, authority, uri })
+    }
+
+    /// Opens a TCP connection, and TLS over it for https / grpcs (the server's certificate
+    /// verified against `tls`'s anchors and for the host).
+    pub async fn connect(&self, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Connected, FetchError> {
+        use FetchError::{Config, Unreachable};
+        let (host, port) = (&self.host, self.port);
         let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| Unreachable(format!("connect to {host}:{port}: {e}")))?;
         let _ = tcp.set_nodelay(true);
         let address = tcp.peer_addr().ok().map(|a| a.ip());
-        let resp = if https {
-            let cfg = tls.ok_or_else(|| Config("an https target needs a trusted-ca-file".into()))?;
-            let name = crate::tls::client::server_name(&host).map_err(|e| Config(e.to_string()))?;
-            let stream = tokio_rustls::TlsConnector::from(cfg)
-                .connect(name, tcp)
-                .await
-                .map_err(|e| FetchError::Tls(e.to_string()))?;
-            exchange(stream, req).await?
-        } else {
-            exchange(tcp, req).await?
-        };
-        Ok::<_, FetchError>((resp, address))
+        if !self.scheme.tls() {
+            return Ok(Connected { io: Box::new(tcp), address, h2: false });
+        }
+        let cfg = tls.ok_or_else(|| Config(format!("a {} target needs a trusted-ca-file", self.scheme.yang())))?;
+        let name = crate::tls::client::server_name(host).map_err(|e| Config(e.to_string()))?;
+        let stream = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| FetchError::Tls(e.to_string()))?;
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        Ok(Connected { io: Box::new(stream), address, h2 })
+    }
+}
+
+/// Pulls a target: GET for http(s), `SciAgent/GetReport` for grpc(s) (asking for
+/// `csci_id`), reading at most `max_body` bytes of its answer; `tls` is the client
+/// configuration for an https or grpcs URL.
+pub async fn fetch(
+    url: &str,
+    csci_id: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    max_body: usize,
+) -> Result<Fetched, FetchError> {
+    let ep = Endpoint::parse(url)?;
+    match ep.scheme {
+        Scheme::Grpc | Scheme::Grpcs => super::grpc::pull::get_report(&ep, csci_id, tls, max_body).await,
+        Scheme::Http | Scheme::Https => get(&ep, tls, max_body).await,
+    }
+}
+
+/// GETs an http(s) target. The answer is read as sent: the agent asks for no content
+/// coding and refuses one (a compressed body could expand without bound).
+async fn get(ep: &Endpoint, tls: Option<Arc<rustls::ClientConfig>>, max_body: usize) -> Result<Fetched, FetchError> {
+    use FetchError::{Config, Refused, Unreachable};
+    let path = ep.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, ep.authority.as_str())
+        .header(hyper::header::ACCEPT_ENCODING, "identity")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Config(e.to_string()))?;
+    let https = ep.scheme.tls();
+    let connect = async {
+        let c = ep.connect(tls).await?;
+        let resp = exchange(c.io, req).await?;
+        Ok::<_, FetchError>((resp, c.address))
     };
     let (resp, address) =
         tokio::time::timeout(TIMEOUT, connect).await.map_err(|_| Unreachable("timed out".into()))??;
@@ -288,18 +418,34 @@ pub async fn fetch(url: &str, tls: Option<Arc<rustls::ClientConfig>>, max_body: 
             }
         })?
         .to_bytes();
-    Ok(Fetched { body, encoding: enc, proof, address, verified: https })
+    Ok(Fetched { payload: Payload::Http { body, encoding: enc, proof }, address, verified: https })
 }
 
-/// Fetches a target as configured, reading its TLS files now (the `probe-sci` probe).
-pub async fn probe(target: &Target, max_body: usize) -> Result<Fetched, FetchError> {
-    let tls = match scheme(target).map_err(FetchError::Config)? {
-        Scheme::Https => Some(
-            crate::tls::client::config(&target.tls, &[b"http/1.1"]).map_err(|e| FetchError::Config(e.to_string()))?,
-        ),
-        Scheme::Http => None,
+/// Fetches a target as configured, reading its TLS files now (the `probe-sci` probe); an
+/// sse target is probed by opening its stream (a `200` with `text/event-stream`) and
+/// closing it at once.
+pub async fn probe(csci_id: &str, target: &Target, max_body: usize) -> Result<(), FetchError> {
+    let s = scheme(target).map_err(FetchError::Config)?;
+    let alpn: &[&[u8]] = if target.mode == Mode::Sse { &[b"h2", b"http/1.1"] } else { s.alpn() };
+    let tls = match s.tls() {
+        true => Some(crate::tls::client::config(&target.tls, alpn).map_err(|e| FetchError::Config(e.to_string()))?),
+        false => None,
     };
-    fetch(&target.url, tls, max_body).await
+    if target.mode == Mode::Sse {
+        return super::sse::probe(&target.url, tls).await;
+    }
+    fetch(&target.url, csci_id, tls, max_body).await.map(|_| ())
+}
+
+/// A pulled answer as reports, the proof that covers them and the bytes it covers.
+fn decode(payload: Payload) -> Result<(Vec<report::RawReport>, Option<String>, Bytes), report::DecodeError> {
+    match payload {
+        Payload::Http { body, encoding, proof } => Ok((report::decode(&body, encoding)?, proof, body)),
+        Payload::Grpc(msg) => {
+            let r = super::grpc::wire::decode_stream_report(msg)?;
+            Ok((vec![r.raw], (!r.authorization.is_empty()).then_some(r.authorization), r.signed))
+        }
+    }
 }
 
 /// How pulling one target fares (YANG `pull/target/state`).
@@ -314,6 +460,8 @@ pub struct TargetStatus {
     pub last_success: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
     pub last_error_time: Option<DateTime<Utc>>,
+    /// An sse target's subscription.
+    pub sse: Option<super::sse::SseState>,
     in_flight: bool,
 }
 
@@ -322,12 +470,12 @@ pub struct TargetStatus {
 pub struct PullStatus(Arc<Mutex<HashMap<String, TargetStatus>>>);
 
 impl PullStatus {
-    fn with<R>(&self, id: &str, f: impl FnOnce(&mut TargetStatus) -> R) -> R {
+    pub(crate) fn with<R>(&self, id: &str, f: impl FnOnce(&mut TargetStatus) -> R) -> R {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         f(m.entry(id.to_owned()).or_default())
     }
 
-    fn failed(&self, id: &str, error: String) {
+    pub(crate) fn failed(&self, id: &str, error: String) {
         self.with(id, |s| {
             s.failures += 1;
             s.last_error = Some(crate::text::printable(&error, 500));
@@ -368,10 +516,10 @@ async fn pull_one(
     status: PullStatus,
 ) {
     let _in_flight = InFlight(status.clone(), csci_id.clone());
-    match fetch(&url, tls, engine.limits.pull_response_bytes).await {
-        Ok(f) => match report::decode(&f.body, f.encoding) {
-            Ok(raws) => {
-                // A verified HTTPS answer is a certificate proof (seed 004, SCI
+    match fetch(&url, &csci_id, tls, engine.limits.pull_response_bytes).await {
+        Ok(f) => match decode(f.payload) {
+            Ok((raws, proof, body)) => {
+                // A verified HTTPS (or grpcs) answer is a certificate proof (seed 004, SCI
                 // Authentication): the agent chose whom to ask for this CSCI-ID (the
                 // target's URL) and the server proved with a certificate from the
                 // target's anchors that it is that host. A credential proof in the answer
@@ -383,7 +531,7 @@ async fn pull_one(
                     proof: f.verified.then_some(Proof::Certificate),
                     ..Sender::default()
                 };
-                let results = match engine.ingest_message(raws, f.proof.as_deref(), &f.body, sender).await {
+                let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
                     Ok(r) => r,
                     Err(e) => {
                         status.failed(&csci_id, format!("the answer's proof was refused: {}", e.detail));
@@ -419,10 +567,10 @@ async fn pull_one(
 }
 
 /// A target ready to be pulled, as set up at the poller's (re)start.
-struct Prepared {
-    url: String,
-    interval: Duration,
-    tls: Option<Loader>,
+pub(crate) struct Prepared {
+    pub url: String,
+    pub interval: Duration,
+    pub tls: Option<Loader>,
 }
 
 /// Sets the targets up, logging how each is reached: a plaintext target is warned about
@@ -440,16 +588,19 @@ fn prepare(targets: &PullSettings, status: &PullStatus) -> HashMap<String, Prepa
             }
         };
         status.with(id, |s| s.scheme = Some(scheme));
-        let tls = match scheme {
-            Scheme::Https => {
-                info!(csci_id = id, url = t.url, ca = ?t.tls.trusted_ca_file, client_certificate = t.tls.client_certificate_file.is_some(), "pulling over HTTPS");
-                Some(Loader::new(t.tls.clone(), &[b"http/1.1"]))
+        let tls = match scheme.tls() {
+            true => {
+                info!(csci_id = id, url = t.url, transport = scheme.yang(), ca = ?t.tls.trusted_ca_file, client_certificate = t.tls.client_certificate_file.is_some(), "pulling over TLS");
+                // An event stream takes HTTP/2 when the server offers it.
+                let alpn: &[&[u8]] = if t.mode == Mode::Sse { &[b"h2", b"http/1.1"] } else { scheme.alpn() };
+                Some(Loader::new(t.tls.clone(), alpn))
             }
-            Scheme::Http => {
+            false => {
                 warn!(
                     csci_id = id,
                     url = t.url,
-                    "pull target is plaintext HTTP (allow-plaintext): reports and proofs travel in clear"
+                    transport = scheme.yang(),
+                    "pull target is plaintext (allow-plaintext): reports and proofs travel in clear"
                 );
                 None
             }
@@ -488,10 +639,23 @@ pub async fn serve(
     status: PullStatus,
 ) {
     let mut due: HashMap<String, Instant> = HashMap::new();
+    // The sse targets' subscriptions, kept across commits that leave their target as it was.
+    let mut streams: HashMap<String, super::sse::Subscription> = HashMap::new();
     loop {
         let targets = settings.borrow_and_update().clone();
         status.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|id, _| targets.contains_key(id));
         let mut prepared = prepare(&targets, &status);
+        streams.retain(|id, sub| targets.get(id) == Some(&sub.target) && prepared.contains_key(id));
+        for (id, _) in targets.iter().filter(|(_, t)| t.mode == Mode::Poll) {
+            status.with(id, |s| s.sse = None);
+        }
+        for (id, t) in targets.iter().filter(|(_, t)| t.mode == Mode::Sse) {
+            if let Some(p) = prepared.remove(id) {
+                streams
+                    .entry(id.clone())
+                    .or_insert_with(|| super::sse::Subscription::start(&engine, id, t.clone(), p, &status));
+            }
+        }
         due.retain(|id, _| prepared.contains_key(id));
         for (id, t) in &prepared {
             due.entry(id.clone()).or_insert_with(|| Instant::now() + t.interval);
@@ -512,7 +676,12 @@ pub async fn serve(
                     break;
                 }
                 Some((id, reason)) = now.recv() => {
-                    if let Some(p) = prepared.get_mut(&id) {
+                    if let Some(sub) = streams.get(&id) {
+                        // A STALE SCI's stream: reconnect at once if it is waiting to.
+                        if reason == PullReason::Stale {
+                            sub.wake();
+                        }
+                    } else if let Some(p) = prepared.get_mut(&id) {
                         if start(&engine, &id, p, &status) {
                             status.with(&id, |s| match reason {
                                 PullReason::Stale => s.stale_pulls += 1,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use yang2::data::DataTree;
 
 use super::mqtt::{Connection, MqttStatus};
-use super::pull::{PullStatus, Scheme};
+use super::pull::PullStatus;
 use crate::datastore::tree::{quote, set, yang_time};
 use crate::datastore::StateProvider;
 use crate::engine::rate_limit::{Ingress, Limit, TRANSPORTS};
@@ -57,12 +57,24 @@ impl StateProvider for CollectorState {
         for (id, s) in self.pull.snapshot() {
             let mut out = Vec::new();
             if let Some(scheme) = s.scheme {
-                out.push(("transport", if scheme == Scheme::Https { "https" } else { "http" }.to_owned()));
+                out.push(("transport", scheme.yang().to_owned()));
             }
             out.push(("pulls", s.pulls.to_string()));
             out.push(("stale-pulls", s.stale_pulls.to_string()));
             out.push(("anomaly-pulls", s.anomaly_pulls.to_string()));
             connection(&mut out, s.last_success, s.failures, &s.last_error, s.last_error_time);
+            if let Some(x) = &s.sse {
+                out.push(("sse/status", x.connection.yang().to_owned()));
+                if let Some(v) = x.http_version {
+                    out.push(("sse/http-version", v.to_owned()));
+                }
+                if let Some(t) = x.connected_since {
+                    out.push(("sse/connected-since", yang_time(t)));
+                }
+                out.push(("sse/events-received", x.events.to_string()));
+                out.push(("sse/reconnects", x.reconnects.to_string()));
+                out.push(("sse/last-event-id", crate::text::printable(&x.last_event_id, 256)));
+            }
             leaves(tree, &format!("{COLLECTION}/pull/target[csci-id={}]/state", quote(&id)), out)?;
         }
         let m = self.mqtt.snapshot();

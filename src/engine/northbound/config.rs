@@ -534,8 +534,6 @@ impl ConfigConsumer for EngineConfig {
         if touched("collection/pull") {
             let targets = pull_targets(tx.config);
             self.engine.submit(move |core| core.set_pull_targets(targets));
-            let p = crate::engine::collect::pull::settings(tx.config);
-            self.pull.send_if_modified(|cur| std::mem::replace(cur, p.clone()) != p);
         }
         if touched("collection/mqtt") {
             let m = crate::engine::collect::mqtt::settings(tx.config);
@@ -571,7 +569,16 @@ impl ConfigConsumer for EngineConfig {
                 self.engine.submit(move |core| crate::engine::discovery::set_config(core, d));
             }
         }
+        // The pull and sse targets start after the registry changes are queued: an event
+        // stream opens at once, and its first reports must find their SCI registered.
+        let pull = touched("collection/pull").then(|| crate::engine::collect::pull::settings(tx.config));
+        let send_pull = |p: Option<crate::engine::collect::pull::PullSettings>| {
+            if let Some(p) = p {
+                self.pull.send_if_modified(|cur| std::mem::replace(cur, p.clone()) != p);
+            }
+        };
         if updates.is_empty() {
+            send_pull(pull);
             return;
         }
         for (key, s) in &updates {
@@ -598,6 +605,7 @@ impl ConfigConsumer for EngineConfig {
                 tracing::info!(count = withdrawn, "SCIs deregistered: their metrics are withdrawn");
             }
         });
+        send_pull(pull);
     }
 }
 

@@ -80,7 +80,7 @@ impl AppRpc for EngineRpcs {
                         let handle = tokio::runtime::Handle::current();
                         let limit = self.engine.limits.pull_response_bytes;
                         let result = tokio::task::block_in_place(|| {
-                            handle.block_on(crate::engine::collect::pull::probe(&target, limit))
+                            handle.block_on(crate::engine::collect::pull::probe(&csci, &target, limit))
                         });
                         let rtt = started.elapsed().as_micros().min(u32::MAX as u128);
                         out.push_str(&format!("<reachable xmlns=\"{ns}\">{}</reachable>", result.is_ok()));

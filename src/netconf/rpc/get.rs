@@ -9,16 +9,50 @@ use crate::datastore::render::{self, Format, Options};
 use crate::datastore::select::Selection;
 use crate::datastore::Datastore;
 use crate::error::RpcError;
-use crate::mgmt::filter::{Filter, Readable};
+use crate::mgmt::filter::{subtree, Filter, Readable};
 use crate::mgmt::with_defaults::WithDefaults;
 use crate::xml::Element;
 
+/// A parsed `<get>`: its filter, with-defaults mode and what the filter selects, worked out
+/// once (deciding where the RPC runs needs the selection too).
+pub(crate) struct Request<'m> {
+    filter: Option<Filter<'m>>,
+    wd: WithDefaults,
+    sel: Selection,
+}
+
+impl<'m> Request<'m> {
+    pub(crate) fn parse(op: &'m Element) -> Result<Request<'m>, Vec<RpcError>> {
+        let filter = filter_param(op)?;
+        let wd = with_defaults(op)?;
+        let sel = filter.as_ref().map(selection).unwrap_or_else(Selection::all);
+        Ok(Request { filter, wd, sel })
+    }
+
+    /// Whether this `<get>` reads no state that only another task can give: its filter
+    /// selects nothing of `/cats-sma:cats-sma`, by the same test every provider that asks
+    /// the engine makes before asking (`datastore::tree::outside_cats_sma` on the
+    /// selection's XPath). An unfiltered request is not.
+    pub(crate) fn waits_for_no_task(&self) -> bool {
+        self.filter.is_some()
+            && !self.sel.is_all()
+            && crate::datastore::tree::outside_cats_sma(self.sel.xpath().as_deref())
+    }
+}
+
 pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
-    let filter = filter_param(op)?;
-    let wd = with_defaults(op)?;
-    let sel = filter.as_ref().map(selection).unwrap_or_else(Selection::all);
+    run_request(ctx, Request::parse(op)?)
+}
+
+pub(crate) fn run_request(ctx: &SessionCtx, req: Request<'_>) -> OpResult {
+    let Request { filter, wd, sel } = req;
     if let Some(body) = typed(ctx, &sel, wd, None)? {
         return Ok(Body::Data(body));
+    }
+    if let Some(Filter::Subtree(el)) = &filter {
+        if let Some(tree) = select_direct(&ctx.server.datastores, &ctx.server.nacm, &ctx.info.username, el, &sel)? {
+            return Ok(Body::Data(data_element(&tree, wd)?));
+        }
     }
     // NACM first, then the filter: the filter only sees what the user may read.
     let tree = readable_covering(ctx, Datastore::Operational, &sel)?;
@@ -27,21 +61,6 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
         Some(f) => f.apply(&tree).map_err(one)?,
     };
     Ok(Body::Data(data_element(tree.tree(), wd)?))
-}
-
-/// Whether this `<get>` reads no state that only another task can give: its filter
-/// selects nothing of `/cats-sma:cats-sma`, by the same test every provider that asks the
-/// engine makes before asking (`datastore::tree::outside_cats_sma` on the selection's
-/// XPath). An unfiltered or unreadable request is not (an invalid filter is refused by
-/// `run` either way).
-pub(crate) fn waits_for_no_task(op: &Element) -> bool {
-    match filter_param(op) {
-        Ok(Some(f)) => {
-            let sel = selection(&f);
-            !sel.is_all() && crate::datastore::tree::outside_cats_sma(sel.xpath().as_deref())
-        }
-        _ => false,
-    }
 }
 
 /// What a `<filter>` selects.
@@ -69,4 +88,55 @@ pub(crate) fn typed(
 pub(crate) fn readable_covering(ctx: &SessionCtx, ds: Datastore, sel: &Selection) -> Result<Readable, Vec<RpcError>> {
     let tree = ctx.server.datastores.read_covering(ds, sel).map_err(one)?;
     Ok(ctx.server.nacm.readable(&ctx.info.username, tree))
+}
+
+/// A small subtree filter of containment and selection nodes only (no content match, no
+/// attribute match), read by a user NACM hides nothing from, selects straight from running
+/// under its lock, as get-config does (one copy of what it selects), and from the state the
+/// providers render for its selection alone; the two selections are merged. A filter
+/// without content match selects node by node, whatever the node's siblings hold, so
+/// selecting from the two parts and merging is selecting from their merge (the covering
+/// read's answer, which the randomised test in get_data.rs compares it with). None: the
+/// request takes the covering read.
+pub(crate) fn select_direct(
+    ds: &crate::datastore::Datastores,
+    nacm: &crate::nacm::Nacm,
+    user: &str,
+    filter: &Element,
+    sel: &Selection,
+) -> Result<Option<yang2::data::DataTree<'static>>, Vec<RpcError>> {
+    if !super::get_config::small(filter) || !selects_by_name_only(filter) {
+        return Ok(None);
+    }
+    // Running first: a reader NACM restricts there is known before any state is rendered
+    // (the covering read would render it again).
+    // The evaluation permit is held for each selection, not while the providers render
+    // (the engine's may wait for its task).
+    let Some(config) = super::get_config::select_whole(ds, Datastore::Running, nacm, user, filter)? else {
+        return Ok(None);
+    };
+    let mut tree = config.into_tree();
+    let state = ds.read_state(sel).map_err(one)?;
+    let permit = crate::mgmt::filter::cost::permit().map_err(one)?;
+    let Some(state) = nacm.whole(user, &state).map(|w| subtree::apply_whole(filter, w, &permit)) else {
+        return Ok(None);
+    };
+    let state = state.map_err(one)?;
+    if !state.is_empty() {
+        tree.merge(state.tree()).map_err(|e| one(RpcError::from_libyang(&e)))?;
+    }
+    Ok(Some(tree))
+}
+
+/// Whether a subtree filter has only containment and selection nodes: no element with
+/// text (a content match) and no attribute but namespace declarations (RFC 6241 6.2.2–6.2.5).
+fn selects_by_name_only(filter: &Element) -> bool {
+    let mut stack: Vec<&Element> = filter.children.iter().collect();
+    while let Some(e) = stack.pop() {
+        if !e.text.trim().is_empty() || !e.attrs.is_empty() {
+            return false;
+        }
+        stack.extend(e.children.iter());
+    }
+    true
 }

@@ -24,16 +24,8 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
             }
         }
         Some(Filter::Subtree(el)) if small(el) => {
-            // A small subtree filter walks only the branches it names, each at most once
-            // per sibling: for a reader who may read everything it selects straight from
-            // the datastore tree, one copy of what it selects. Its evaluation permit is
-            // taken before the datastore's lock, never waited for under it.
-            let permit = cost::permit().map_err(one)?;
-            let direct = ds
-                .with_tree(source, |tree| nacm.whole(user, tree).map(|w| subtree::apply_whole(el, w, &permit)))
-                .map_err(one)?;
-            if let Some(selected) = direct {
-                return Ok(Body::Data(data_element(selected.map_err(one)?.tree(), wd)?));
+            if let Some(selected) = select_whole(ds, source, nacm, user, el)? {
+                return Ok(Body::Data(data_element(selected.tree(), wd)?));
             }
         }
         Some(Filter::Subtree(_)) => {}
@@ -52,12 +44,31 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
     Ok(Body::Data(data_element(tree.tree(), wd)?))
 }
 
+/// A small subtree filter walks only the branches it names, each at most once per
+/// sibling: for a reader who may read everything of the datastore `source` it selects
+/// straight from the datastore tree, one copy of what it selects. None: NACM hides
+/// something of it from `user`. The evaluation permit is taken before the datastore's
+/// lock, never waited for under it.
+pub(crate) fn select_whole(
+    ds: &crate::datastore::Datastores,
+    source: crate::datastore::Datastore,
+    nacm: &crate::nacm::Nacm,
+    user: &str,
+    filter: &Element,
+) -> Result<Option<crate::mgmt::filter::Readable>, Vec<crate::error::RpcError>> {
+    let permit = cost::permit().map_err(one)?;
+    let direct = ds
+        .with_tree(source, |tree| nacm.whole(user, tree).map(|w| subtree::apply_whole(filter, w, &permit)))
+        .map_err(one)?;
+    direct.transpose().map_err(one)
+}
+
 /// At most this many elements in a subtree filter evaluated under the datastore's lock
 /// (`small`): the walk costs at most that many passes over the siblings it meets, about
 /// what printing them costs; a larger filter runs on a copy, off the lock.
 const MAX_FILTER_ELEMENTS_UNDER_LOCK: usize = 16;
 
-fn small(filter: &Element) -> bool {
+pub(crate) fn small(filter: &Element) -> bool {
     let mut stack: Vec<&Element> = filter.children.iter().collect();
     let mut n = 0;
     while let Some(e) = stack.pop() {

@@ -460,7 +460,7 @@ mod tests {
             (Some(("/cats-sma:cats-sma/metric-cache", "permit")), "deny"),
             (Some(("/cats-sma:cats-sma/metric-cache/entry", "deny")), "permit"),
         ];
-        let (mut typed_served, mut compared) = (0, 0);
+        let (mut typed_served, mut compared, mut direct_served) = (0, 0, 0);
         for round in 0..4 {
             let n = [0, 3, 12, 40][round];
             let (ds, _p) = state(&mut rng, &rt, n);
@@ -494,6 +494,10 @@ mod tests {
                     format!("<cats-sma xmlns=\"{NS}\"><services><service><cs-id>{cs}</cs-id></service></services><statistics/></cats-sma>"),
                     format!("<cats-sma xmlns=\"{NS}\"><statistics><reports-accepted/><rejection/></statistics></cats-sma>"),
                     format!("<cats-sma xmlns=\"{NS}\"><metric-cache><entry><health>healthy</health></entry></metric-cache></cats-sma>"),
+                    // Configuration and state together, selection nodes only (get's direct path).
+                    format!("<cats-sma xmlns=\"{NS}\"><scis/><statistics><reports-received/></statistics></cats-sma>"),
+                    format!("<cats-sma xmlns=\"{NS}\"/><nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"/>"),
+                    "<nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"><denied-operations/><groups/></nacm>".to_owned(),
                 ];
                 let filter_xml = if rng.below(2) == 0 {
                     let x = &xpaths[rng.below(xpaths.len())];
@@ -535,6 +539,30 @@ mod tests {
                         "filter {filter_xml}, rule {rule:?} default {default}, user {user}, {wd:?}, max-depth {max_depth:?}\ntyped: {got}\nlibyang: {expected}"
                     );
                 }
+                // get's direct path (subtree filters of selection nodes only, readers NACM
+                // hides nothing from) gives the same answer as the full read.
+                // Also for the recovery user, whom NACM never restricts (the agent's admin).
+                if let Filter::Subtree(f) = &filter {
+                    let root = Nacm::new(Some("root".into()));
+                    for (nacm, user) in [(&nacm, user), (&root, "root")] {
+                        let Some(mut tree) = super::super::get::select_direct(&ds, nacm, user, f, &sel).unwrap() else {
+                            continue;
+                        };
+                        direct_served += 1;
+                        let full = nacm.readable(user, ds.read(Datastore::Operational, None).unwrap());
+                        let mut want = filter.apply(&full).unwrap().into_tree();
+                        for t in [&mut tree, &mut want] {
+                            for p in doomed_paths(t, None, max_depth, &[]) {
+                                let _ = crate::datastore::tree::remove(t, &p);
+                            }
+                        }
+                        let want = canonical(body(&print_data(&want, wd, max_depth.is_some()).unwrap()));
+                        let got = canonical(body(&print_data(&tree, wd, max_depth.is_some()).unwrap()));
+                        if !only_empty(&want) || !only_empty(&got) {
+                            assert_eq!(got, want, "direct read, filter {filter_xml}, user {user}, {wd:?}");
+                        }
+                    }
+                }
                 // The covering read gives the same answer as the full one.
                 let covering = nacm.readable(user, ds.read_covering(Datastore::Operational, &sel).unwrap());
                 let mut tree = filter.apply(&covering).unwrap().into_tree();
@@ -554,5 +582,6 @@ mod tests {
         // Many reads were served typed (the rest: value matches, max-depth with NACM, or
         // NACM leaving a selected container empty).
         assert!(typed_served * 3 > compared, "{typed_served} of {compared} served typed");
+        assert!(direct_served * 20 > compared, "{direct_served} of {compared} served by get's direct path");
     }
 }

@@ -188,6 +188,12 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
         }
     };
     let result = match exec_allowed(ctx, op) {
+        // A <get> runs inline or not by what its filter selects, worked out once.
+        Ok(()) if op.is(NS_BASE, "get") => match get::Request::parse(op) {
+            Ok(req) if inline && !req.waits_for_no_task() => tokio::task::block_in_place(|| get::run_request(ctx, req)),
+            Ok(req) => get::run_request(ctx, req),
+            Err(e) => Err(e),
+        },
         Ok(()) if inline && !runs_inline(op) => tokio::task::block_in_place(|| dispatch(ctx, op, src)),
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
@@ -293,8 +299,10 @@ fn runs_inline(op: &Element) -> bool {
         return false;
     }
     let name = op.name.as_str();
+    // `handle_on` decides a `get` (inline::SELECTIVE_OPS) on the request it parses once;
+    // the same test here.
     super::inline::INLINE_OPS.contains(&name)
-        || (super::inline::SELECTIVE_OPS.contains(&name) && name == "get" && get::waits_for_no_task(op))
+        || (name == "get" && get::Request::parse(op).is_ok_and(|r| r.waits_for_no_task()))
 }
 
 fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {

@@ -18,6 +18,7 @@
 //! call with INVALID_ARGUMENT; each is counted as `malformed`.
 
 pub mod codec;
+pub mod pull;
 pub mod wire;
 
 use std::convert::Infallible;
@@ -46,12 +47,14 @@ use crate::engine::Engine;
 use crate::mgmt::auth_limits::{Gate, Permit, Timeout};
 use crate::tls::{ClientAuth, Failure, Refused, ServerTls, TlsSettings};
 
-/// The messages, a client (for SCIs, tests and the load generator) and the collector's
-/// server side, generated from `proto/cats/sma/v1/sci.proto` by `build.rs`.
+/// The messages, clients (for SCIs, tests and the load generator; the SciAgent client's
+/// call is made in `pull.rs`), the collector's server side and the SciAgent server an SCI
+/// runs for gRPC pull, generated from `proto/cats/sma/v1/sci.proto` by `build.rs`.
 pub mod pb {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     include!(concat!(env!("OUT_DIR"), "/cats.sma.v1.rs"));
     include!(concat!(env!("OUT_DIR"), "/cats.sma.v1.SciCollector.rs"));
+    include!(concat!(env!("OUT_DIR"), "/cats.sma.v1.SciAgent.rs"));
 }
 
 /// The encoded FileDescriptorSet of `proto/` (with its imports), for server reflection.
@@ -360,7 +363,8 @@ type ReplyFuture = Pin<Box<dyn Future<Output = Result<Reply, Infallible>> + Send
 type Service = tower::util::BoxCloneService<http::Request<hyper::body::Incoming>, Reply, Infallible>;
 
 /// gRPC server reflection (v1, and v1alpha for older clients such as grpcio-reflection),
-/// listing `cats.sma.v1.SciCollector`; built once, shared by every connection.
+/// listing `cats.sma.v1.SciCollector` (not `SciAgent`, which SCIs serve); built once,
+/// shared by every connection.
 #[derive(Clone)]
 struct Reflection {
     v1: Option<Service>,
@@ -369,7 +373,15 @@ struct Reflection {
 
 impl Reflection {
     fn new() -> Reflection {
-        let b = || tonic_reflection::server::Builder::configure().register_encoded_file_descriptor_set(DESCRIPTOR_SET);
+        // proto/ also declares SciAgent, which SCIs serve and the C-SMA calls: the
+        // collector's listener advertises what it serves.
+        let b = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+                .with_service_name("cats.sma.v1.SciCollector")
+                .with_service_name("grpc.reflection.v1.ServerReflection")
+                .with_service_name("grpc.reflection.v1alpha.ServerReflection")
+        };
         let v1 = b().build_v1().map(Service::new);
         let v1alpha = b().build_v1alpha().map(Service::new);
         if let Err(e) = v1.as_ref().and(v1alpha.as_ref()) {
