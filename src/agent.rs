@@ -144,9 +144,37 @@ impl Agent {
     /// Stops accepting, closes sessions and waits for the listeners to end.
     pub async fn shutdown(self) {
         self.cps.shutdown();
+        // The engine takes no report after this; the next run continues its history.
+        match crate::engine::restart::save(&self.engine, &self.state.path).await {
+            Ok(n) => info!(histories = n, "validator history saved for the next run"),
+            Err(e) => tracing::warn!(
+                "validator history not saved ({e}): the next run refuses reports timestamped before it starts, \
+                 for one timestamp window"
+            ),
+        }
         let _ = self.core.shutdown.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
     }
+}
+
+/// Hands the engine what the last run saved of the validator's memory (`restart.rs`); after
+/// an unclean stop, says so in the log and the audit trail.
+async fn restore_validator_history(engine: &crate::engine::Engine, state_dir: &std::path::Path) -> Result<(), String> {
+    use crate::engine::restart::{begin, Start};
+    match begin(engine, state_dir).await.map_err(|e| format!("validator history in {}: {e}", state_dir.display()))? {
+        Start::First => {}
+        Start::Clean { restored } => info!(histories = restored, "validator history of the last run restored"),
+        Start::Unclean { floor, why } => {
+            tracing::warn!("{why}: reports timestamped before {floor} are refused as replay for one timestamp window");
+            crate::mgmt::audit::event(crate::mgmt::audit::Category::StateFile)
+                .outcome("unclean-stop")
+                .field("path", state_dir.join(crate::engine::restart::HISTORY_FILE).display().to_string())
+                .field("reason", why)
+                .field("replay-floor", floor.to_rfc3339())
+                .emit();
+        }
+    }
+    Ok(())
 }
 
 /// What [`start_engine`] started: the engine and the SCI listeners' addresses and TLS.
@@ -190,6 +218,8 @@ async fn start_engine(
             )
         })
         .map_err(|e| e.to_string())?;
+    // The validator's memory from the last run, before any collector can deliver a report.
+    restore_validator_history(&engine, state_dir).await?;
     let (pull_tx, pull_rx) = tokio::sync::watch::channel(pull_settings);
     let (now_tx, now_rx) = tokio::sync::mpsc::unbounded_channel();
     engine.submit(move |core| core.pull_requests = Some(now_tx));

@@ -132,6 +132,11 @@ struct Site {
 /// fingerprint) and sci-b (an HMAC credential), both for CS-ID AR1; gRPC with TLS on an
 /// ephemeral port, client certificates optional.
 fn site(max_message: u32, collection: &str) -> Site {
+    site_with(max_message, collection, "")
+}
+
+/// [`site`] with more configuration under `/cats-sma` (`top`).
+fn site_with(max_message: u32, collection: &str, top: &str) -> Site {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let ca = Ca::new("grpc test CA");
@@ -152,20 +157,41 @@ fn site(max_message: u32, collection: &str) -> Site {
              </collection><scis>\
              <sci><csci-id>sci-a</csci-id><cs-id>AR1</cs-id></sci>\
              <sci><csci-id>sci-b</csci-id><cs-id>AR1</cs-id><credential-ref>kb</credential-ref></sci>\
-             </scis></cats-sma>",
+             </scis>{top}</cats-sma>",
             ca_file.display()
         ),
     );
     let agent = start_agent(&state, &[]);
+    let grpc = grpc_addr(&agent);
+    let cacert = state.join("sci-grpc-cert.pem");
+    Site { _dir: dir, agent, grpc, cacert, a }
+}
+
+/// Where the agent's gRPC listener is, from its ready line.
+fn grpc_addr(agent: &AgentProcess) -> std::net::SocketAddr {
     let line = agent.stderr_lines.lock().unwrap().iter().find(|l| l.contains("cats-sma ready")).cloned().unwrap();
-    let grpc = line
-        .split("SCI gRPC: grpcs://")
+    line.split("SCI gRPC: grpcs://")
         .nth(1)
         .and_then(|r| r.split([';', ' ']).next())
         .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("the ready line names the gRPC listener: {line}"));
-    let cacert = state.join("sci-grpc-cert.pem");
-    Site { _dir: dir, agent, grpc, cacert, a }
+        .unwrap_or_else(|| panic!("the ready line names the gRPC listener: {line}"))
+}
+
+impl Site {
+    /// Stops the agent (SIGTERM, or SIGKILL when `kill`) and starts it again on the same
+    /// state directory; the gRPC listener gets a new port.
+    fn restart(&mut self, kill: bool) {
+        if kill {
+            let _ = self.agent.child.kill();
+            let _ = self.agent.child.wait();
+        } else {
+            let st = self.agent.terminate();
+            assert!(st.success(), "a clean stop exits 0: {st:?}");
+        }
+        let state = self.agent.state_dir.clone();
+        self.agent = start_agent(&state, &[]);
+        self.grpc = grpc_addr(&self.agent);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -302,4 +328,94 @@ async fn seed004_sci_collection_grpc_rate_limited_reports_say_when_to_retry() {
     }
     let (v, _) = stream(&mut a, vec![report("sci-a", "AR1", 4, "a-4")]).await;
     assert_eq!((v[0].reason.as_str(), v[0].retry_after_seconds >= 1), ("rate-limited", true), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed004_sci_collection_grpc_stream_half_closed_by_the_sci_gets_every_verdict_then_ok() {
+    // The SCI sends everything and half-closes at once, before any verdict is read: each
+    // report still gets its verdict, in order, and the call ends with OK. A stream closed
+    // without a report ends with OK and no verdict.
+    let s = site(65536, "");
+    let mut a = connect(s.grpc, &s.cacert, Some(&s.a)).await;
+    let (accepted0, _) = counters(&s.agent, "malformed");
+    // 40: within the default per-SCI burst (50).
+    let reports: Vec<_> = (1..=40).map(|i| report("sci-a", "AR1", i, &format!("h-{i}"))).collect();
+    let (v, end) = stream(&mut a, reports).await;
+    assert!(end.is_none(), "a half-closed stream ends with OK: {end:?}");
+    assert_eq!(v.len(), 40, "{v:?}");
+    for (i, v) in v.iter().enumerate() {
+        assert_eq!((v.correlation_id.clone(), v.accepted), (format!("h-{}", i + 1), true), "{v:?}");
+    }
+    let (v, end) = stream(&mut a, Vec::new()).await;
+    assert_eq!((v.len(), end.map(|e| e.code())), (0, None));
+    let (accepted, _) = counters(&s.agent, "malformed");
+    assert_eq!(accepted - accepted0, 40);
+    // The connection serves the next call.
+    let (v, _) = stream(&mut a, vec![report("sci-a", "AR1", 41, "after")]).await;
+    assert!(v[0].accepted, "{v:?}");
+}
+
+/// Sends one report on an open stream and waits for its verdict.
+async fn send_one(
+    tx: &tokio::sync::mpsc::Sender<pb::Report>,
+    inbound: &mut tonic::Streaming<pb::Verdict>,
+    r: pb::Report,
+) -> pb::Verdict {
+    tx.send(r).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), inbound.message()).await.expect("a verdict in time").unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed004_sci_collection_grpc_agent_restart_mid_stream_accepts_nothing_twice() {
+    // seed 004, Validator & Sanitizer ("old reports are discarded") across a restart: an SCI
+    // whose stream breaks when the agent stops reconnects and sends again what it is not
+    // sure of; the new run refuses what the old one accepted, after a clean stop (the
+    // saved history) and after a kill (reports timestamped before the start are refused).
+    // A timestamp window of 300 s: the restarts of a loaded machine stay well inside it, so
+    // what refuses a report below is the history, not the window.
+    let mut s = site_with(65536, "", "<validation><timestamp-window>300</timestamp-window></validation>");
+    let sent: Vec<pb::Report> = (1..=3).map(|i| signed(report("sci-b", "AR1", i, &format!("b-{i}")))).collect();
+    let mut c = connect(s.grpc, &s.cacert, None).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut inbound = c.stream(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    for r in &sent {
+        let v = send_one(&tx, &mut inbound, r.clone()).await;
+        assert!(v.accepted, "{v:?}");
+    }
+
+    // A clean stop in the middle of the stream: the stream ends (no verdict is invented).
+    s.restart(false);
+    let end = tokio::time::timeout(Duration::from_secs(20), inbound.message()).await.expect("the stream ends");
+    assert!(!matches!(end, Ok(Some(_))), "{end:?}");
+    assert!(s.agent.logged("validator history of the last run restored"));
+    let (accepted0, dup0) = counters(&s.agent, "duplicate");
+    let mut c = connect(s.grpc, &s.cacert, None).await;
+    let (v, end) =
+        stream(&mut c, vec![sent[1].clone(), sent[2].clone(), signed(report("sci-b", "AR1", 4, "b-4"))]).await;
+    assert!(end.is_none(), "{end:?}");
+    let got: Vec<(bool, &str)> = v.iter().map(|v| (v.accepted, v.reason.as_str())).collect();
+    assert_eq!(got, [(false, "out-of-order"), (false, "duplicate"), (true, "")], "{v:?}");
+    let (accepted, dup) = counters(&s.agent, "duplicate");
+    assert_eq!((accepted - accepted0, dup - dup0), (1, 1));
+
+    // Killed: nothing was saved. What the killed run accepted is refused as a replay, a new
+    // report is accepted.
+    let b5 = signed(report("sci-b", "AR1", 5, "b-5"));
+    let (v, _) = stream(&mut c, vec![b5.clone()]).await;
+    assert!(v[0].accepted, "{v:?}");
+    s.restart(true);
+    assert!(s.agent.logged("the last run stopped without saving the validator history"));
+    let mut c = connect(s.grpc, &s.cacert, None).await;
+    let (v, _) = stream(&mut c, vec![b5.clone()]).await;
+    assert_eq!((v[0].accepted, v[0].reason.as_str()), (false, "replay"), "{v:?}");
+    assert!(v[0].detail.contains("unclean stop"), "{v:?}");
+    // The floor is the start plus 1 s (an SCI clock a little ahead of the agent's).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (v, _) = stream(&mut c, vec![b5, signed(report("sci-b", "AR1", 6, "b-6"))]).await;
+    let got: Vec<(bool, &str)> = v.iter().map(|v| (v.accepted, v.reason.as_str())).collect();
+    assert_eq!(got, [(false, "replay"), (true, "")], "{v:?}");
+    assert!(v[0].detail.contains("unclean stop"), "{v:?}");
+    // A clean stop of this run restores normal service: no floor the run after.
+    s.restart(false);
+    assert!(!s.agent.logged("stopped without saving"));
 }

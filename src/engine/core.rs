@@ -219,6 +219,12 @@ pub struct Core {
     pub sci_rows: bool,
     /// Dynamic SCI discovery (`discovery.rs`): settings and the discovered SCIs.
     pub discovery: super::discovery::Discovery,
+    /// After an unclean stop: reports timestamped before this (the start) are refused as
+    /// `replay` for one timestamp window (`restart.rs`).
+    pub replay_floor: Option<DateTime<Utc>>,
+    /// The agent is stopping and has saved the validator's memory (`restart.rs`): every
+    /// report is refused, so that none is accepted that the next run does not know of.
+    pub closed: bool,
 }
 
 impl Core {
@@ -247,6 +253,8 @@ impl Core {
             policy_changed: false,
             sci_rows: false,
             discovery: Default::default(),
+            replay_floor: None,
+            closed: false,
         }
     }
 
@@ -491,6 +499,14 @@ impl Core {
             let shown = super::report::display_id(super::report::IdKind::CsciId, &raw.csci_id);
             return Err((self.reject(Rejection::Malformed, &shown, &d), d));
         }
+        if self.closed {
+            // Saved for the next run already (`restart.rs`): accepting now would be lost.
+            self.count_only(Rejection::RateLimited);
+            return Err((
+                Rejection::RateLimited,
+                "the agent is stopping: send the report again to its next run".into(),
+            ));
+        }
         if let Some(a) = sender.csci_id.as_deref().filter(|a| *a != raw.csci_id) {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
@@ -549,6 +565,20 @@ impl Core {
             let ev = self.cache.register(&raw.csci_id, ttl, grace, now, wall);
             self.absorb(ev);
             self.restore_history(&raw.csci_id);
+        }
+        if let Some(floor) = self.replay_floor {
+            let window = chrono::Duration::from_std(self.validation.timestamp_window).unwrap_or(chrono::Duration::MAX);
+            if floor.checked_add_signed(window).is_some_and(|end| wall > end) {
+                // The timestamp window refuses such reports on its own now.
+                self.replay_floor = None;
+            } else if raw.timestamp < floor {
+                let d = format!(
+                    "timestamp {} is before this run started ({floor}) after an unclean stop: \
+                     the last run may have accepted it",
+                    raw.timestamp
+                );
+                return Err((self.reject(Rejection::Replay, &raw.csci_id, &d), d));
+            }
         }
         let slot = Some(slot);
         // The validator reads the entry's own fields: nothing is copied.
@@ -805,7 +835,7 @@ impl Core {
     }
 
     /// How a registered SCI proves itself (kept with its history).
-    fn auth_method(&self, csci_id: &str) -> Option<super::retained::AuthMethod> {
+    pub(super) fn auth_method(&self, csci_id: &str) -> Option<super::retained::AuthMethod> {
         self.cache.registration(csci_id).map(|s| super::retained::AuthMethod {
             credential_ref: s.credential_ref().map(str::to_owned),
             unauthenticated: s.unauthenticated(),

@@ -17,6 +17,7 @@ pub mod policy;
 pub mod probe;
 pub mod rate_limit;
 pub mod report;
+pub mod restart;
 pub mod retained;
 pub mod sci_state;
 pub mod smooth;

@@ -92,6 +92,11 @@ impl Retained {
         }
     }
 
+    /// The records kept, in no order (`restart.rs` saves them).
+    pub fn records(&self) -> impl Iterator<Item = (&str, &Record)> {
+        self.records.iter().map(|(id, r)| (id.as_str(), r))
+    }
+
     /// Takes the record of an SCI that is back, if there is one.
     pub fn take(&mut self, csci_id: &str, window: Duration, wall: DateTime<Utc>) -> Option<Record> {
         self.prune(window, wall);

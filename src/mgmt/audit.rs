@@ -47,7 +47,8 @@ pub enum Category {
     InputRefused,
     /// A connection refused or closed by a limit before authentication.
     ConnectionRefused,
-    /// A file of the state directory had loose permissions and was tightened.
+    /// A file of the state directory had loose permissions and was tightened, or the last
+    /// run stopped without saving the validator history (`engine/restart.rs`).
     StateFile,
     /// An SCI was discovered (scis/discovery), or a discovered SCI removed.
     SciDiscovery,

@@ -34,6 +34,26 @@ impl Drop for AgentProcess {
     }
 }
 
+impl AgentProcess {
+    /// Stops the agent as an operator does (SIGTERM: a clean stop) and waits for it.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait for the agent") {
+                return st;
+            }
+            assert!(std::time::Instant::now() < end, "the agent did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether a line of the agent's log so far contains `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.stderr_lines.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+}
+
 /// Starts `cats-sma run --state-dir DIR --netconf-listen 127.0.0.1:0` and waits for the
 /// ready line, from which it learns the port. The SCI listener serves plain HTTP
 /// (`--sci-plain-http`, the explicit choice the agent asks for and warns about) so that

@@ -38,10 +38,15 @@ impl AppRpc for EngineRpcs {
             ("cats-sma", "clear-quarantine") => {
                 let csci = input(t, "clear-quarantine", "csci-id");
                 let accept = input(t, "clear-quarantine", "accept").as_deref() == Some("true");
-                let released =
-                    self.engine
-                        .query_blocking(move |core| core.clear_quarantine(csci.as_deref(), accept))
-                        .ok_or_else(|| RpcError::application(ErrorTag::OperationFailed, "the engine is not running"))?;
+                // A stopping agent has saved the validator's memory: a report released now
+                // would be unknown to the next run (`engine/restart.rs`).
+                let released = self
+                    .engine
+                    .query_blocking(move |core| (!core.closed).then(|| core.clear_quarantine(csci.as_deref(), accept)))
+                    .flatten()
+                    .ok_or_else(|| {
+                        RpcError::application(ErrorTag::OperationFailed, "the engine is stopping or not running")
+                    })?;
                 Ok(format!("<released xmlns=\"urn:cats-sma:yang:cats-sma\">{released}</released>"))
             }
             ("cats-sma", "probe-sci") => {
