@@ -127,6 +127,48 @@ async fn seed004_protocol_adapter_grpc_stream_carries_reports_out_and_sync_query
     assert!(r.contains("<heartbeat-interval>45</heartbeat-interval>"), "{r}");
     assert!(state.is_open(SITE));
 
+    // The same update sent again (a C-PS that lost its result when a stream broke) is
+    // answered with its first outcome and not applied twice: an operator's later change
+    // stays. The same id with another edit is a new update.
+    let set = |id: u32, v: u32| {
+        rpc(
+            id,
+            &format!(
+                "<edit-config><target><running/></target><config>{}</config></edit-config>",
+                edit.replace(">45<", &format!(">{v}<"))
+            ),
+        )
+    };
+    assert!(s.rpc11(&set(30, 50)).await.contains("<ok/>"));
+    let applied = session_leaf(&mut s, "policy-updates-applied").await;
+    assert_eq!(applied.as_deref(), Some("1"));
+    let update = pb::PolicyUpdate { update_id: 9, format: pb::EditFormat::Xml as i32, config: edit.into() };
+    assert!(g.send(SITE, pb::cps_body::Kind::Policy(update)));
+    let results = |id: u64| {
+        answers(&g)
+            .into_iter()
+            .filter_map(|a| match a {
+                pb::csma_body::Kind::PolicyResult(r) if r.update_id == id => Some(r),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    wait_for("the second result of update 9", || results(9).len() == 2).await;
+    assert_eq!(results(9)[0], results(9)[1]);
+    let r = s.rpc11(&rpc(31, UPDATE_CONTROL)).await;
+    assert!(r.contains("<heartbeat-interval>50</heartbeat-interval>"), "applied once only: {r}");
+    assert_eq!(session_leaf(&mut s, "policy-updates-applied").await, applied, "not counted twice");
+    let update = pb::PolicyUpdate {
+        update_id: 9,
+        format: pb::EditFormat::Xml as i32,
+        config: edit.replace("<update-control>", "<update-control> "),
+    };
+    assert!(g.send(SITE, pb::cps_body::Kind::Policy(update)));
+    wait_for("the third result of update 9", || results(9).len() == 3).await;
+    assert!(results(9)[2].applied, "{:?}", results(9));
+    let r = s.rpc11(&rpc(32, UPDATE_CONTROL)).await;
+    assert!(r.contains("<heartbeat-interval>45</heartbeat-interval>"), "another edit under the same id applies: {r}");
+
     // RFC 8341 3.2: the recovery user is outside NACM; a C-PS configured to act as it has its
     // updates refused, running unchanged.
     let r = s.rpc11(&rpc(4, &peer_config(g.addr, "<policy-user>admin</policy-user>"))).await;

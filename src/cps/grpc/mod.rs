@@ -181,6 +181,53 @@ struct Shared {
     generation: AtomicU64,
     policy_user: Option<String>,
     northbound: RwLock<Option<Arc<dyn Northbound>>>,
+    /// Held while a policy update is applied: a stream that replaced a broken one waits for
+    /// the old stream's update to finish before it looks at [`Shared::applied`].
+    applying: Arc<tokio::sync::Mutex<()>>,
+    /// The last updates applied over any of this peer's streams, so that one sent again
+    /// (the C-PS did not get its result before the stream broke) is answered, not applied
+    /// twice.
+    applied: Arc<Mutex<AppliedUpdates>>,
+}
+
+/// The policy updates applied in the last [`AppliedUpdates::FOR`], at most
+/// [`AppliedUpdates::KEEP`]: `update_id`, a SHA-256 of the format and edit, the outcome and
+/// when. Only applied updates are kept: a refused one sent again is tried again (the NACM
+/// rule, the lock or the free identity it lacked may be there now). The same id with
+/// another edit is a new update; the time bound keeps a C-PS that restarted and numbers
+/// from 1 again from being answered from memory for long.
+#[derive(Default)]
+struct AppliedUpdates(std::collections::VecDeque<(u64, [u8; 32], PolicyOutcome, std::time::Instant)>);
+
+impl AppliedUpdates {
+    const KEEP: usize = 256;
+    /// Longer than the stream's longest reconnect backoff (60 s), with room.
+    const FOR: Duration = Duration::from_secs(300);
+
+    fn digest(u: &PolicyUpdate) -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update([u.format as u8]);
+        h.update(u.config.as_bytes());
+        h.finalize().into()
+    }
+
+    fn find(&mut self, id: u64, digest: &[u8; 32]) -> Option<PolicyOutcome> {
+        while self.0.front().is_some_and(|(.., at)| at.elapsed() > Self::FOR) {
+            self.0.pop_front();
+        }
+        self.0.iter().rev().find(|(i, d, ..)| *i == id && d == digest).map(|(_, _, o, _)| o.clone())
+    }
+
+    fn record(&mut self, id: u64, digest: [u8; 32], o: &PolicyOutcome) {
+        if !o.applied {
+            return;
+        }
+        if self.0.len() == Self::KEEP {
+            self.0.pop_front();
+        }
+        self.0.push_back((id, digest, o.clone(), std::time::Instant::now()));
+    }
 }
 
 /// One open stream; dropping it ends the stream (its request side closes, its tasks stop).
@@ -259,6 +306,8 @@ impl GrpcLink {
                 generation: AtomicU64::new(0),
                 policy_user,
                 northbound: RwLock::new(None),
+                applying: Default::default(),
+                applied: Default::default(),
             }),
             open: tokio::sync::Mutex::new(None),
         })
@@ -562,6 +611,7 @@ async fn policy_worker(
     let name = ctx.peer.settings.name.clone();
     while let Some(u) = rx.recv().await {
         let nb = shared.northbound.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut repeated = false;
         let outcome = match (&shared.policy_user, nb) {
             (None, _) => {
                 crate::mgmt::audit::operation(
@@ -581,13 +631,42 @@ async fn policy_worker(
                 PolicyOutcome::refused("operation-not-supported", "no management datastore to apply it to")
             }
             (Some(user), Some(nb)) => {
-                let (user, name, u2) = (user.clone(), name.clone(), u.clone());
-                tokio::task::spawn_blocking(move || nb.apply_policy(&name, &user, &u2)).await.unwrap_or_else(|e| {
-                    PolicyOutcome::refused("operation-failed", format!("policy update failed: {e}"))
-                })
+                // The guard moves into the blocking apply: if this stream breaks meanwhile,
+                // the apply still finishes and records its outcome before the next stream's
+                // worker may look.
+                let guard = shared.applying.clone().lock_owned().await;
+                let digest = AppliedUpdates::digest(&u);
+                let seen = lock(&shared.applied).find(u.update_id, &digest);
+                match seen {
+                    Some(o) => {
+                        repeated = true;
+                        tracing::info!(c_ps = %name, update_id = u.update_id,
+                            "policy update sent again: answered with its first outcome, not applied twice");
+                        o
+                    }
+                    None => {
+                        let (user, name, u2, applied) = (user.clone(), name.clone(), u.clone(), shared.applied.clone());
+                        tokio::task::spawn_blocking(move || {
+                            let o = nb.apply_policy(&name, &user, &u2);
+                            lock(&applied).record(u2.update_id, digest, &o);
+                            drop(guard);
+                            o
+                        })
+                        .await
+                        .unwrap_or_else(|e| {
+                            PolicyOutcome::refused("operation-failed", format!("policy update failed: {e}"))
+                        })
+                    }
+                }
             }
         };
-        Counters::bump(if outcome.applied { &shared.counters.policy_applied } else { &shared.counters.policy_refused });
+        if !repeated {
+            Counters::bump(if outcome.applied {
+                &shared.counters.policy_applied
+            } else {
+                &shared.counters.policy_refused
+            });
+        }
         if out.send(ctx.signer.seal(result(u.update_id, &outcome))).await.is_err() {
             break;
         }
