@@ -440,7 +440,7 @@ impl RefGrpc {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 let tcp = tokio::select! {
-                    r = listener.accept() => match r { Ok((t, _)) => t, Err(_) => continue },
+                    t = super::server::next_connection(&listener, &mut conns) => t,
                     _ = stop_rx.changed() => break,
                 };
                 let route = route.clone();
@@ -450,7 +450,7 @@ impl RefGrpc {
                     let http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
                     match tls {
                         Some(acceptor) => {
-                            if let Ok(s) = acceptor.accept(tcp).await {
+                            if let Some(s) = super::server::handshake(&acceptor, tcp).await {
                                 let _ = http.serve_connection(TokioIo::new(s), svc).await;
                             }
                         }

@@ -183,6 +183,37 @@ pub(crate) fn tls_acceptor_with_alpn(
     Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(cfg))))
 }
 
+/// How long a client has to finish its TLS handshake.
+pub(super) const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The TLS side of an accepted connection, or None when the handshake fails or takes longer
+/// than [`HANDSHAKE_TIMEOUT`] (a client that opens a socket and says nothing holds no task).
+pub(super) async fn handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await.ok()?.ok()
+}
+
+/// The next connection; an accept error (out of descriptors, say) is logged and retried
+/// after a pause instead of in a busy loop. Finished connection tasks are reaped first, so
+/// the set holds the open connections only.
+pub(super) async fn next_connection(
+    listener: &TcpListener,
+    conns: &mut tokio::task::JoinSet<()>,
+) -> tokio::net::TcpStream {
+    loop {
+        while conns.try_join_next().is_some() {}
+        match listener.accept().await {
+            Ok((tcp, _)) => return tcp,
+            Err(e) => {
+                tracing::warn!(error = %e, "reference C-PS: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 async fn serve(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -191,14 +222,8 @@ async fn serve(
 ) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
-        let (tcp, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reference C-PS: accept failed");
-                    continue;
-                }
-            },
+        let tcp = tokio::select! {
+            t = next_connection(&listener, &mut conns) => t,
             _ = stop.changed() => break,
         };
         let state = state.clone();
@@ -212,7 +237,7 @@ async fn serve(
             let http = hyper::server::conn::http1::Builder::new();
             match tls {
                 Some(acceptor) => {
-                    let Ok(stream) = acceptor.accept(tcp).await else { return };
+                    let Some(stream) = handshake(&acceptor, tcp).await else { return };
                     let conn = http.serve_connection(TokioIo::new(stream), svc);
                     tokio::select! { _ = conn => {}, _ = stop.changed() => {} }
                 }
