@@ -3,8 +3,8 @@
 //! SciAgent servers here play the SCIs; the agent calls `GetReport` on the target's interval
 //! and when the SCI goes STALE, over h2c (allow-plaintext) and over TLS (server verified
 //! against the configured anchor, client certificate presented, a wrong anchor refused);
-//! an answer over the size limit, one for another CSCI-ID and an error status are refused
-//! and counted, each visible in the target's state and the statistics.
+//! an answer over the size limit, a compressed one, one for another CSCI-ID and an error
+//! status are refused and counted, each visible in the target's state and the statistics.
 
 mod common;
 
@@ -110,6 +110,46 @@ async fn serve(sci: Sci, tls: Option<tokio_rustls::TlsAcceptor>) -> (SocketAddr,
         }
     });
     (addr, saw_cert)
+}
+
+/// An SCI whose GetReport answer is gzip-compressed (`grpc-encoding: gzip`, the message's
+/// compressed flag set), which the agent never asked for and does not take.
+async fn serve_compressed() -> SocketAddr {
+    use std::io::Write as _;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let call = hyper::service::service_fn(|_req| async {
+                    let msg = prost::Message::encode_to_vec(&report("sci-gz", 1, 100));
+                    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                    gz.write_all(&msg).unwrap();
+                    let z = gz.finish().unwrap();
+                    let mut frame = vec![1u8];
+                    frame.extend((z.len() as u32).to_be_bytes());
+                    frame.extend(z);
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    let frames = vec![
+                        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes::Bytes::from(frame))),
+                        Ok(hyper::body::Frame::trailers(trailers)),
+                    ];
+                    let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("grpc-encoding", "gzip")
+                            .body(body)
+                            .unwrap(),
+                    )
+                });
+                let b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                let _ = b.serve_connection(TokioIo::new(tcp), call).await;
+            });
+        }
+    });
+    addr
 }
 
 fn sci(answer: Answer) -> Sci {
@@ -291,17 +331,20 @@ async fn seed004_sci_collection_grpc_pull_answers_over_the_limit_for_another_sci
     let (big, _) = serve(sci(Answer::Oversized), None).await;
     let (liar, _) = serve(sci(Answer::OtherSci), None).await;
     let (down, _) = serve(sci(Answer::Unavailable), None).await;
+    let gz = serve_compressed().await;
     let plain = "<allow-plaintext>true</allow-plaintext>";
     let r = nc
         .edit(&format!(
-            "<scis>{}{}{}{}</scis><collection><pull>{}{}{}</pull></collection>",
+            "<scis>{}{}{}{}{}</scis><collection><pull>{}{}{}{}</pull></collection>",
             registered("sci-big", 60_000),
             registered("sci-liar", 60_000),
             registered("sci-down", 60_000),
             registered("someone-else", 60_000),
+            registered("sci-gz", 60_000),
             target("sci-big", &format!("grpc://{big}"), 1, plain),
             target("sci-liar", &format!("grpc://{liar}"), 1, plain),
             target("sci-down", &format!("grpc://{down}"), 1, plain),
+            target("sci-gz", &format!("grpc://{gz}"), 1, plain),
         ))
         .await;
     assert!(r.contains("<ok/>"), "{r}");
@@ -310,11 +353,15 @@ async fn seed004_sci_collection_grpc_pull_answers_over_the_limit_for_another_sci
     assert_eq!(count(&s, "pulls"), 0, "{s}");
     let s = nc.wait("the error status counted", &state("sci-down"), |r| count(r, "failures") >= 2).await;
     assert!(leaf_after(&s, "", "last-error").is_some_and(|e| e.contains("Unavailable")), "{s}");
+    // A compressed answer: refused as the SCI's fault (malformed), not as unreachable.
+    let s = nc.wait("the compressed answer refused", &state("sci-gz"), |r| count(r, "failures") >= 2).await;
+    assert!(leaf_after(&s, "", "last-error").is_some_and(|e| e.contains("compress")), "{s}");
+    assert_eq!(count(&s, "pulls"), 0, "{s}");
     nc.wait("a report for another SCI refused", "<statistics/>", |r| {
-        rejected(r, "unauthenticated") >= 1 && rejected(r, "malformed") >= 2
+        rejected(r, "unauthenticated") >= 1 && rejected(r, "malformed") >= 4
     })
     .await;
-    for id in ["sci-big", "sci-liar", "sci-down", "someone-else"] {
+    for id in ["sci-big", "sci-liar", "sci-down", "someone-else", "sci-gz"] {
         let e = nc.get(&entry(id)).await;
         assert!(!e.contains("<gas>"), "{id}: {e}");
     }

@@ -30,6 +30,16 @@ fn status_error(s: &tonic::Status, max: usize) -> FetchError {
     if s.code() == Code::OutOfRange && s.message().starts_with("Error, decoded message length too large") {
         return FetchError::Refused(format!("the Report is larger than {max} bytes (pull response limit)"));
     }
+    // A compressed answer (gRPC message compression is not taken, `docs/sci-protocol.md`):
+    // tonic's decoder refuses it; the SCI answered something the agent refuses.
+    let compressed = (s.code() == Code::Unimplemented && s.message().starts_with("Content is compressed with"))
+        || (s.code() == Code::Internal
+            && s.message().starts_with("protocol error: received message with compressed-flag"));
+    if compressed {
+        return FetchError::Refused(format!(
+            "a compressed answer ({message}): gRPC message compression is not supported"
+        ));
+    }
     if std::error::Error::source(s).is_some() {
         return match failure(s) {
             FetchError::Tls(e) => FetchError::Tls(format!("gRPC {:?}: {e}", s.code())),
@@ -84,4 +94,27 @@ pub(crate) async fn get_report(
         Ok(Fetched { payload: Payload::Grpc(msg), address: c.address, verified: tls_used })
     };
     tokio::time::timeout(TIMEOUT, call).await.map_err(|_| FetchError::Unreachable("timed out".into()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed004_grpc_pull_a_compressed_answer_is_refused_not_unreachable() {
+        // tonic's decoder words for the two ways a compressed message arrives: with a
+        // grpc-encoding the agent does not accept, and with the flag but no encoding.
+        for s in [
+            tonic::Status::unimplemented("Content is compressed with `gzip` which isn't supported"),
+            tonic::Status::internal(
+                "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+            ),
+        ] {
+            let e = status_error(&s, 1024);
+            assert!(matches!(&e, FetchError::Refused(m) if m.contains("compress")), "{e:?}");
+        }
+        // Any other status stays a failure of the target.
+        let e = status_error(&tonic::Status::unavailable("restarting"), 1024);
+        assert!(matches!(e, FetchError::Unreachable(_)), "{e:?}");
+    }
 }
