@@ -179,6 +179,12 @@ impl Datastores {
         Ok(tree)
     }
 
+    /// [`Datastores::read_state`] rendered into `tree` (a copy of configuration the caller
+    /// owns), merged with what is there.
+    pub fn read_state_into(&self, tree: &mut DataTree<'static>, sel: &Selection) -> Result<(), RpcError> {
+        self.render_state_into(tree, sel, sel.xpath().as_deref())
+    }
+
     fn render_state_into(
         &self,
         tree: &mut DataTree<'static>,

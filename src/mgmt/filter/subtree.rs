@@ -61,6 +61,16 @@ fn apply_tree(
     Ok(Readable::pruned(out))
 }
 
+/// Whether the subtree filter selects every top-level node of `tree` whole: each has a
+/// selection node (an element with no children and no text, RFC 6241 6.2.3) at the top of
+/// the filter. Such a tree is its own filtered answer: applying the filter copies it.
+pub fn selects_whole_top(filter: &Element, tree: &DataTree<'static>) -> bool {
+    let Some(first) = tree.reference() else { return true };
+    first
+        .inclusive_siblings()
+        .all(|n| filter.children.iter().any(|f| f.children.is_empty() && f.text.trim().is_empty() && same_node(&n, f)))
+}
+
 /// Does data node `n` have the filter element's name and (if given) namespace (6.2.1)?
 fn same_node(n: &DataNodeRef<'_, '_>, f: &Element) -> bool {
     let s = n.schema();

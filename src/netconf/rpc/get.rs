@@ -116,12 +116,25 @@ pub(crate) fn select_direct(
         return Ok(None);
     };
     let mut tree = config.into_tree();
+    // A filter of top-level selection nodes only (`<nacm/>`, say) selects whole subtrees:
+    // the providers render straight into the copy of running (no second tree, no merge).
+    // What they rendered is all selected when every top-level node is one the filter names
+    // (a provider may render more than asked: then the covering read answers).
+    if filter.children.iter().all(|f| f.children.is_empty()) {
+        ds.read_state_into(&mut tree, sel).map_err(one)?;
+        let answered = nacm.whole(user, &tree).is_some() && subtree::selects_whole_top(filter, &tree);
+        return Ok(answered.then_some(tree));
+    }
     let state = ds.read_state(sel).map_err(one)?;
+    let Some(whole) = nacm.whole(user, &state) else { return Ok(None) };
+    // The providers rendered only whole top-level nodes the filter selects (`<nacm/>`, say):
+    // the filter would copy them as they are, so they are moved into the answer instead.
+    if subtree::selects_whole_top(filter, &state) {
+        crate::datastore::tree::merge_moving(&mut tree, state).map_err(one)?;
+        return Ok(Some(tree));
+    }
     let permit = crate::mgmt::filter::cost::permit().map_err(one)?;
-    let Some(state) = nacm.whole(user, &state).map(|w| subtree::apply_whole(filter, w, &permit)) else {
-        return Ok(None);
-    };
-    let state = state.map_err(one)?;
+    let state = subtree::apply_whole(filter, whole, &permit).map_err(one)?;
     if !state.is_empty() {
         tree.merge(state.tree()).map_err(|e| one(RpcError::from_libyang(&e)))?;
     }

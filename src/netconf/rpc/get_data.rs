@@ -498,6 +498,9 @@ mod tests {
                     format!("<cats-sma xmlns=\"{NS}\"><scis/><statistics><reports-received/></statistics></cats-sma>"),
                     format!("<cats-sma xmlns=\"{NS}\"/><nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"/>"),
                     "<nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"><denied-operations/><groups/></nacm>".to_owned(),
+                    // Whole top-level selection nodes: the state is moved in unfiltered.
+                    "<nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"/>".to_owned(),
+                    format!("<cats-sma xmlns=\"{NS}\"/>"),
                 ];
                 let filter_xml = if rng.below(2) == 0 {
                     let x = &xpaths[rng.below(xpaths.len())];
