@@ -23,7 +23,7 @@ use tower::ServiceExt as _;
 
 use super::cst::CstError;
 use super::server::{lock, CpsState};
-use crate::cps::auth::{sign_stream, AuthError, Presented};
+use crate::cps::auth::{sign_stream, Presented};
 use crate::cps::grpc::pb::{self, cps_body::Kind as CpsKind, csma_body::Kind as CsmaKind};
 use crate::cps::grpc::wire::SESSION_PATH;
 use crate::cps::wire::{Ack, MetricReport, ReportKind, SciRow, ServiceMetrics, MAX_BODY};
@@ -297,40 +297,21 @@ impl Service {
     /// The PSK MAC and the JWS, when configured, as for a REST request (method STREAM,
     /// path the call's); the PSK a valid MAC was made with.
     fn authenticate(&self, msg: &pb::CsmaMessage, csma: &str) -> Result<Option<Vec<u8>>, Status> {
-        let state = &self.state;
-        let now = chrono::Utc::now().timestamp_millis();
-        let refuse = |e: AuthError| {
-            state.count(e.reason());
-            Status::unauthenticated(format!("{}: {e}", e.reason()))
-        };
         let (ts, nonce) = (msg.timestamp_ms.to_string(), msg.nonce.to_string());
-        let mut psk_verifier = lock(&state.verifier);
-        let mut jws_verifier = lock(&state.jws);
-        let psk = if state.config.keys.is_empty() {
-            None
-        } else {
-            let p = Presented {
-                key_id: Some(&msg.key_id).filter(|k| !k.is_empty()).map(String::as_str),
-                timestamp: Some(&ts),
-                nonce: Some(&nonce),
-                signature: Some(&msg.mac).filter(|k| !k.is_empty()).map(String::as_str),
-            };
-            Some(psk_verifier.check("STREAM", SESSION_PATH, csma, &p, &msg.body, now).map_err(refuse)?)
+        let p = Presented {
+            key_id: Some(&msg.key_id).filter(|k| !k.is_empty()).map(String::as_str),
+            timestamp: Some(&ts),
+            nonce: Some(&nonce),
+            signature: Some(&msg.mac).filter(|k| !k.is_empty()).map(String::as_str),
         };
-        let jws = if jws_verifier.is_empty() {
-            None
-        } else {
-            let j = Some(msg.jws.as_str()).filter(|j| !j.is_empty());
-            Some(jws_verifier.check("STREAM", SESSION_PATH, csma, j, &msg.body, now).map_err(refuse)?)
-        };
-        let secret = psk.as_ref().and_then(|a| state.psk(&a.key_id));
-        if let Some(a) = psk {
-            psk_verifier.accept(a);
+        let jws = Some(msg.jws.as_str()).filter(|j| !j.is_empty());
+        match self.state.authenticate("STREAM", SESSION_PATH, csma, &p, jws, &msg.body) {
+            Ok(reply) => Ok(reply.map(|k| k.secret)),
+            Err((e, _)) => {
+                self.state.count(e.reason());
+                Err(Status::unauthenticated(format!("{}: {e}", e.reason())))
+            }
         }
-        if let Some(a) = jws {
-            jws_verifier.accept(a);
-        }
-        Ok(secret)
     }
 
     fn hints(&self, mut a: Ack) -> pb::Ack {

@@ -93,9 +93,45 @@ impl CpsState {
         lock(&self.refused).get(reason).copied().unwrap_or(0)
     }
 
-    /// The secret of PSK `key_id`.
-    pub(crate) fn psk(&self, key_id: &str) -> Option<Vec<u8>> {
-        self.psks.get(key_id).cloned()
+    /// The proofs of one C-SMA message over `body`, as sent (seed 004, Metric Integrity):
+    /// the PSK MAC and the C-SMA's JWS, each when configured, for REST (the request's method
+    /// and path) and the gRPC stream (`STREAM` and the call's path). Both verifiers are held
+    /// (always in this order) from check to accept, and the nonces are recorded only once
+    /// every proof passed: two copies of one message cannot both pass, and a message with
+    /// one good proof and one forged cannot burn a nonce. Returns the PSK a valid MAC was
+    /// made with, as the reply's key, or the error and what it refused.
+    pub(crate) fn authenticate(
+        &self,
+        method: &str,
+        path: &str,
+        csma: &str,
+        psk: &Presented<'_>,
+        jws: Option<&str>,
+        body: &[u8],
+    ) -> Result<Option<ReplyKey>, (AuthError, &'static str)> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut psk_verifier = lock(&self.verifier);
+        let mut jws_verifier = lock(&self.jws);
+        let psk = match self.config.keys.is_empty() {
+            true => None,
+            false => Some(psk_verifier.check(method, path, csma, psk, body, now).map_err(|e| (e, "a request"))?),
+        };
+        let jws = match jws_verifier.is_empty() {
+            true => None,
+            false => {
+                Some(jws_verifier.check(method, path, csma, jws, body, now).map_err(|e| (e, "a report signature"))?)
+            }
+        };
+        let reply = psk.as_ref().and_then(|a| {
+            Some(ReplyKey { secret: self.psks.get(&a.key_id)?.clone(), csma: csma.to_owned(), nonce: a.nonce })
+        });
+        if let Some(a) = psk {
+            psk_verifier.accept(a);
+        }
+        if let Some(a) = jws {
+            jws_verifier.accept(a);
+        }
+        Ok(reply)
     }
 
     pub(crate) fn count(&self, reason: &str) {
@@ -298,7 +334,7 @@ fn query(q: Option<&str>) -> BTreeMap<String, String> {
 
 /// The key, C-SMA and nonce of a verified PSK request: its reply is signed with them.
 pub(crate) struct ReplyKey {
-    secret: Vec<u8>,
+    pub(crate) secret: Vec<u8>,
     csma: String,
     nonce: u64,
 }
@@ -424,44 +460,17 @@ pub(crate) fn route(
         };
         error_in(enc, status, e.reason(), e.to_string())
     };
-    let now = chrono::Utc::now().timestamp_millis();
     let h = &parts.headers;
-    // Both verifiers are held (always in this order) from check to accept, so two copies of
-    // one signed request on two connections cannot both pass before the nonce is recorded.
-    let mut psk_verifier = lock(&state.verifier);
-    let mut jws_verifier = lock(&state.jws);
-    let psk = if state.config.keys.is_empty() {
-        None
-    } else {
-        let p = Presented {
-            key_id: header(h, H_KEY_ID),
-            timestamp: header(h, H_TIMESTAMP),
-            nonce: header(h, H_NONCE),
-            signature: header(h, H_SIGNATURE),
-        };
-        match psk_verifier.check(parts.method.as_str(), &path, &csma, &p, raw, now) {
-            Ok(a) => Some(a),
-            Err(e) => return refuse(e, "a request", enc),
-        }
+    let p = Presented {
+        key_id: header(h, H_KEY_ID),
+        timestamp: header(h, H_TIMESTAMP),
+        nonce: header(h, H_NONCE),
+        signature: header(h, H_SIGNATURE),
     };
-    let jws = if jws_verifier.is_empty() {
-        None
-    } else {
-        match jws_verifier.check(parts.method.as_str(), &path, &csma, header(h, H_JWS), raw, now) {
-            Ok(a) => Some(a),
-            Err(e) => return refuse(e, "a report signature", enc),
-        }
-    };
-    if let Some(a) = psk {
-        if let Some(secret) = state.psks.get(&a.key_id) {
-            *reply_key = Some(ReplyKey { secret: secret.clone(), csma: csma.clone(), nonce: a.nonce });
-        }
-        psk_verifier.accept(a);
+    match state.authenticate(parts.method.as_str(), &path, &csma, &p, header(h, H_JWS), raw) {
+        Ok(key) => *reply_key = key,
+        Err((e, what)) => return refuse(e, what, enc),
     }
-    if let Some(a) = jws {
-        jws_verifier.accept(a);
-    }
-    drop((psk_verifier, jws_verifier));
     let body = match header(&parts.headers, CONTENT_ENCODING.as_str()) {
         None | Some("identity") => raw.to_vec(),
         Some("gzip") => match gunzip(raw, MAX_BODY) {
