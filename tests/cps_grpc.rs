@@ -294,31 +294,12 @@ impl CpsStateView<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_protocol_adapter_grpcs_verifies_the_cps_certificate_and_presents_a_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     // A CA, a server certificate for localhost, a client certificate; and a foreign CA.
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let srv_key = rcgen::KeyPair::generate().unwrap();
-    let srv = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap().signed_by(&srv_key, &issuer).unwrap();
-    let cli_key = rcgen::KeyPair::generate().unwrap();
-    let cli = rcgen::CertificateParams::new(vec![CSMA.into()]).unwrap().signed_by(&cli_key, &issuer).unwrap();
-    let other_key = rcgen::KeyPair::generate().unwrap();
-    let mut other_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    other_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let other = other_params.self_signed(&other_key).unwrap();
-    for (n, v) in [
-        ("ca.pem", ca.pem()),
-        ("other-ca.pem", other.pem()),
-        ("srv.pem", srv.pem()),
-        ("srv.key", srv_key.serialize_pem()),
-        ("cli.pem", cli.pem()),
-        ("cli.key", cli_key.serialize_pem()),
-    ] {
-        std::fs::write(p(n), v).unwrap();
-    }
+    let pki = common::TestPki::new(dir.path(), "cps test CA");
+    let p = |n: &str| pki.path(n);
+    pki.leaf("srv", &["localhost"]);
+    pki.leaf("cli", &[CSMA]);
+    pki.other_ca("other-ca.pem");
     let config = CpsConfig {
         tls_cert: Some(p("srv.pem")),
         tls_key: Some(p("srv.key")),

@@ -4,6 +4,8 @@
 //! client certificate.
 
 mod cps_support;
+#[path = "common/pki.rs"]
+mod pki;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,25 +143,11 @@ async fn an_adapter_with_the_wrong_key_is_refused_and_counts_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_server_verification_and_a_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     // A CA, a server certificate for 127.0.0.1 and localhost, a client certificate.
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let srv_key = rcgen::KeyPair::generate().unwrap();
-    let srv = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
-        .unwrap()
-        .signed_by(&srv_key, &issuer)
-        .unwrap();
-    let cli_key = rcgen::KeyPair::generate().unwrap();
-    let cli = rcgen::CertificateParams::new(vec!["csma-a".into()]).unwrap().signed_by(&cli_key, &issuer).unwrap();
-    std::fs::write(p("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(p("srv.pem"), srv.pem()).unwrap();
-    std::fs::write(p("srv.key"), srv_key.serialize_pem()).unwrap();
-    std::fs::write(p("cli.pem"), cli.pem()).unwrap();
-    std::fs::write(p("cli.key"), cli_key.serialize_pem()).unwrap();
+    let pki = pki::TestPki::new(dir.path(), "cps test CA");
+    let p = |n: &str| pki.path(n);
+    pki.leaf("srv", &["localhost", "127.0.0.1"]);
+    pki.leaf("cli", &["csma-a"]);
 
     let config = CpsConfig {
         tls_cert: Some(p("srv.pem")),

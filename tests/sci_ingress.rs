@@ -39,47 +39,19 @@ struct Pki {
 }
 
 fn pki(dir: &Path) -> Pki {
-    let p = |n: &str| dir.join(n).to_string_lossy().into_owned();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sci-ingress test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let leaf = |names: Vec<String>| {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(names).unwrap().signed_by(&key, &issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let (srv, srv_key) = leaf(vec!["127.0.0.1".into()]);
-    let (localhost, localhost_key) = leaf(vec!["localhost".into()]);
-    let (cli, cli_key) = leaf(vec!["cats-sma-agent".into()]);
-    let other_key = rcgen::KeyPair::generate().unwrap();
-    let mut other = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let other = other.self_signed(&other_key).unwrap();
-    let files = [
-        ("ca.pem", ca.pem()),
-        ("srv.pem", srv),
-        ("srv.key", srv_key),
-        ("localhost.pem", localhost),
-        ("localhost.key", localhost_key),
-        ("cli.pem", cli),
-        ("cli.key", cli_key),
-        ("other-ca.pem", other.pem()),
-    ];
-    for (name, data) in &files {
-        std::fs::write(p(name), data).unwrap();
-    }
+    let pki = TestPki::new(dir, "sci-ingress test CA");
+    let (srv, srv_key, _) = pki.leaf("srv", &["127.0.0.1"]);
+    let (localhost, localhost_key, _) = pki.leaf("localhost", &["localhost"]);
+    let (cli, cli_key, _) = pki.leaf("cli", &["cats-sma-agent"]);
     Pki {
-        ca: p("ca.pem"),
-        srv: p("srv.pem"),
-        srv_key: p("srv.key"),
-        localhost: p("localhost.pem"),
-        localhost_key: p("localhost.key"),
-        cli: p("cli.pem"),
-        cli_key: p("cli.key"),
-        other_ca: p("other-ca.pem"),
+        ca: pki.path("ca.pem"),
+        srv,
+        srv_key,
+        localhost,
+        localhost_key,
+        cli,
+        cli_key,
+        other_ca: pki.other_ca("other-ca.pem"),
     }
 }
 

@@ -224,28 +224,15 @@ struct Pki {
 }
 
 fn pki(dir: &Path) -> Pki {
-    let p = |n: &str| dir.join(n).to_string_lossy().into_owned();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "grpc pull test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let leaf = |name: &str, file: &str| {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
-        std::fs::write(p(&format!("{file}.pem")), cert.pem()).unwrap();
-        std::fs::write(p(&format!("{file}.key")), key.serialize_pem()).unwrap();
-        (p(&format!("{file}.pem")), p(&format!("{file}.key")))
-    };
-    let srv = leaf("127.0.0.1", "srv");
-    let cli = leaf("cats-sma-agent", "cli");
-    std::fs::write(p("ca.pem"), ca.pem()).unwrap();
-    let other_key = rcgen::KeyPair::generate().unwrap();
-    let mut other = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    std::fs::write(p("other-ca.pem"), other.self_signed(&other_key).unwrap().pem()).unwrap();
-    Pki { ca: p("ca.pem"), other_ca: p("other-ca.pem"), srv, cli }
+    let pki = TestPki::new(dir, "grpc pull test CA");
+    let (srv_pem, srv_key, _) = pki.leaf("srv", &["127.0.0.1"]);
+    let (cli_pem, cli_key, _) = pki.leaf("cli", &["cats-sma-agent"]);
+    Pki {
+        ca: pki.path("ca.pem"),
+        other_ca: pki.other_ca("other-ca.pem"),
+        srv: (srv_pem, srv_key),
+        cli: (cli_pem, cli_key),
+    }
 }
 
 /// A TLS acceptor offering h2 that requires a client certificate from `ca`.

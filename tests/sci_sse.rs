@@ -198,18 +198,10 @@ async fn h2_sci(cert: &str, key: &str) -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_sci_collection_sse_over_tls_is_http2_when_the_server_offers_it() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let srv = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
-    std::fs::write(p("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(p("srv.pem"), srv.pem()).unwrap();
-    std::fs::write(p("srv.key"), key.serialize_pem()).unwrap();
-    let sci = h2_sci(&p("srv.pem"), &p("srv.key")).await;
+    let pki = TestPki::new(dir.path(), "sse test CA");
+    let p = |n: &str| pki.path(n);
+    let (srv, srv_key, _) = pki.leaf("srv", &["127.0.0.1"]);
+    let sci = h2_sci(&srv, &srv_key).await;
     let agent = start_agent(&dir.path().join("state"), &[]);
     let mut nc = Nc::open(&agent).await;
     // sci-h has no credential: the verified server certificate proves the stream's reports.

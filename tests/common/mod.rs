@@ -13,6 +13,10 @@ use russh::client;
 use russh::keys::PublicKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+pub mod pki;
+#[allow(unused_imports)]
+pub use pki::TestPki;
+
 pub const PASSWORD: &str = "test-admin-pw";
 
 /// A running agent process, killed on drop.
