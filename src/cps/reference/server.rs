@@ -231,7 +231,7 @@ pub(super) async fn handshake(
     tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await.ok()?.ok()
 }
 
-/// The next connection; an accept error (out of descriptors, say) is logged and retried
+/// The next connection (TCP_NODELAY); an accept error (out of descriptors, say) is logged and retried
 /// after a pause instead of in a busy loop. Finished connection tasks are reaped first, so
 /// the set holds the open connections only.
 pub(super) async fn next_connection(
@@ -241,7 +241,11 @@ pub(super) async fn next_connection(
     loop {
         while conns.try_join_next().is_some() {}
         match listener.accept().await {
-            Ok((tcp, _)) => return tcp,
+            Ok((tcp, _)) => {
+                // Replies are small writes after a read: no Nagle delay behind the last one.
+                let _ = tcp.set_nodelay(true);
+                return tcp;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "reference C-PS: accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
