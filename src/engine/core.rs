@@ -219,8 +219,8 @@ pub struct Core {
     pub sci_rows: bool,
     /// Dynamic SCI discovery (`discovery.rs`): settings and the discovered SCIs.
     pub discovery: super::discovery::Discovery,
-    /// After an unclean stop: reports timestamped before this (the start) are refused as
-    /// `replay` for one timestamp window (`restart.rs`).
+    /// After an unclean stop: reports timestamped before this (the start plus
+    /// `restart::FLOOR_MARGIN`) are refused as `replay` for one timestamp window (`restart.rs`).
     pub replay_floor: Option<DateTime<Utc>>,
     /// The agent is stopping and has saved the validator's memory (`restart.rs`): every
     /// report is refused, so that none is accepted that the next run does not know of.
@@ -567,8 +567,7 @@ impl Core {
             self.restore_history(&raw.csci_id);
         }
         if let Some(floor) = self.replay_floor {
-            let window = chrono::Duration::from_std(self.validation.timestamp_window).unwrap_or(chrono::Duration::MAX);
-            if floor.checked_add_signed(window).is_some_and(|end| wall > end) {
+            if super::retained::covered(Some(floor), self.validation.timestamp_window, wall) {
                 // The timestamp window refuses such reports on its own now.
                 self.replay_floor = None;
             } else if raw.timestamp < floor {
@@ -867,7 +866,7 @@ impl Core {
 
     /// Gives a new entry the history its SCI left behind, unless the SCI now proves itself
     /// another way (a new authentication method starts a new history, as in `set_sci`).
-    fn restore_history(&mut self, csci_id: &str) {
+    pub(super) fn restore_history(&mut self, csci_id: &str) {
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
         let Some(r) = self.retained.take(csci_id, window, wall) else { return };
         let now = self.auth_method(csci_id);

@@ -206,8 +206,7 @@ impl Core {
     pub fn validator_history(&self) -> Vec<Saved> {
         use super::validate::Past as _;
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
-        let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
-        let live = |t: Option<DateTime<Utc>>| t.is_some_and(|t| t.checked_add_signed(window).is_none_or(|e| e >= wall));
+        let live = |t: Option<DateTime<Utc>>| !super::retained::covered(t, window, wall);
         let saved = |id: &str, sequence, timestamp, auth: Option<AuthMethod>| Saved {
             csci_id: id.to_owned(),
             sequence,
@@ -230,24 +229,18 @@ impl Core {
         out
     }
 
-    /// Gives back a saved memory: to the SCI's cache entry when it has one and still proves
-    /// itself the same way, else to the retained histories, which hand it to the entry the
-    /// SCI gets later (`restore_history`). Returns how many histories the retained memory
-    /// had to drop (it is bounded).
+    /// Gives back a saved memory through the retained histories, as for an SCI that left
+    /// the cache: an SCI with a cache entry takes its record at once (`restore_history`:
+    /// only if it still proves itself the same way), the others when they get one. Returns
+    /// how many histories the retained memory had to drop (it is bounded).
     pub fn restore_validator_history(&mut self, saved: Vec<Saved>) -> u64 {
         let dropped = self.retained.dropped;
         let (window, wall) = (self.validation.timestamp_window, self.clock.wall());
         for s in saved {
-            let auth = s.auth();
+            self.retained.keep(&s.csci_id, s.sequence, s.timestamp, s.auth(), window, wall);
             if self.cache.get(&s.csci_id).is_some() {
-                if self.auth_method(&s.csci_id) == auth {
-                    if let Some(e) = self.cache.get_mut(&s.csci_id) {
-                        e.restore_history(s.sequence, s.timestamp);
-                    }
-                }
-                continue;
+                self.restore_history(&s.csci_id);
             }
-            self.retained.keep(&s.csci_id, s.sequence, s.timestamp, auth, window, wall);
         }
         self.retained.dropped - dropped
     }

@@ -105,14 +105,12 @@ impl Retained {
 
     /// Drops the records at the front whose timestamp the window check now covers on its own.
     fn prune(&mut self, window: Duration, wall: DateTime<Utc>) {
-        let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
         while let Some((id, serial)) = self.order.front() {
             let Some(r) = self.records.get(id).filter(|r| r.serial == *serial) else {
                 self.order.pop_front();
                 continue;
             };
-            let covered = r.timestamp.is_none_or(|t| t.checked_add_signed(window).is_some_and(|end| end < wall));
-            if !covered {
+            if !covered(r.timestamp, window, wall) {
                 break;
             }
             let id = id.clone();
@@ -120,6 +118,13 @@ impl Retained {
             self.order.pop_front();
         }
     }
+}
+
+/// Whether the timestamp window alone now refuses a report timestamped `t` or earlier (no
+/// timestamp: nothing to remember), so no history of it is needed any more.
+pub fn covered(t: Option<DateTime<Utc>>, window: Duration, wall: DateTime<Utc>) -> bool {
+    let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+    t.is_none_or(|t| t.checked_add_signed(window).is_some_and(|end| end < wall))
 }
 
 #[cfg(test)]
