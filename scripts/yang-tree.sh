@@ -32,6 +32,7 @@ modules=(
     yang/cats-sma-cps.yang
     yang/cats-sma-overload.yang
     yang/cats-ip-metrics.yang
+    yang/cats-sma-routing.yang
 )
 for f in yang/*.yang; do
     case " ${modules[*]} " in

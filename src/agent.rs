@@ -29,6 +29,8 @@ pub struct Agent {
     pub engine: crate::engine::Engine,
     /// The C-PS REST adapters (one session per configured peer).
     pub cps: Arc<crate::cps::Adapters>,
+    /// The BGP-LS speaker (routing/bgp-ls; idle until configured).
+    pub bgp: Arc<crate::routing::bgp::Speaker>,
     /// The RESTCONF server and where it listens, when enabled.
     pub restconf: Option<(Arc<crate::restconf::Restconf>, crate::restconf::Listening)>,
     /// NETCONF over TLS (RFC 7589) and Call Home (RFC 8071), configured in the datastore.
@@ -79,6 +81,7 @@ impl Agent {
         let keys = crate::cps::NorthboundKeys::from_state_dir(&state.path, boot.cps.signing_algorithm)
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
+        let bgp = start_bgp(&datastores, &server, &engine, &cps)?;
         // Configured subscriptions (RFC 8639 section 2.5) once the engine feeds on-change.
         let configured = datastores
             .with_tree(crate::datastore::Datastore::Running, |t| crate::push::configured::Configured::start(&server, t))
@@ -133,6 +136,7 @@ impl Agent {
             sci_grpc_tls,
             engine,
             cps,
+            bgp,
             restconf,
             netconf_tls,
             call_home,
@@ -144,6 +148,7 @@ impl Agent {
     /// Stops accepting, closes sessions and waits for the listeners to end.
     pub async fn shutdown(self) {
         self.cps.shutdown();
+        self.bgp.shutdown();
         // The engine takes no report after this; the next run continues its history.
         match crate::engine::restart::save(&self.engine, &self.state.path).await {
             Ok(n) => info!(histories = n, "validator history saved for the next run"),
@@ -348,6 +353,50 @@ fn start_cps(
     datastores.register_consumer(Arc::new(consumer));
     datastores.register_state_provider(Arc::new(crate::cps::state::CpsState { adapters: adapters.clone() }));
     Ok(adapters)
+}
+
+/// The BGP-LS speaker, fed by the update controller like the C-PS adapters.
+fn start_bgp(
+    datastores: &Arc<Datastores>,
+    server: &Arc<crate::mgmt::Core>,
+    engine: &crate::engine::Engine,
+    cps: &Arc<crate::cps::Adapters>,
+) -> Result<Arc<crate::routing::bgp::Speaker>, String> {
+    use crate::engine::update::UpdateEvent;
+    use crate::routing::bgp::{session::SessionEvent, Hooks, Speaker, AUDIENCE};
+    let subscribe = engine.updates.clone();
+    let resync = engine.updates.clone();
+    let registry = cps.registry.clone();
+    let weak = Arc::downgrade(server);
+    let hooks = Hooks {
+        subscribe: Arc::new(move || subscribe.subscribe()),
+        resync: Arc::new(move || {
+            let _ = resync.send(UpdateEvent::Resync { peer: Some(AUDIENCE.to_owned()) });
+        }),
+        site_id: Arc::new(move || registry.identity().site_id),
+        events: Arc::new(move |e: &SessionEvent| {
+            let reason =
+                e.reason.as_deref().map(|r| format!("<reason>{}</reason>", crate::text::xml(r))).unwrap_or_default();
+            let body = format!(
+                "<bgp-ls-session xmlns=\"urn:cats-sma:yang:cats-sma-routing\"><neighbor>{}</neighbor>\
+                 <state>{}</state>{reason}</bgp-ls-session>",
+                e.neighbor,
+                if e.up { "established" } else { "down" }
+            );
+            if let Some(s) = weak.upgrade() {
+                s.events.publish("cats-sma-routing", "bgp-ls-session", body);
+            }
+        }),
+    };
+    let speaker = Speaker::new(hooks);
+    let consumer = datastores
+        .with_tree(crate::datastore::Datastore::Running, |t| {
+            crate::routing::bgp::config::BgpConfig::load(speaker.clone(), t)
+        })
+        .map_err(|e| e.to_string())?;
+    datastores.register_consumer(Arc::new(consumer));
+    datastores.register_state_provider(Arc::new(crate::routing::bgp::state::BgpState { speaker: speaker.clone() }));
+    Ok(speaker)
 }
 
 fn list(addrs: &[SocketAddr]) -> String {

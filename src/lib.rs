@@ -22,6 +22,7 @@ pub mod netconf;
 pub mod notif;
 pub mod push;
 pub mod restconf;
+pub mod routing;
 #[doc(hidden)]
 pub mod testing;
 pub mod text;

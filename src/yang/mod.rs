@@ -63,6 +63,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("cats-sma-policy", &[]),
     ("cats-sma-cps", &[]),
     ("cats-sma-overload", &[]),
+    ("cats-sma-routing", &[]),
     ("cats-ip-metrics", &[]),
     ("cats-sma-netconf-server", &[]),
     ("cats-sma-notif-receivers", &[]),
