@@ -22,6 +22,26 @@ use netgauze_bgp_pkt::path_attribute::{MpReach, MpUnreach, PathAttributeValue};
 use netgauze_bgp_pkt::BgpMessage;
 use tokio_util::codec::Decoder;
 
+/// Where gobgpd writes its MRT dump for a test whose directory is `dir`. gobgpd passes the
+/// name through Go's time formatting (it forces a rotation interval), which rewrites the
+/// digits 1-6 of a temporary directory's name: this path has none. Removed on drop.
+fn mrt_file(dir: &Path) -> std::path::PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    let letters: String =
+        format!("{:x}", h.finish()).chars().map(|c| (b'g' + c.to_digit(16).unwrap() as u8) as char).collect();
+    std::path::PathBuf::from(format!("/tmp/cats-sma-bgp-{letters}/updates.mrt"))
+}
+
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -76,7 +96,7 @@ fn gobgpd(dir: &Path, bgp_port: u16, passive: bool, agent_port: u16) -> Gobgpd {
     dump-type = "updates"
     file-name = "{mrt}"
 "#,
-            mrt = dir.join("updates.mrt").display()
+            mrt = mrt_file(dir).display()
         ),
     )
     .unwrap();
@@ -116,7 +136,7 @@ fn rib_prefixes(g: &Gobgpd) -> Vec<String> {
 /// which gobgpd writes with the message as received), decoded with NetGauze: the last
 /// attribute announced per prefix.
 fn received(dir: &Path) -> BTreeMap<String, DecodedMetrics> {
-    let bytes = std::fs::read(dir.join("updates.mrt")).unwrap_or_default();
+    let bytes = std::fs::read(mrt_file(dir)).unwrap_or_default();
     let mut last = BTreeMap::new();
     let mut at = 0;
     while at + 12 <= bytes.len() {
@@ -256,6 +276,7 @@ async fn post(sci: SocketAddr, body: String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_bgp_ls_to_gobgpd_update_withdraw_damping_and_peer_restart() {
     let dir = tempfile::tempdir().unwrap();
+    let _mrt = RemoveOnDrop(mrt_file(dir.path()).parent().unwrap().to_owned());
     let bgp_port = free_port();
     let mut g = gobgpd(dir.path(), bgp_port, true, 0);
     let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0"]);
@@ -342,4 +363,251 @@ async fn seed004_bgp_ls_to_gobgpd_update_withdraw_damping_and_peer_restart() {
         gas_of(r, "198.51.100.0/24") == Some(250) && gas_of(r, "203.0.113.10/32") == Some(70)
     })
     .await;
+}
+
+fn leaf(xml: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&format!("</{tag}>"))? + start;
+    Some(xml[start..end].to_owned())
+}
+
+/// RFC 4271 section 8 (passive), RFC 9552 section 5.3.3.6: gobgpd connects to the agent's
+/// listener; the metrics ride in the Opaque Prefix Attribute TLV; the session's coming up
+/// and going down are notified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc4271_passive_session_and_opaque_prefix_attribute() {
+    let dir = tempfile::tempdir().unwrap();
+    let _mrt = RemoveOnDrop(mrt_file(dir.path()).parent().unwrap().to_owned());
+    let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0"]);
+    let sci_addr = agent.sci_addr.expect("SCI listener");
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let mut events = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    events.hello(true).await;
+    let sub = events
+        .rpc11(&rpc(1, r#"<create-subscription xmlns="urn:ietf:params:xml:ns:netconf:notification:1.0"/>"#))
+        .await;
+    assert!(sub.contains("<ok/>"), "{sub}");
+    ok(
+        &mut s,
+        &edit(&format!(
+            r#"<agent><site-id>site-b</site-id></agent><scis>{}</scis>
+            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+            {}"#,
+            sci("10.0.0.1:80", "AR1"),
+            speaker(
+                "<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><passive>true</passive></neighbor>",
+                "<listen-address>127.0.0.1</listen-address><listen-port>0</listen-port>\
+                 <encoding>opaque-prefix-attribute</encoding>"
+            )
+        )),
+    )
+    .await;
+    let st = wait_state(&mut s, "listener bound", |r| r.contains("<listening-port>")).await;
+    let port: u16 = leaf(&st, "listening-port").unwrap().parse().unwrap();
+    assert_eq!(leaf(&st, "state").as_deref(), Some("active"), "{st}");
+    let g = gobgpd(dir.path(), free_port(), false, port);
+    post(sci_addr, report("10.0.0.1:80", "AR1", 1, 640)).await;
+    wait_rib(&g, "AR1 in gobgpd, from the opaque attribute", |r| gas_of(r, "198.51.100.0/24") == Some(640)).await;
+    let n = String::from_utf8_lossy(&events.read_until(b"</bgp-ls-session>").await).into_owned();
+    assert!(n.contains("<state>established</state>") && n.contains("<neighbor>127.0.0.1</neighbor>"), "{n}");
+
+    // gobgpd goes away: the session-down notification says why.
+    drop(g);
+    let n = String::from_utf8_lossy(&events.read_until(b"</bgp-ls-session>").await).into_owned();
+    assert!(n.contains("<state>down</state>") && n.contains("<reason>"), "{n}");
+}
+
+/// RFC 4271 sections 6.1 and 6.2, hostile neighbors: a connection from an address that is
+/// not a neighbor is closed; an OPEN with the wrong AS is answered with NOTIFICATION 2/2
+/// (Bad Peer AS), one without BGP-LS with 2/7 (Unsupported Capability), a broken marker with
+/// 1/1 and a bad length with 1/2; the agent keeps running and says why in the session
+/// state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc4271_6_hostile_neighbor_gets_the_right_notification() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), &[]);
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    ok(
+        &mut s,
+        &edit(&speaker(
+            "<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><passive>true</passive></neighbor>",
+            "<listen-address>127.0.0.1</listen-address><listen-port>0</listen-port>",
+        )),
+    )
+    .await;
+    let st = wait_state(&mut s, "listener bound", |r| r.contains("<listening-port>")).await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", leaf(&st, "listening-port").unwrap()).parse().unwrap();
+
+    // The agent's OPEN, then whatever it answers to `ours`.
+    async fn exchange(addr: SocketAddr, ours: &[u8]) -> Vec<u8> {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(ours).await.unwrap();
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got)).await;
+        got
+    }
+    fn open(asn: u32, ls: bool) -> Vec<u8> {
+        use netgauze_bgp_pkt::capabilities::*;
+        use netgauze_bgp_pkt::open::*;
+        let mut caps = vec![BgpCapability::FourOctetAs(FourOctetAsCapability::new(asn))];
+        if ls {
+            caps.push(BgpCapability::MultiProtocolExtensions(MultiProtocolExtensionsCapability::new(
+                netgauze_iana::address_family::AddressType::BgpLs,
+            )));
+        }
+        let m = BgpMessage::Open(BgpOpenMessage::new(
+            asn as u16,
+            90,
+            "10.255.0.9".parse().unwrap(),
+            vec![BgpOpenMessageParameter::new_capabilities(caps)],
+        ));
+        cats_sma::routing::bgp::encode::to_bytes(&m).unwrap()
+    }
+    /// The (code, subcode) of the NOTIFICATION in `bytes` (after the agent's OPEN).
+    fn notification(bytes: &[u8]) -> Option<(u8, u8)> {
+        let mut at = 0;
+        while at + 19 <= bytes.len() {
+            let len = u16::from_be_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+            if bytes[at + 18] == 3 {
+                return Some((bytes[at + 19], bytes[at + 20]));
+            }
+            at += len.max(19);
+        }
+        None
+    }
+    assert_eq!(notification(&exchange(addr, &open(65099, true)).await), Some((2, 2)), "Bad Peer AS");
+    assert_eq!(notification(&exchange(addr, &open(65001, false)).await), Some((2, 7)), "Unsupported Capability");
+    let mut bad_marker = open(65001, true);
+    bad_marker[3] = 0;
+    assert_eq!(notification(&exchange(addr, &bad_marker).await), Some((1, 1)), "Connection Not Synchronized");
+    let mut bad_len = open(65001, true);
+    bad_len[16..18].copy_from_slice(&5000u16.to_be_bytes());
+    assert_eq!(notification(&exchange(addr, &bad_len).await), Some((1, 2)), "Bad Message Length");
+    let mut garbage = vec![0xff; 16];
+    garbage.extend_from_slice(&[0, 19, 9]);
+    assert_eq!(notification(&exchange(addr, &garbage).await).map(|n| n.0), Some(1), "Bad Message Type");
+    let st = wait_state(&mut s, "last error recorded", |r| r.contains("<last-error>")).await;
+    assert!(leaf(&st, "last-error").unwrap().contains("NOTIFICATION sent: 1/"), "{st}");
+    // Still serving: a NETCONF read works and the session waits for the next attempt.
+    wait_state(&mut s, "back to active", |r| leaf(r, "state").as_deref() == Some("active")).await;
+}
+
+/// A minimal BGP peer written here with NetGauze's codec (gobgpd never sends ROUTE-REFRESH).
+struct Peer {
+    c: tokio::net::TcpStream,
+    codec: BgpCodec,
+    buf: bytes::BytesMut,
+}
+
+impl Peer {
+    async fn send(&mut self, m: &BgpMessage) {
+        use tokio::io::AsyncWriteExt;
+        self.c.write_all(&cats_sma::routing::bgp::encode::to_bytes(m).unwrap()).await.unwrap();
+    }
+
+    async fn next(&mut self) -> BgpMessage {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some((m, _)) = self.codec.decode(&mut self.buf).unwrap() {
+                return m;
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), self.c.read_buf(&mut self.buf))
+                .await
+                .expect("a message within 10 s")
+                .unwrap();
+            assert!(n > 0, "the agent closed the session");
+        }
+    }
+
+    /// The next UPDATE that announces something, skipping KEEPALIVEs.
+    async fn next_announcement(&mut self) -> DecodedMetrics {
+        loop {
+            if let BgpMessage::Update(u) = self.next().await {
+                for a in u.path_attributes() {
+                    if let PathAttributeValue::BgpLs(ls) = a.value() {
+                        return decode_attribute(&CodePoints::default(), ls).unwrap();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// RFC 2918 with RFC 4271 section 9.2: a ROUTE-REFRESH for BGP-LS is answered with the
+/// Adj-RIB-Out again; one for another address family changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc2918_route_refresh_is_answered_with_the_routes_again() {
+    use netgauze_bgp_pkt::route_refresh::BgpRouteRefreshMessage;
+    use netgauze_iana::address_family::AddressType;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0"]);
+    let sci_addr = agent.sci_addr.expect("SCI listener");
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    ok(
+        &mut s,
+        &edit(&format!(
+            r#"<scis>{}</scis>
+            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+            {}"#,
+            sci("10.0.0.1:80", "AR1"),
+            speaker(
+                "<neighbor><address>127.0.0.1</address><remote-as>65000</remote-as><passive>true</passive></neighbor>",
+                "<listen-address>127.0.0.1</listen-address><listen-port>0</listen-port>"
+            )
+        )),
+    )
+    .await;
+    post(sci_addr, report("10.0.0.1:80", "AR1", 1, 77)).await;
+    let st = wait_state(&mut s, "listener bound", |r| r.contains("<listening-port>")).await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", leaf(&st, "listening-port").unwrap()).parse().unwrap();
+    let mut p = Peer {
+        c: tokio::net::TcpStream::connect(addr).await.unwrap(),
+        codec: BgpCodec::new(true),
+        buf: Default::default(),
+    };
+    {
+        use netgauze_bgp_pkt::capabilities::*;
+        use netgauze_bgp_pkt::open::*;
+        // iBGP (AS 65000 on both sides), hold time 3: KEEPALIVEs every second.
+        p.send(&BgpMessage::Open(BgpOpenMessage::new(
+            65000,
+            3,
+            "10.255.0.7".parse().unwrap(),
+            vec![BgpOpenMessageParameter::new_capabilities(vec![
+                BgpCapability::FourOctetAs(FourOctetAsCapability::new(65000)),
+                BgpCapability::MultiProtocolExtensions(MultiProtocolExtensionsCapability::new(AddressType::BgpLs)),
+                BgpCapability::RouteRefresh,
+            ])],
+        )))
+        .await;
+    }
+    assert!(matches!(p.next().await, BgpMessage::Open(_)));
+    p.send(&BgpMessage::KeepAlive).await;
+    assert!(matches!(p.next().await, BgpMessage::KeepAlive));
+    let first = p.next_announcement().await;
+    assert_eq!((first.gas, first.cs_id.as_deref()), (Some(77), Some("AR1")));
+    let st = wait_state(&mut s, "hold 3 negotiated", |r| r.contains("<state>established</state>")).await;
+    assert_eq!(leaf(&st, "negotiated-hold-time").as_deref(), Some("3"), "{st}");
+
+    p.send(&BgpMessage::RouteRefresh(BgpRouteRefreshMessage::new(
+        AddressType::BgpLs,
+        netgauze_bgp_pkt::iana::RouteRefreshSubcode::NormalRequest,
+    )))
+    .await;
+    let again = p.next_announcement().await;
+    assert_eq!(again, first, "the same route, sent again");
+    wait_state(&mut s, "route refresh counted", |r| leaf(r, "route-refreshes-received").as_deref() == Some("1")).await;
+    // The session stays up across several hold periods on the agent's KEEPALIVEs and ours.
+    for _ in 0..4 {
+        p.send(&BgpMessage::KeepAlive).await;
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
+    let st = s.rpc11(&rpc(42, STATE)).await;
+    assert_eq!(leaf(&st, "established-transitions").as_deref(), Some("1"), "{st}");
+    assert_eq!(leaf(&st, "state").as_deref(), Some("established"), "{st}");
 }
