@@ -406,3 +406,38 @@ write("sse_event", "reports", b"\x03" + b"\xef\xbb\xbf: hello\r\nid: 1\r\nevent:
       + b"retry: 2000\nid: 2\ndata: a\ndata: b\n\n")
 write("sse_event", "cr-only", b"\x00" + b"data: x\r\rdata: y\r\r\rid\r\r")
 write("sse_event", "oversized", b"\x07" + b"data: " + b"x" * 300 + b"\n\n" + (b"data: " + b"y" * 200 + b"\n") * 6 + b"\ndata: ok\n\n")
+
+
+# bgp_message: selector (bit 0: 2-octet AS, the rest: chunk size), then what a BGP
+# neighbor sends (RFC 4271 section 4, RFC 9552 BGP-LS, docs/routing-protocols.md).
+def bgp(kind, body):
+    return b"\xff" * 16 + struct.pack(">HB", 19 + len(body), kind) + body
+
+
+def tlv(t, v):
+    return struct.pack(">HH", t, len(v)) + v
+
+
+BGP_OPEN = bgp(1, struct.pack(">BHH4s", 4, 65001, 90, bytes([10, 255, 0, 1]))
+               + bytes([16, 2, 14]) + bytes([1, 4, 0x40, 0x04, 0, 71]) + bytes([2, 0])
+               + bytes([65, 4]) + struct.pack(">I", 65001))
+BGP_KEEPALIVE = bgp(4, b"")
+LS_NLRI = tlv(3, bytes([5]) + struct.pack(">Q", 0)
+              + tlv(256, tlv(512, struct.pack(">I", 65000)) + tlv(515, bytes([10, 255, 0, 2])))
+              + tlv(265, bytes([24, 198, 51, 100])))
+MP_REACH = struct.pack(">HBB", 16388, 71, 4) + bytes([127, 0, 0, 1, 0]) + LS_NLRI
+LS_ATTR = (tlv(65000, struct.pack(">I", 500)) + tlv(65001, struct.pack(">I", 12)) + tlv(65002, b"AR1")
+           + tlv(65003, b"\x00") + tlv(65009, struct.pack(">Q", 42)))
+ATTRS = (bytes([0x40, 1, 1, 0]) + bytes([0x40, 2, 0]) + bytes([0x40, 5, 4]) + struct.pack(">I", 100)
+         + bytes([0x90, 14]) + struct.pack(">H", len(MP_REACH)) + MP_REACH
+         + bytes([0x90, 29]) + struct.pack(">H", len(LS_ATTR)) + LS_ATTR)
+BGP_UPDATE = bgp(2, struct.pack(">H", 0) + struct.pack(">H", len(ATTRS)) + ATTRS)
+MP_UNREACH = struct.pack(">HB", 16388, 71) + LS_NLRI
+BGP_WITHDRAW = bgp(2, struct.pack(">HH", 0, 4 + len(MP_UNREACH)) + bytes([0x90, 15]) + struct.pack(">H", len(MP_UNREACH)) + MP_UNREACH)
+OPAQUE = bgp(2, struct.pack(">H", 0) + struct.pack(">H", len(ATTRS) - len(LS_ATTR) + 4 + 4 + len(LS_ATTR))
+             + ATTRS[:-len(LS_ATTR) - 4] + bytes([0x90, 29]) + struct.pack(">H", 4 + len(LS_ATTR)) + tlv(1157, LS_ATTR))
+write("bgp_message", "session", b"\x00" + BGP_OPEN + BGP_KEEPALIVE + BGP_UPDATE + BGP_WITHDRAW + BGP_KEEPALIVE)
+write("bgp_message", "chunked", b"\x0e" + BGP_OPEN + BGP_UPDATE)
+write("bgp_message", "opaque", b"\x40" + OPAQUE)
+write("bgp_message", "refresh-notification", b"\x00" + bgp(5, struct.pack(">HBB", 16388, 0, 71)) + bgp(3, bytes([6, 2])))
+write("bgp_message", "tlvs", b"\x02" + LS_ATTR)

@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL="framing xml_message subtree_filter xpath_filter restconf_decoders restconf_request yang_patch
-sci_report sci_grpc cps_grpc sse_event sci_auth cps_wire push_params policy rpc client_cert notif_decoders"
+sci_report sci_grpc cps_grpc sse_event sci_auth cps_wire push_params policy rpc client_cert notif_decoders
+bgp_message"
 
 # -max_len per target: a little above the largest realistic input of that decoder.
 max_len() {
@@ -21,6 +22,7 @@ max_len() {
         framing | xml_message | rpc | cps_wire) echo 8192 ;;
         xpath_filter | restconf_decoders | policy) echo 1024 ;;
         sci_auth) echo 2048 ;;
+        bgp_message) echo 16384 ;;
         *) echo 4096 ;;
     esac
 }
@@ -33,6 +35,7 @@ dict() {
         policy) echo policy ;;
         sci_auth) echo auth ;;
         sse_event) echo sse ;;
+        bgp_message) echo bgp ;;
         sci_report | cps_wire | yang_patch | restconf_request | notif_decoders) echo json ;;
         *) echo xml ;;
     esac

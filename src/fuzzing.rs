@@ -709,3 +709,46 @@ pub fn notif_decoders(data: &[u8]) {
         }
     }
 }
+
+/// What a BGP neighbor sends the BGP-LS speaker (`routing::bgp::session`), fed as the
+/// session reads it: chunk by chunk into its buffer, each whole message taken by the
+/// session's `next_message` (RFC 4271 header checks, then NetGauze's decoder). An error
+/// ends the stream with a NOTIFICATION, which must encode; the buffer never holds more than
+/// one message and one chunk; a BGP-LS attribute in an UPDATE goes through the CATS TLV
+/// decoder, and the bytes after the selector through the TLV decoder directly.
+pub fn bgp_message(data: &[u8]) {
+    use crate::routing::bgp::encode::{decode_attribute, decode_tlvs, describe_notification, CodePoints};
+    use netgauze_bgp_pkt::path_attribute::PathAttributeValue;
+    use netgauze_bgp_pkt::BgpMessage;
+    let Some((&sel, rest)) = data.split_first() else { return };
+    if rest.len() > MAX_INPUT {
+        return;
+    }
+    let cp = CodePoints::default();
+    let mut out = Default::default();
+    let _ = decode_tlvs(&cp, rest, &mut out);
+    let chunk = usize::from(sel >> 1) + 1;
+    let mut codec = netgauze_bgp_pkt::codec::BgpCodec::new(sel & 1 == 0);
+    let mut buf = bytes::BytesMut::new();
+    for piece in rest.chunks(chunk) {
+        buf.extend_from_slice(piece);
+        assert!(buf.len() <= 4096 + chunk, "the session buffer holds one message and one read");
+        loop {
+            match crate::routing::bgp::session::next_message(&mut codec, &mut buf) {
+                Ok(Some(BgpMessage::Update(u))) => {
+                    for a in u.path_attributes() {
+                        if let PathAttributeValue::BgpLs(ls) = a.value() {
+                            let _ = decode_attribute(&cp, ls);
+                        }
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(n) => {
+                    let _ = describe_notification(&n);
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -91,6 +91,7 @@ corpus_tests!(
     sci_grpc,
     cps_grpc,
     sse_event,
+    bgp_message,
     sci_auth,
     cps_wire,
     push_params,

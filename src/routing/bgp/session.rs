@@ -251,8 +251,12 @@ impl Conn<'_> {
 }
 
 /// The next message in `buf` (RFC 4271 section 6.1 header checks first, then NetGauze),
+/// as the session reads it (also the `bgp_message` fuzz target's entry point),
 /// or None when more bytes are needed.
-fn next_message(codec: &mut BgpCodec, buf: &mut BytesMut) -> Result<Option<BgpMessage>, BgpNotificationMessage> {
+pub(crate) fn next_message(
+    codec: &mut BgpCodec,
+    buf: &mut BytesMut,
+) -> Result<Option<BgpMessage>, BgpNotificationMessage> {
     if buf.len() < 19 {
         return Ok(None);
     }
