@@ -745,7 +745,9 @@ pub fn bgp_message(data: &[u8]) {
                 Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(n) => {
-                    let _ = describe_notification(&n);
+                    if let Some(n) = n {
+                        let _ = describe_notification(&n);
+                    }
                     return;
                 }
             }

@@ -479,17 +479,25 @@ async fn rfc4271_6_hostile_neighbor_gets_the_right_notification() {
         }
         None
     }
-    assert_eq!(notification(&exchange(addr, &open(65099, true)).await), Some((2, 2)), "Bad Peer AS");
-    assert_eq!(notification(&exchange(addr, &open(65001, false)).await), Some((2, 7)), "Unsupported Capability");
+    // Each attempt once the session waits for its neighbor again (after the backoff): a
+    // connection while it is not waiting is closed unanswered (RFC 4271 section 6.8).
     let mut bad_marker = open(65001, true);
     bad_marker[3] = 0;
-    assert_eq!(notification(&exchange(addr, &bad_marker).await), Some((1, 1)), "Connection Not Synchronized");
     let mut bad_len = open(65001, true);
     bad_len[16..18].copy_from_slice(&5000u16.to_be_bytes());
-    assert_eq!(notification(&exchange(addr, &bad_len).await), Some((1, 2)), "Bad Message Length");
     let mut garbage = vec![0xff; 16];
     garbage.extend_from_slice(&[0, 19, 9]);
-    assert_eq!(notification(&exchange(addr, &garbage).await).map(|n| n.0), Some(1), "Bad Message Type");
+    let cases: [(&str, Vec<u8>, (u8, u8)); 5] = [
+        ("Bad Peer AS", open(65099, true), (2, 2)),
+        ("Unsupported Capability", open(65001, false), (2, 7)),
+        ("Connection Not Synchronized", bad_marker, (1, 1)),
+        ("Bad Message Length", bad_len, (1, 2)),
+        ("Bad Message Type", garbage, (1, 3)),
+    ];
+    for (what, bytes, want) in cases {
+        wait_state(&mut s, "waiting for the neighbor", |r| leaf(r, "state").as_deref() == Some("active")).await;
+        assert_eq!(notification(&exchange(addr, &bytes).await), Some(want), "{what}");
+    }
     let st = wait_state(&mut s, "last error recorded", |r| r.contains("<last-error>")).await;
     assert!(leaf(&st, "last-error").unwrap().contains("NOTIFICATION sent: 1/"), "{st}");
     // Still serving: a NETCONF read works and the session waits for the next attempt.

@@ -53,6 +53,7 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
     let Some(root) = t.find_xpath(BGP_LS).ok().and_then(|mut s| s.next()) else { return Ok(None) };
     let top = children(&root);
     let local_as: u32 = num(&top, "local-as", 0)?;
+    check_as("local-as", local_as)?;
     let router_id: Ipv4Addr = top
         .get("router-id")
         .ok_or("routing/bgp-ls/router-id is missing")?
@@ -119,15 +120,26 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
                 let m = children(&c);
                 let cs = m.get("cs-id").cloned().unwrap_or_default();
                 let p = m.get("prefix").cloned().unwrap_or_default();
-                let net = p.parse().map_err(|_| format!("routing/bgp-ls/service[{cs}]/prefix: '{p}'"))?;
+                let net: ipnet::IpNet = p.parse().map_err(|_| format!("routing/bgp-ls/service[{cs}]/prefix: '{p}'"))?;
+                if let Some((other, _)) =
+                    prefixes.iter().find(|(_, q): &(&String, &ipnet::IpNet)| q.trunc() == net.trunc())
+                {
+                    return Err(format!(
+                        "routing/bgp-ls/service: '{other}' and '{cs}' both have prefix {}: one NLRI cannot carry two \
+                         services",
+                        net.trunc()
+                    ));
+                }
                 prefixes.insert(cs, net);
             }
             "neighbor" => {
                 let m = children(&c);
                 let a = m.get("address").cloned().unwrap_or_default();
+                let remote_as = num(&m, "remote-as", 0)?;
+                check_as(&format!("neighbor '{a}'/remote-as"), remote_as)?;
                 neighbors.push(NeighborConfig {
                     address: a.parse().map_err(|_| format!("routing/bgp-ls/neighbor '{a}': not an address"))?,
-                    remote_as: num(&m, "remote-as", 0)?,
+                    remote_as,
                     port: num(&m, "port", 179)?,
                     passive: m.get("passive").is_some_and(|v| v == "true"),
                 });
@@ -154,6 +166,15 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
             withdrawal_penalty: num(d, "withdrawal-penalty", 1000u32)?.into(),
             change_penalty: num(d, "attribute-change-penalty", 0u32)?.into(),
         };
+        if !x.can_suppress() {
+            return Err(format!(
+                "routing/bgp-ls/damping: with half-life {} s and max-suppress-time {} s no penalty can exceed \
+                 suppress-limit {} (the penalty is capped at reuse-limit x 2^(max-suppress-time / half-life))",
+                x.half_life.as_secs(),
+                x.max_suppress.as_secs(),
+                x.suppress
+            ));
+        }
         if x.reuse >= x.suppress {
             return Err(format!(
                 "routing/bgp-ls/damping: reuse-limit ({}) must be below suppress-limit ({})",
@@ -173,6 +194,15 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
         prefixes,
     };
     Ok(Some(SpeakerConfig { session, rib, neighbors }))
+}
+
+/// AS 0 is reserved (RFC 7607) and AS_TRANS is never a speaker's own AS (RFC 6793).
+fn check_as(what: &str, asn: u32) -> Result<(), String> {
+    match asn {
+        0 => Err(format!("routing/bgp-ls/{what}: AS 0 is reserved (RFC 7607)")),
+        23456 => Err(format!("routing/bgp-ls/{what}: 23456 is AS_TRANS (RFC 6793), not an AS a speaker has")),
+        _ => Ok(()),
+    }
 }
 
 type Prepared = (Option<SpeakerConfig>, Option<std::net::TcpListener>);

@@ -25,7 +25,7 @@ use tokio::time::{sleep_until, Instant};
 
 use self::config::{SessionConfig, SpeakerConfig};
 use self::rib::{Published, Rib};
-use self::session::{EventFn, Neighbor, NeighborConfig, SessionParams};
+use self::session::{EventFn, FsmState, Neighbor, NeighborConfig, SessionParams, Stop};
 use crate::engine::update::Advertisement;
 
 /// The audience of the full snapshot the speaker asks the update controller for (at start
@@ -49,14 +49,14 @@ pub struct Hooks {
 struct NeighborTask {
     neighbor: Arc<Neighbor>,
     incoming: mpsc::Sender<TcpStream>,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Option<Stop>>,
     task: JoinHandle<()>,
 }
 
 impl NeighborTask {
-    fn stop(self) {
+    fn stop(self, why: Stop) {
         // The session sends Cease on its own; abort only if it is stuck.
-        let _ = self.stop.send(true);
+        let _ = self.stop.send(Some(why));
         let task = self.task;
         tokio::spawn(async move {
             let abort = task.abort_handle();
@@ -129,9 +129,21 @@ impl Speaker {
                 return Ok(None);
             }
         }
-        let l = std::net::TcpListener::bind(addr).map_err(|e| format!("routing/bgp-ls: listen on {addr}: {e}"))?;
-        l.set_nonblocking(true).map_err(|e| format!("routing/bgp-ls: listener: {e}"))?;
-        Ok(Some(l))
+        match bind(addr) {
+            Ok(l) => Ok(Some(l)),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && lock(&self.running).as_ref().and_then(|r| r.listening).map(|a| a.port())
+                        == Some(addr.port()) =>
+            {
+                Err(format!(
+                    "routing/bgp-ls: listen on {addr}: the running listener holds port {}; change the port, or \
+                     remove listen-address in one commit and set the new one in the next",
+                    addr.port()
+                ))
+            }
+            Err(e) => Err(format!("routing/bgp-ls: listen on {addr}: {e}")),
+        }
     }
 
     /// Applies a configuration (None: stop). `listener` comes from [`Speaker::bind`].
@@ -139,13 +151,13 @@ impl Speaker {
         let mut guard = lock(&self.running);
         let Some(c) = c else {
             if let Some(r) = guard.take() {
-                stop_running(r);
+                stop_running(r, Stop::Shutdown);
                 tracing::info!("BGP-LS speaker stopped");
             }
             return;
         };
         if let Some(r) = guard.as_mut() {
-            if r.config.session == c.session {
+            if r.config.session == c.session && listener.is_none() {
                 if r.config.rib != c.rib {
                     lock(&r.rib).reconfigure(c.rib.clone());
                     r.reconfigured.notify_one();
@@ -160,7 +172,7 @@ impl Speaker {
             if r.config.session.listen == c.session.listen {
                 kept = r.listener.clone();
             }
-            stop_running(r);
+            stop_running(r, Stop::Reconfigured);
         }
         let listener = match listener.map(TcpListener::from_std) {
             Some(Ok(l)) => Some(Arc::new(l)),
@@ -224,7 +236,7 @@ impl Speaker {
             map.iter().filter(|(a, t)| keep.get(a) != Some(&&t.neighbor.config)).map(|(a, _)| *a).collect();
         for a in gone {
             if let Some(t) = map.remove(&a) {
-                t.stop();
+                t.stop(Stop::Deconfigured);
             }
         }
         for (a, n) in keep {
@@ -233,7 +245,7 @@ impl Speaker {
             }
             let neighbor = Arc::new(Neighbor::new(n.clone()));
             let (incoming, incoming_rx) = mpsc::channel(1);
-            let (stop, stop_rx) = watch::channel(false);
+            let (stop, stop_rx) = watch::channel(None);
             let task = tokio::spawn(session::run(neighbor.clone(), params.clone(), incoming_rx, stop_rx));
             map.insert(a, NeighborTask { neighbor, incoming, stop, task });
         }
@@ -261,11 +273,17 @@ pub struct Snapshot {
     pub unmapped: usize,
 }
 
-fn stop_running(r: Running) {
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+fn stop_running(r: Running, why: Stop) {
     let _ = r.stop.send(true);
     let neighbors = std::mem::take(&mut *lock(&r.neighbors));
     for (_, t) in neighbors {
-        t.stop();
+        t.stop(why);
     }
     for t in r.tasks {
         t.abort();
@@ -327,10 +345,15 @@ async fn accept_task(l: Arc<TcpListener>, neighbors: Neighbors, mut stop: watch:
         };
         let map = lock(&neighbors);
         match map.get(&ip) {
-            Some(t) if t.neighbor.config.passive => {
+            // Only a session waiting for its neighbor takes a connection (RFC 4271 section
+            // 6.8: one arriving while a session is up or starting is closed).
+            Some(t) if t.neighbor.config.passive && t.neighbor.status().state == FsmState::Active => {
                 if t.incoming.try_send(s).is_err() {
-                    tracing::info!(from = %from, "BGP-LS: a second connection from a neighbor in session: closed");
+                    tracing::info!(from = %from, "BGP-LS: a second connection from a neighbor: closed");
                 }
+            }
+            Some(t) if t.neighbor.config.passive => {
+                tracing::info!(from = %from, "BGP-LS: a connection from a neighbor already in session: closed")
             }
             Some(_) => {
                 tracing::info!(from = %from, "BGP-LS: connection from an active neighbor (the C-SMA connects to it): closed")

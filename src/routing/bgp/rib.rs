@@ -48,11 +48,21 @@ impl Damping {
 
     /// When `penalty` (now) will have decayed to `reuse`.
     fn reuse_after(&self, penalty: f64) -> Duration {
-        if penalty <= self.reuse {
+        self.time_to(penalty, self.reuse)
+    }
+
+    /// When `penalty` (now) will have decayed below `level`.
+    fn time_to(&self, penalty: f64, level: f64) -> Duration {
+        if penalty <= level {
             return Duration::ZERO;
         }
-        let secs = self.half_life.as_secs_f64() * (penalty / self.reuse).log2();
+        let secs = self.half_life.as_secs_f64() * (penalty / level).log2();
         Duration::from_secs_f64(secs.min(86_400.0 * 2.0)) + Duration::from_millis(1)
+    }
+
+    /// Whether a penalty can ever pass `suppress` (else damping would do nothing).
+    pub fn can_suppress(&self) -> bool {
+        self.ceiling() > self.suppress
     }
 }
 
@@ -72,9 +82,11 @@ impl RibParams {
     /// A service's prefix: configured, or its CS-ID when that is an address or prefix.
     pub fn prefix_of(&self, cs_id: &str) -> Option<IpNet> {
         if let Some(p) = self.prefixes.get(cs_id) {
-            return Some(*p);
+            return Some(p.trunc());
         }
-        cs_id.parse::<IpNet>().ok().or_else(|| cs_id.parse::<std::net::IpAddr>().ok().map(IpNet::from))
+        let p = cs_id.parse::<IpNet>().ok().or_else(|| cs_id.parse::<std::net::IpAddr>().ok().map(IpNet::from))?;
+        // A CS-ID naming a configured service's prefix belongs to that service.
+        (!self.prefixes.values().any(|q| q.trunc() == p.trunc())).then(|| p.trunc())
     }
 }
 
@@ -113,6 +125,23 @@ struct Entry {
     deadline: Option<Instant>,
     /// Rebuild the route now (new parameters).
     force: bool,
+    /// Whether the controller wanted it advertised at the last look (flaps are counted on
+    /// this, advertised or not).
+    was_up: bool,
+    /// Another service advertises the same prefix.
+    conflict: bool,
+    /// The prefix a conflict was last logged for (once per conflict).
+    conflict_logged: Option<IpNet>,
+}
+
+fn penalize(e: &mut Entry, damping: &Option<Damping>, p: f64, cs: &str) {
+    if let Some(d) = damping {
+        e.penalty = (e.penalty + p).min(d.ceiling());
+        if !e.suppressed && e.penalty > d.suppress {
+            e.suppressed = true;
+            tracing::warn!(cs_id = %cs, penalty = e.penalty, "BGP-LS: service flaps, damping suppresses it");
+        }
+    }
 }
 
 /// Where an NLRI stands (YANG `advertisements/nlri/status`).
@@ -122,6 +151,7 @@ pub enum Status {
     Pending,
     Suppressed,
     Withdrawn,
+    Conflict,
 }
 
 impl Status {
@@ -131,6 +161,7 @@ impl Status {
             Status::Pending => "pending",
             Status::Suppressed => "suppressed",
             Status::Withdrawn => "withdrawn",
+            Status::Conflict => "conflict",
         }
     }
 }
@@ -152,6 +183,8 @@ pub struct Rib {
     published: Published,
     dirty: BTreeSet<CsId>,
     timers: BTreeSet<(Instant, CsId)>,
+    /// Which service advertises each prefix (two services never share an NLRI).
+    owners: BTreeMap<IpNet, CsId>,
     /// Services the controller advertises that have no prefix.
     unmapped: BTreeSet<CsId>,
 }
@@ -164,6 +197,7 @@ impl Rib {
             published: BTreeMap::new(),
             dirty: BTreeSet::new(),
             timers: BTreeSet::new(),
+            owners: BTreeMap::new(),
             unmapped: BTreeSet::new(),
         }
     }
@@ -237,111 +271,142 @@ impl Rib {
             self.dirty.insert(first.1);
         }
         let mut changed = false;
-        for cs in std::mem::take(&mut self.dirty) {
-            changed |= self.update(&cs, now);
+        // A release may dirty services that were kept out by a conflict: they go in the
+        // same step. Each pass hands a prefix to at most one of them, so this ends.
+        while !self.dirty.is_empty() {
+            for cs in std::mem::take(&mut self.dirty) {
+                changed |= self.update(&cs, now);
+            }
         }
         (changed, self.timers.first().map(|(t, _)| *t))
     }
 
     fn update(&mut self, cs: &CsId, now: Instant) -> bool {
-        let params = &self.params;
+        let damping = self.params.damping;
+        let prefix = self.params.prefix_of(cs);
         let Some(e) = self.entries.get_mut(cs) else { return false };
         if let Some(old) = e.deadline.take() {
             self.timers.remove(&(old, cs.clone()));
         }
-        let damping = params.damping;
-        if let Some(d) = &damping {
-            if let Some(at) = e.penalty_at {
-                e.penalty = d.decay(e.penalty, now.saturating_duration_since(at));
-            }
-            e.penalty_at = Some(now);
-            if e.suppressed && e.penalty < d.reuse {
-                e.suppressed = false;
-                tracing::info!(cs_id = %cs, "BGP-LS: damping released the service");
-            }
-        }
-        let mut changed = false;
         let force = std::mem::take(&mut e.force);
-        let prefix = params.prefix_of(cs);
-        if prefix.is_none() || force {
-            // No prefix (any more), or one to rebuild: what was published goes.
-            if e.published.take().is_some() && prefix.is_none() {
-                self.published.remove(cs);
-                changed = true;
+        match &damping {
+            Some(d) => {
+                if let Some(at) = e.penalty_at {
+                    e.penalty = d.decay(e.penalty, now.saturating_duration_since(at));
+                }
+                e.penalty_at = Some(now);
+                if e.suppressed && e.penalty < d.reuse {
+                    e.suppressed = false;
+                    tracing::info!(cs_id = %cs, "BGP-LS: damping released the service");
+                }
+            }
+            None => {
+                // Damping off (or switched off): nothing is held back.
+                e.suppressed = false;
+                e.penalty = 0.0;
+                e.penalty_at = None;
             }
         }
-        let penalize = |e: &mut Entry, p: f64| {
-            if let Some(d) = &damping {
-                e.penalty = (e.penalty + p).min(d.ceiling());
-                if !e.suppressed && e.penalty > d.suppress {
-                    e.suppressed = true;
-                    tracing::warn!(cs_id = %cs, penalty = e.penalty, "BGP-LS: service flaps, damping suppresses it");
-                }
-            }
-        };
-        match (&e.desired, &e.published) {
-            (None, Some(_)) => {
-                e.published = None;
-                self.published.remove(cs);
-                changed = true;
-                e.flaps = e.flaps.saturating_add(1);
-                penalize(e, damping.map_or(0.0, |d| d.withdrawal_penalty));
-            }
-            (None, None) => {}
-            (Some(_), _) if e.suppressed => {
-                if e.published.take().is_some() {
-                    self.published.remove(cs);
-                    changed = true;
-                }
-            }
-            (Some(want), Some(have)) if want.metrics == have.metrics && want.site_id == have.site_id => {}
-            (Some(_), _) if prefix.is_none() => {}
-            (Some(want), have) => {
-                let due = if force { now } else { e.last_announced.map_or(now, |t| t + params.min_interval) };
-                if due > now {
-                    e.deadline = Some(due);
+        // RFC 2439 counts the flaps of the route itself, advertised or held back: each
+        // withdrawal adds to the penalty, whether or not it reached the wire.
+        let up = e.desired.is_some();
+        if e.was_up && !up {
+            e.flaps = e.flaps.saturating_add(1);
+            penalize(e, &damping, damping.map_or(0.0, |d| d.withdrawal_penalty), cs);
+        }
+        e.was_up = up;
+        let published = self.published.get(cs).cloned();
+        let mut publish = None;
+        let mut unpublish = false;
+        e.conflict = false;
+        match (e.desired.clone(), prefix) {
+            (Some(want), Some(prefix)) if !e.suppressed => {
+                let same = published.as_ref().is_some_and(|r| r.prefix == prefix)
+                    && e.published.as_ref().is_some_and(|h| h.metrics == want.metrics && h.site_id == want.site_id);
+                let owner = self.owners.get(&prefix).filter(|o| *o != cs);
+                if owner.is_some() {
+                    if e.conflict_logged.replace(prefix) != Some(prefix) {
+                        tracing::warn!(cs_id = %cs, %prefix, owner = %owner.map_or("", |o| o.as_str()),
+                            "BGP-LS: another service already advertises this prefix: not advertised");
+                    }
+                    e.conflict = true;
+                    unpublish = published.is_some();
+                } else if same && !force {
                 } else {
-                    let was_up = have.is_some();
-                    let want = want.clone();
-                    if let Some(prefix) = params.prefix_of(cs) {
-                        let route = Route {
-                            cs_id: cs.clone(),
-                            prefix,
-                            nlri: nlri(&params.nlri, prefix),
-                            attribute: attribute(
-                                params.encoding,
-                                metric_tlvs(&params.code_points, &want.site_id, &want.metrics, want.generation),
-                            ),
-                            generation: want.generation,
-                        };
-                        self.published.insert(cs.clone(), Arc::new(route));
-                        e.published = Some(want);
-                        e.last_announced = Some(now);
-                        changed = true;
-                        if was_up {
-                            penalize(e, damping.map_or(0.0, |d| d.change_penalty));
-                            if e.suppressed {
-                                e.published = None;
-                                self.published.remove(cs);
-                            }
+                    let due = if force { now } else { e.last_announced.map_or(now, |t| t + self.params.min_interval) };
+                    if due > now {
+                        e.deadline = Some(due);
+                    } else {
+                        if published.is_some() && e.published.is_some() {
+                            penalize(e, &damping, damping.map_or(0.0, |d| d.change_penalty), cs);
+                        }
+                        if e.suppressed {
+                            unpublish = published.is_some();
+                        } else {
+                            let p = &self.params;
+                            publish = Some(Route {
+                                cs_id: cs.clone(),
+                                prefix,
+                                nlri: nlri(&p.nlri, prefix),
+                                attribute: attribute(
+                                    p.encoding,
+                                    metric_tlvs(&p.code_points, &want.site_id, &want.metrics, want.generation),
+                                ),
+                                generation: want.generation,
+                            });
+                            e.published = Some(want);
+                            e.last_announced = Some(now);
                         }
                     }
                 }
             }
+            _ => unpublish = published.is_some(),
         }
-        if e.suppressed {
-            if let Some(d) = &damping {
+        if unpublish {
+            e.published = None;
+        }
+        // When to look again: the reuse time of a suppressed route; for a route that is
+        // gone, when its penalty no longer matters (it is forgotten then).
+        let gone = e.desired.is_none() && !e.suppressed;
+        let forget_below = damping.map_or(1.0, |d| d.reuse / 2.0);
+        if let Some(d) = &damping {
+            if e.suppressed {
                 e.deadline = Some(now + d.reuse_after(e.penalty));
+            } else if gone && e.penalty >= forget_below {
+                e.deadline = Some(now + d.time_to(e.penalty, forget_below));
             }
         }
         if let Some(t) = e.deadline {
             self.timers.insert((t, cs.clone()));
         }
-        // Forget a service that is gone and no longer carries a penalty worth keeping.
-        if e.desired.is_none() && e.published.is_none() && !e.suppressed && e.penalty < 1.0 {
+        let forget = gone && e.penalty < forget_below;
+        let mut changed = false;
+        if unpublish || publish.is_some() {
+            changed = true;
+            if let Some(old) = self.published.remove(cs) {
+                self.release(&old.prefix, cs);
+            }
+        }
+        if let Some(r) = publish {
+            self.owners.insert(r.prefix, cs.clone());
+            self.published.insert(cs.clone(), Arc::new(r));
+        }
+        if forget {
             self.entries.remove(cs);
         }
         changed
+    }
+
+    /// `cs` no longer advertises `prefix`: a service kept out by the conflict may take it.
+    fn release(&mut self, prefix: &IpNet, cs: &CsId) {
+        if self.owners.get(prefix) == Some(cs) {
+            self.owners.remove(prefix);
+            for (other, e) in &self.entries {
+                if e.conflict && other != cs {
+                    self.dirty.insert(other.clone());
+                }
+            }
+        }
     }
 
     /// The advertisements state at `now`.
@@ -355,6 +420,8 @@ impl Rib {
             };
             let status = if e.suppressed {
                 Status::Suppressed
+            } else if e.conflict {
+                Status::Conflict
             } else if e.desired.is_none() {
                 Status::Withdrawn
             } else if e.published.as_ref().map(|p| (&p.metrics, &p.site_id))
@@ -503,5 +570,64 @@ mod tests {
         assert!(!r.step(t + Duration::from_secs(19)).0);
         assert!(r.step(reuse).0);
         assert_eq!(gen(&r, "AR1"), Some(100));
+    }
+
+    #[test]
+    fn rfc2439_withdrawn_routes_are_forgotten_and_switching_damping_off_releases() {
+        let d = Damping {
+            half_life: Duration::from_secs(10),
+            reuse: 750.0,
+            suppress: 2000.0,
+            max_suppress: Duration::from_secs(60),
+            withdrawal_penalty: 1000.0,
+            change_penalty: 0.0,
+        };
+        let mut r = Rib::new(params(0, Some(d)));
+        let t = Instant::now();
+        r.fold(&ad(1, AdvertisementKind::Delta, vec![site("AR1", 5)], vec![]), "s");
+        r.step(t);
+        r.fold(&ad(2, AdvertisementKind::Delta, vec![], vec!["AR1"]), "s");
+        let (_, next) = r.step(t);
+        // 1000 decays below reuse/2 = 375 in log2(1000/375) half-lives: then it is forgotten.
+        let forget = next.expect("a forget timer");
+        assert!(forget > t + Duration::from_secs(14) && forget < t + Duration::from_secs(15), "{:?}", forget - t);
+        assert_eq!(r.states(t).len(), 1);
+        r.step(forget);
+        assert!(r.states(forget).is_empty(), "the withdrawn service is forgotten");
+
+        // Suppressed, then damping switched off: advertised at once.
+        for seq in 0..3 {
+            r.fold(&ad(10 + 2 * seq, AdvertisementKind::Delta, vec![site("AR1", 5)], vec![]), "s");
+            r.step(forget);
+            r.fold(&ad(11 + 2 * seq, AdvertisementKind::Delta, vec![], vec!["AR1"]), "s");
+            r.step(forget);
+        }
+        r.fold(&ad(20, AdvertisementKind::Delta, vec![site("AR1", 5)], vec![]), "s");
+        r.step(forget);
+        assert_eq!(r.states(forget)[0].status, Status::Suppressed);
+        r.reconfigure(params(0, None));
+        assert!(r.step(forget).0);
+        assert_eq!(gen(&r, "AR1"), Some(20));
+    }
+
+    #[test]
+    fn rfc9552_one_nlri_per_prefix_conflicting_service_waits_for_it() {
+        let mut r = Rib::new(params(0, None));
+        let t = Instant::now();
+        // "10.1.0.0/16" and "10.1.2.3/16" are one prefix.
+        r.fold(&ad(1, AdvertisementKind::Delta, vec![site("10.1.0.0/16", 5), site("10.1.2.3/16", 6)], vec![]), "s");
+        r.step(t);
+        assert_eq!(r.published().len(), 1);
+        let st = r.states(t);
+        assert_eq!(st.iter().filter(|s| s.status == Status::Conflict).count(), 1, "{st:?}");
+        let owner = r.published().keys().next().unwrap().clone();
+        r.fold(&ad(2, AdvertisementKind::Delta, vec![], vec![owner.as_str()]), "s");
+        r.step(t);
+        assert_eq!(r.published().len(), 1, "the other service takes the prefix over");
+        assert_ne!(r.published().keys().next().unwrap(), &owner);
+        // A CS-ID naming a configured service's prefix is not advertised on its own.
+        r.fold(&ad(3, AdvertisementKind::Delta, vec![site("203.0.113.1", 1)], vec![]), "s");
+        r.step(t);
+        assert_eq!(r.unmapped(), 1);
     }
 }

@@ -143,10 +143,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Why the speaker stops a session: the Cease subcode sent (RFC 4486).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The agent shuts down or the speaker is removed: 6/2 Administrative Shutdown.
+    Shutdown,
+    /// The neighbor was removed from the configuration: 6/3 Peer De-configured.
+    Deconfigured,
+    /// A setting every session depends on changed: 6/6 Other Configuration Change.
+    Reconfigured,
+}
+
+impl Stop {
+    fn cease(self) -> BgpNotificationMessage {
+        let value = Box::new([]);
+        BgpNotificationMessage::CeaseError(match self {
+            Stop::Shutdown => CeaseError::AdministrativeShutdown { value },
+            Stop::Deconfigured => CeaseError::PeerDeConfigured { value },
+            Stop::Reconfigured => CeaseError::OtherConfigurationChange { value },
+        })
+    }
+}
+
+pub type StopRx = watch::Receiver<Option<Stop>>;
+
+fn stop_reason(stop: &StopRx) -> Stop {
+    stop.borrow().unwrap_or(Stop::Shutdown)
+}
+
 /// Why a connection ended.
 enum End {
-    /// Stopped by the speaker (configuration change, shutdown): Cease sent.
-    Stopped,
+    /// Stopped by the speaker: Cease sent.
+    Stopped {
+        was_established: bool,
+        reason: String,
+    },
     Down {
         reason: String,
         established_for: Option<Duration>,
@@ -158,7 +189,7 @@ pub async fn run(
     n: Arc<Neighbor>,
     params: Arc<SessionParams>,
     mut incoming: mpsc::Receiver<TcpStream>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: StopRx,
 ) {
     let mut backoff = Backoff::new(params.retry_initial, params.retry_max);
     loop {
@@ -182,7 +213,10 @@ pub async fn run(
         };
         let reason = match stream {
             Ok(s) => match connection(&n, &params, s, &mut stop).await {
-                End::Stopped => {
+                End::Stopped { was_established, reason } => {
+                    if was_established {
+                        (params.events)(&SessionEvent { neighbor: n.config.address, up: false, reason: Some(reason) });
+                    }
                     n.update(|st| *st = Status { state: FsmState::Idle, ..std::mem::take(st) });
                     return;
                 }
@@ -241,6 +275,18 @@ impl Conn<'_> {
         Ok(())
     }
 
+    /// Sends `n` when there is one (a malformed NOTIFICATION is not answered) and gives
+    /// the reason the session ends with.
+    async fn fail(&mut self, n: Option<BgpNotificationMessage>) -> String {
+        match n {
+            Some(n) => self.notify(n).await,
+            None => {
+                let _ = self.wr.shutdown().await;
+                "a malformed NOTIFICATION was received: connection closed".into()
+            }
+        }
+    }
+
     /// Sends `n` and gives the reason the session ends with.
     async fn notify(&mut self, n: BgpNotificationMessage) -> String {
         let text = format!("NOTIFICATION sent: {}", describe_notification(&n));
@@ -251,33 +297,36 @@ impl Conn<'_> {
 }
 
 /// The next message in `buf` (RFC 4271 section 6.1 header checks first, then NetGauze),
-/// as the session reads it (also the `bgp_message` fuzz target's entry point),
-/// or None when more bytes are needed.
+/// as the session reads it (also the `bgp_message` fuzz target's entry point), or None
+/// when more bytes are needed. The error is the NOTIFICATION to answer with, or None for a
+/// malformed NOTIFICATION (closed without one: a NOTIFICATION is never answered).
 pub(crate) fn next_message(
     codec: &mut BgpCodec,
     buf: &mut BytesMut,
-) -> Result<Option<BgpMessage>, BgpNotificationMessage> {
+) -> Result<Option<BgpMessage>, Option<BgpNotificationMessage>> {
     if buf.len() < 19 {
         return Ok(None);
     }
     if buf[..16].iter().any(|b| *b != 0xff) {
-        return Err(BgpNotificationMessage::MessageHeaderError(MessageHeaderError::ConnectionNotSynchronized {
+        return Err(Some(BgpNotificationMessage::MessageHeaderError(MessageHeaderError::ConnectionNotSynchronized {
             value: Box::new([]),
-        }));
+        })));
     }
     let len = u16::from_be_bytes([buf[16], buf[17]]) as usize;
     if !(19..=MAX_MESSAGE).contains(&len) {
-        return Err(BgpNotificationMessage::MessageHeaderError(MessageHeaderError::BadMessageLength {
+        return Err(Some(BgpNotificationMessage::MessageHeaderError(MessageHeaderError::BadMessageLength {
             value: (len as u16).to_be_bytes().into(),
-        }));
+        })));
     }
+    let is_notification = buf[18] == 3;
     match codec.decode(buf) {
         Ok(Some((m, _))) => Ok(Some(m)),
         Ok(None) => Ok(None),
-        Err(BgpCodecDecoderError::BgpMessageParsingError(e)) => Err(BgpNotificationMessage::from(e)),
-        Err(e) => Err(BgpNotificationMessage::MessageHeaderError(MessageHeaderError::Unspecific {
+        Err(_) if is_notification => Err(None),
+        Err(BgpCodecDecoderError::BgpMessageParsingError(e)) => Err(Some(BgpNotificationMessage::from(e))),
+        Err(e) => Err(Some(BgpNotificationMessage::MessageHeaderError(MessageHeaderError::Unspecific {
             value: e.to_string().into_bytes().into(),
-        })),
+        }))),
     }
 }
 
@@ -343,11 +392,15 @@ fn check_open(
     Ok(o.hold_time().min(params.hold_time))
 }
 
-async fn connection(n: &Neighbor, params: &SessionParams, stream: TcpStream, stop: &mut watch::Receiver<bool>) -> End {
+async fn connection(n: &Neighbor, params: &SessionParams, stream: TcpStream, stop: &mut StopRx) -> End {
     let down = |reason: String| End::Down { reason, established_for: None };
     let _ = stream.set_nodelay(true);
     let local = match stream.local_addr() {
-        Ok(a) => a.ip(),
+        // A dual-stack listener's IPv4 connection: the next hop is the IPv4 address.
+        Ok(a) => match a.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        },
         Err(e) => return down(format!("socket: {e}")),
     };
     let (mut rd, wr) = stream.into_split();
@@ -367,13 +420,13 @@ async fn connection(n: &Neighbor, params: &SessionParams, stream: TcpStream, sto
         let msg = tokio::select! {
             r = read_one(&mut rd, &mut codec, &mut buf, deadline) => r,
             _ = stop.changed() => {
-                c.notify(cease_shutdown()).await;
-                return End::Stopped;
+                let reason = c.notify(stop_reason(stop).cease()).await;
+                return End::Stopped { was_established: false, reason };
             }
         };
         let msg = match msg {
             Ok(m) => m,
-            Err(ReadError::Malformed(note)) => return down(c.notify(note).await),
+            Err(ReadError::Malformed(note)) => return down(c.fail(note).await),
             Err(ReadError::HoldExpired) => return down(c.notify(hold_expired()).await),
             Err(ReadError::Closed(e)) => return down(e),
         };
@@ -413,13 +466,13 @@ async fn connection(n: &Neighbor, params: &SessionParams, stream: TcpStream, sto
     (params.events)(&SessionEvent { neighbor: n.config.address, up: true, reason: None });
     let end = established(&mut c, params, &mut rd, &mut codec, &mut buf, hold, local, stop).await;
     match end {
-        Ok(()) => End::Stopped,
+        Ok(reason) => End::Stopped { was_established: true, reason },
         Err(reason) => End::Down { reason, established_for: Some(up_at.elapsed()) },
     }
 }
 
 enum ReadError {
-    Malformed(BgpNotificationMessage),
+    Malformed(Option<BgpNotificationMessage>),
     HoldExpired,
     Closed(String),
 }
@@ -448,10 +501,6 @@ async fn read_one(
     }
 }
 
-fn cease_shutdown() -> BgpNotificationMessage {
-    BgpNotificationMessage::CeaseError(CeaseError::AdministrativeShutdown { value: Box::new([]) })
-}
-
 fn hold_expired() -> BgpNotificationMessage {
     BgpNotificationMessage::HoldTimerExpiredError(HoldTimerExpiredError::Unspecific {
         sub_code: 0,
@@ -460,7 +509,7 @@ fn hold_expired() -> BgpNotificationMessage {
 }
 
 /// The Established state: the Adj-RIB-Out kept in step with the published routes, the
-/// timers, and what the neighbor sends. Ok: stopped (Cease sent).
+/// timers, and what the neighbor sends. Ok: stopped (Cease sent), with the reason.
 #[allow(clippy::too_many_arguments)]
 async fn established(
     c: &mut Conn<'_>,
@@ -470,8 +519,8 @@ async fn established(
     buf: &mut BytesMut,
     hold: Duration,
     local: IpAddr,
-    stop: &mut watch::Receiver<bool>,
-) -> Result<(), String> {
+    stop: &mut StopRx,
+) -> Result<String, String> {
     let peer = PeerParams { local_as: params.local_as, ebgp: c.n.config.remote_as != params.local_as, next_hop: local };
     let mut published = params.published.clone();
     let mut sent: BTreeMap<CsId, Arc<Route>> = BTreeMap::new();
@@ -510,18 +559,21 @@ async fn established(
                 continue;
             }
             Ok(None) => {}
-            Err(note) => return Err(c.notify(note).await),
+            Err(note) => return Err(c.fail(note).await),
         }
         tokio::select! {
+            // What the neighbor sent first: after a long write its KEEPALIVEs may be
+            // waiting while the hold timer is due too.
+            biased;
             r = rd.read_buf(buf) => match r {
                 Ok(0) => return Err("the neighbor closed the connection".into()),
                 Ok(_) => {}
                 Err(e) => return Err(format!("read: {e}")),
             },
+            _ = stop.changed() => return Ok(c.notify(stop_reason(stop).cease()).await),
             r = published.changed() => {
                 if r.is_err() {
-                    c.notify(cease_shutdown()).await;
-                    return Ok(());
+                    return Ok(c.notify(Stop::Shutdown.cease()).await);
                 }
                 resend = true;
             }
@@ -529,10 +581,6 @@ async fn established(
             _ = sleep_until(keepalive_at) => {
                 c.send(&BgpMessage::KeepAlive).await?;
                 keepalive_at = Instant::now() + keepalive;
-            }
-            _ = stop.changed() => {
-                c.notify(cease_shutdown()).await;
-                return Ok(());
             }
         }
     }
