@@ -367,8 +367,12 @@ fn start_bgp(
     let subscribe = engine.updates.clone();
     let resync = engine.updates.clone();
     let registry = cps.registry.clone();
+    let peers = cps.registry.clone();
+    let changes = cps.registry.clone();
     let weak = Arc::downgrade(server);
     let hooks = Hooks {
+        cps_unreachable: Arc::new(move || peers.peers().iter().all(|p| crate::cps::session::lock(&p.status).down)),
+        cps_changed: Arc::new(move || changes.changed.subscribe()),
         subscribe: Arc::new(move || subscribe.subscribe()),
         resync: Arc::new(move || {
             let _ = resync.send(UpdateEvent::Resync { peer: Some(AUDIENCE.to_owned()) });

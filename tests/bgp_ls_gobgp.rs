@@ -6,6 +6,7 @@
 //! session and a full re-advertisement.
 
 mod common;
+mod cps_support;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -216,8 +217,12 @@ async fn wait_rib(g: &Gobgpd, what: &str, ok: impl Fn(&[(String, DecodedMetrics)
 }
 
 fn report(csci: &str, cs: &str, seq: u64, gas: u32) -> String {
+    report_health(csci, cs, seq, gas, "HEALTHY")
+}
+
+fn report_health(csci: &str, cs: &str, seq: u64, gas: u32, health: &str) -> String {
     format!(
-        r#"{{"csci-id":"{csci}","cs-id":"{cs}","seq":{seq},"timestamp":"{}","gas":{gas},"computing-time":5,"health":"HEALTHY"}}"#,
+        r#"{{"csci-id":"{csci}","cs-id":"{cs}","seq":{seq},"timestamp":"{}","gas":{gas},"computing-time":5,"health":"{health}"}}"#,
         chrono::Utc::now().to_rfc3339()
     )
 }
@@ -226,7 +231,11 @@ const NS: &str = "urn:cats-sma:yang:cats-sma";
 const RT: &str = "urn:cats-sma:yang:cats-sma-routing";
 
 fn sci(csci: &str, cs: &str) -> String {
-    format!("<sci><csci-id>{csci}</csci-id><cs-id>{cs}</cs-id><authentication>none</authentication></sci>")
+    // A long expected interval: an SCI is not declared failed while a test waits.
+    format!(
+        "<sci><csci-id>{csci}</csci-id><cs-id>{cs}</cs-id><authentication>none</authentication>\
+         <expected-interval>60000</expected-interval></sci>"
+    )
 }
 
 fn edit(inner: &str) -> String {
@@ -618,4 +627,64 @@ async fn rfc2918_route_refresh_is_answered_with_the_routes_again() {
     let st = s.rpc11(&rpc(42, STATE)).await;
     assert_eq!(leaf(&st, "established-transitions").as_deref(), Some("1"), "{st}");
     assert_eq!(leaf(&st, "state").as_deref(), Some("established"), "{st}");
+}
+
+/// Seed 004, C-PS Failure Handling: "MAY ... advertise metrics via a routing protocol".
+/// With `advertise when-c-ps-unreachable`, nothing goes by BGP-LS while the REST C-PS takes
+/// the metrics; when it stops answering, the services are advertised to gobgpd; when it is
+/// back, they are withdrawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_cps_failure_falls_back_to_bgp_ls_and_back() {
+    use cats_sma::cps::auth::hex;
+    use cps_support::{cst_services, free_addr, start_cps, wait_for, CSMA, KEY_ID, SECRET, SITE};
+    let dir = tempfile::tempdir().unwrap();
+    let _mrt = RemoveOnDrop(mrt_file(dir.path()).parent().unwrap().to_owned());
+    let bgp_port = free_port();
+    let g = gobgpd(dir.path(), bgp_port, true, 0);
+    let cps_addr = free_addr();
+    let cps = start_cps(cps_addr, None).await;
+    let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0"]);
+    let sci_addr = agent.sci_addr.expect("SCI listener");
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let neighbor =
+        format!("<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><port>{bgp_port}</port></neighbor>");
+    ok(
+        &mut s,
+        &edit(&format!(
+            r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent><scis>{}</scis>
+            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+            <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{cps_addr}</url>
+              <psk><key-id>{KEY_ID}</key-id><key>{}</key></psk><allowed-cs-id>AR1</allowed-cs-id>
+              <backoff-initial>100</backoff-initial><backoff-max>300</backoff-max></peer></c-ps>
+            {}"#,
+            sci("10.0.0.1:80", "AR1"),
+            hex(SECRET),
+            speaker(&neighbor, "<advertise>when-c-ps-unreachable</advertise>")
+        )),
+    )
+    .await;
+    wait_state(&mut s, "session established", |r| r.contains("<state>established</state>")).await;
+    post(sci_addr, report("10.0.0.1:80", "AR1", 1, 500)).await;
+    wait_for("the C-PS has AR1", || cst_services(&cps.state) == [("AR1".to_owned(), 500)]).await;
+    let st = s.rpc11(&rpc(43, STATE)).await;
+    assert_eq!(leaf(&st, "advertising").as_deref(), Some("false"), "{st}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rib(&g).is_empty(), "nothing by BGP-LS while the C-PS is reachable: {:?}", rib(&g));
+
+    // The C-PS goes away; the next update (a health change goes at once) fails to reach it
+    // and the routes go by BGP-LS.
+    cps.stop().await;
+    post(sci_addr, report_health("10.0.0.1:80", "AR1", 2, 450, "DEGRADED")).await;
+    wait_rib(&g, "AR1 advertised by BGP-LS while no C-PS answers", |r| {
+        r.iter().any(|(p, m)| p == "198.51.100.0/24" && m.gas == Some(450) && m.health == Some(1))
+    })
+    .await;
+    let st = s.rpc11(&rpc(44, STATE)).await;
+    assert_eq!(leaf(&st, "advertising").as_deref(), Some("true"), "{st}");
+
+    // The C-PS is back: the session reconnects, and the BGP-LS routes are withdrawn.
+    let cps = start_cps(cps_addr, None).await;
+    wait_for("the C-PS has AR1 again", || cst_services(&cps.state) == [("AR1".to_owned(), 450)]).await;
+    wait_rib(&g, "AR1 withdrawn from BGP-LS", |r| r.is_empty()).await;
 }

@@ -30,8 +30,16 @@ pub struct SessionConfig {
     pub listen: Option<SocketAddr>,
 }
 
+/// YANG `advertise`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advertise {
+    Always,
+    WhenCpsUnreachable,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpeakerConfig {
+    pub advertise: Advertise,
     pub session: SessionConfig,
     pub rib: RibParams,
     pub neighbors: Vec<NeighborConfig>,
@@ -193,7 +201,11 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
         damping,
         prefixes,
     };
-    Ok(Some(SpeakerConfig { session, rib, neighbors }))
+    let advertise = match top.get("advertise").map(String::as_str) {
+        Some("when-c-ps-unreachable") => Advertise::WhenCpsUnreachable,
+        _ => Advertise::Always,
+    };
+    Ok(Some(SpeakerConfig { advertise, session, rib, neighbors }))
 }
 
 /// AS 0 is reserved (RFC 7607) and AS_TRANS is never a speaker's own AS (RFC 6793).

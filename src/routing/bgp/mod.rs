@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use self::config::{SessionConfig, SpeakerConfig};
+use self::config::{Advertise, SessionConfig, SpeakerConfig};
 use self::rib::{Published, Rib};
 use self::session::{EventFn, FsmState, Neighbor, NeighborConfig, SessionParams, Stop};
 use crate::engine::update::Advertisement;
@@ -44,6 +44,10 @@ pub struct Hooks {
     pub site_id: Arc<dyn Fn() -> String + Send + Sync>,
     /// Session up / down (the `bgp-ls-session` notification).
     pub events: Arc<EventFn>,
+    /// Whether no C-PS peer is reachable (`advertise when-c-ps-unreachable`), and a watch
+    /// that changes whenever a C-PS session does.
+    pub cps_unreachable: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub cps_changed: Arc<dyn Fn() -> watch::Receiver<u64> + Send + Sync>,
 }
 
 struct NeighborTask {
@@ -75,6 +79,10 @@ struct Running {
     rib: Arc<Mutex<Rib>>,
     published: watch::Receiver<Arc<Published>>,
     reconfigured: Arc<Notify>,
+    /// `advertise` as configured, for the RIB task.
+    advertise: watch::Sender<Advertise>,
+    /// Whether the routes are advertised now (YANG `advertising`).
+    advertising: watch::Receiver<bool>,
     neighbors: Neighbors,
     listener: Option<Arc<TcpListener>>,
     listening: Option<SocketAddr>,
@@ -162,6 +170,7 @@ impl Speaker {
                     lock(&r.rib).reconfigure(c.rib.clone());
                     r.reconfigured.notify_one();
                 }
+                r.advertise.send_replace(c.advertise);
                 self.apply_neighbors(r, &c.neighbors);
                 r.config = c;
                 return;
@@ -190,12 +199,18 @@ impl Speaker {
         let (tx, published) = watch::channel(Arc::new(Published::new()));
         let (stop, stop_rx) = watch::channel(false);
         let reconfigured = Arc::new(Notify::new());
+        let (advertise, advertise_rx) = watch::channel(c.advertise);
+        let (advertising_tx, advertising) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(rib_task(
-            rib.clone(),
-            tx,
+            RibTask {
+                rib: rib.clone(),
+                tx,
+                hooks: self.hooks.clone(),
+                reconfigured: reconfigured.clone(),
+                advertise: advertise_rx,
+                advertising: advertising_tx,
+            },
             (self.hooks.subscribe)(),
-            self.hooks.clone(),
-            reconfigured.clone(),
             stop_rx.clone(),
         ))];
         (self.hooks.resync)();
@@ -210,6 +225,8 @@ impl Speaker {
             rib,
             published,
             reconfigured,
+            advertise,
+            advertising,
             neighbors,
             listener,
             listening,
@@ -256,8 +273,16 @@ impl Speaker {
         let guard = lock(&self.running);
         let r = guard.as_ref()?;
         let neighbors = lock(&r.neighbors).values().map(|t| (t.neighbor.config.clone(), t.neighbor.status())).collect();
+        let advertising = *r.advertising.borrow();
         let rib = lock(&r.rib);
-        Some(Snapshot { listening: r.listening, neighbors, nlri: rib.states(Instant::now()), unmapped: rib.unmapped() })
+        let snapshot = Snapshot {
+            advertising,
+            listening: r.listening,
+            neighbors,
+            nlri: rib.states(Instant::now()),
+            unmapped: rib.unmapped(),
+        };
+        Some(snapshot)
     }
 
     pub fn shutdown(&self) {
@@ -267,6 +292,7 @@ impl Speaker {
 
 /// What `state.rs` renders.
 pub struct Snapshot {
+    pub advertising: bool,
     pub listening: Option<SocketAddr>,
     pub neighbors: Vec<(NeighborConfig, session::Status)>,
     pub nlri: Vec<rib::NlriState>,
@@ -290,37 +316,60 @@ fn stop_running(r: Running, why: Stop) {
     }
 }
 
-/// Folds advertisements into the RIB and publishes its routes.
-async fn rib_task(
+struct RibTask {
     rib: Arc<Mutex<Rib>>,
     tx: watch::Sender<Arc<Published>>,
-    mut ads: broadcast::Receiver<Arc<Advertisement>>,
     hooks: Hooks,
     reconfigured: Arc<Notify>,
-    mut stop: watch::Receiver<bool>,
-) {
+    advertise: watch::Receiver<Advertise>,
+    advertising: watch::Sender<bool>,
+}
+
+/// Folds advertisements into the RIB and publishes its routes: all of them while the
+/// speaker advertises, none while `advertise when-c-ps-unreachable` holds it back.
+async fn rib_task(mut t: RibTask, mut ads: broadcast::Receiver<Arc<Advertisement>>, mut stop: watch::Receiver<bool>) {
     let far = || Instant::now() + std::time::Duration::from_secs(86_400);
-    let mut next = far();
+    let mut cps = (t.hooks.cps_changed)();
+    let empty = Arc::new(Published::new());
+    let mut on = None;
     loop {
+        let next = {
+            let mut r = lock(&t.rib);
+            let (changed, due) = r.step(Instant::now());
+            let now_on = *t.advertise.borrow() == Advertise::Always || (t.hooks.cps_unreachable)();
+            if on != Some(now_on) {
+                if on.is_some() {
+                    if now_on {
+                        tracing::warn!(
+                            "BGP-LS: no C-PS is reachable: the metrics go by BGP-LS (C-PS Failure Handling)"
+                        );
+                    } else {
+                        tracing::info!("BGP-LS: a C-PS is reachable again: the BGP-LS routes are withdrawn");
+                    }
+                }
+                on = Some(now_on);
+                t.advertising.send_replace(now_on);
+                t.tx.send_replace(if now_on { Arc::new(r.published().clone()) } else { empty.clone() });
+            } else if changed && now_on {
+                t.tx.send_replace(Arc::new(r.published().clone()));
+            }
+            due.unwrap_or_else(far)
+        };
         tokio::select! {
             r = ads.recv() => match r {
-                Ok(ad) => lock(&rib).fold(&ad, &(hooks.site_id)()),
+                Ok(ad) => lock(&t.rib).fold(&ad, &(t.hooks.site_id)()),
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "BGP-LS speaker fell behind the update controller; asking for a full snapshot");
-                    (hooks.resync)();
+                    (t.hooks.resync)();
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = sleep_until(next) => {}
-            _ = reconfigured.notified() => {}
+            _ = t.reconfigured.notified() => {}
+            r = t.advertise.changed() => if r.is_err() { return },
+            r = cps.changed() => if r.is_err() { cps = (t.hooks.cps_changed)() },
             _ = stop.changed() => return,
         }
-        let mut r = lock(&rib);
-        let (changed, due) = r.step(Instant::now());
-        if changed {
-            tx.send_replace(Arc::new(r.published().clone()));
-        }
-        next = due.unwrap_or_else(far);
     }
 }
 

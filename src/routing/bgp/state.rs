@@ -21,6 +21,7 @@ impl StateProvider for BgpState {
             return Ok(());
         }
         let Some(s) = self.speaker.snapshot() else { return Ok(()) };
+        set(tree, &format!("{BGP_LS}/advertising"), Some(if s.advertising { "true" } else { "false" }))?;
         if let Some(a) = s.listening {
             set(tree, &format!("{BGP_LS}/listening-port"), Some(&a.port().to_string()))?;
         }
