@@ -441,3 +441,17 @@ write("bgp_message", "chunked", b"\x0e" + BGP_OPEN + BGP_UPDATE)
 write("bgp_message", "opaque", b"\x40" + OPAQUE)
 write("bgp_message", "refresh-notification", b"\x00" + bgp(5, struct.pack(">HBB", 16388, 0, 71)) + bgp(3, bytes([6, 2])))
 write("bgp_message", "tlvs", b"\x02" + LS_ATTR)
+
+
+# grasp_message: CBOR GRASP messages as a peer sends them to the synchronization listener
+# (RFC 8990 section 2.5.6.1, CDDL in section 4), back to back.
+def grasp_req_syn(sid, name):
+    return cbor([4, sid, [name, 4, 6]])
+
+
+write("grasp_message", "req-syn", grasp_req_syn(4242, "CATS:ServiceMetrics"))
+write("grasp_message", "decline-then-synch", grasp_req_syn(7, "EX1:Other") + grasp_req_syn(8, "CATS:ServiceMetrics"))
+write("grasp_message", "negotiate-invalid", cbor([3, 9, ["CATS:ServiceMetrics", 2, 6, {"gas": 1}]]) + b"\xff\x00")
+# [M_FLOOD, 1, h'7f000001', 5000, [objective, []]]: the byte string written by hand.
+write("grasp_message", "flood", b"\x85\x09\x01\x44\x7f\x00\x00\x01\x19\x13\x88"
+      + cbor([["CATS:ServiceMetrics", 4, 6, {"site-id": "s"}], []]))

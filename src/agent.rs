@@ -400,7 +400,37 @@ fn start_bgp(
         .map_err(|e| e.to_string())?;
     datastores.register_consumer(Arc::new(consumer));
     datastores.register_state_provider(Arc::new(crate::routing::bgp::state::BgpState { speaker: speaker.clone() }));
+    start_grasp(datastores, engine, cps)?;
     Ok(speaker)
+}
+
+/// The GRASP objective CATS:ServiceMetrics, fed by the update controller.
+fn start_grasp(
+    datastores: &Arc<Datastores>,
+    engine: &crate::engine::Engine,
+    cps: &Arc<crate::cps::Adapters>,
+) -> Result<(), String> {
+    use crate::engine::update::UpdateEvent;
+    use crate::routing::grasp::{Grasp, GraspConsumer, GraspState, Hooks, Identity, AUDIENCE};
+    let subscribe = engine.updates.clone();
+    let resync = engine.updates.clone();
+    let registry = cps.registry.clone();
+    let grasp = Grasp::new(Hooks {
+        subscribe: Arc::new(move || subscribe.subscribe()),
+        resync: Arc::new(move || {
+            let _ = resync.send(UpdateEvent::Resync { peer: Some(AUDIENCE.to_owned()) });
+        }),
+        identity: Arc::new(move || {
+            let id = registry.identity();
+            Identity { csma_id: id.csma_id, site_id: id.site_id }
+        }),
+    });
+    let consumer = datastores
+        .with_tree(crate::datastore::Datastore::Running, |t| GraspConsumer::load(grasp.clone(), t))
+        .map_err(|e| e.to_string())?;
+    datastores.register_consumer(Arc::new(consumer));
+    datastores.register_state_provider(Arc::new(GraspState { grasp }));
+    Ok(())
 }
 
 fn list(addrs: &[SocketAddr]) -> String {

@@ -754,3 +754,35 @@ pub fn bgp_message(data: &[u8]) {
         }
     }
 }
+
+/// What a GRASP peer sends the synchronization listener (`routing::grasp`): the bytes cut
+/// into CBOR items as the listener does, each answered (M_SYNCH, M_END or M_INVALID); every
+/// answer is one well-formed CBOR array.
+pub fn grasp_message(data: &[u8]) {
+    use crate::engine::model::{Health, SiteMetrics};
+    use crate::routing::grasp::{answer, cbor_item_len, Counters, Identity};
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    let id = Identity { csma_id: "csma-1".into(), site_id: "site-1".into() };
+    let services = [SiteMetrics {
+        cs_id: "AR1".into(),
+        gas: 5,
+        computing_time_ms: 7,
+        health: Health::Healthy,
+        cost: Some(1),
+        reputation: None,
+        security_label: Some(2),
+        sci_count: 1,
+    }];
+    let counters = Counters::default();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let Some(len) = cbor_item_len(rest) else { return };
+        assert!(len > 0 && len <= rest.len());
+        let reply = answer(&rest[..len], &id, 1, &services, 6, &counters);
+        let v: ciborium::Value = ciborium::from_reader(&reply[..]).expect("the answer is CBOR");
+        assert!(matches!(v, ciborium::Value::Array(_)));
+        rest = &rest[len..];
+    }
+}

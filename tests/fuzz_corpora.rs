@@ -92,6 +92,7 @@ corpus_tests!(
     cps_grpc,
     sse_event,
     bgp_message,
+    grasp_message,
     sci_auth,
     cps_wire,
     push_params,
