@@ -428,11 +428,10 @@ async fn rfc4271_passive_session_and_opaque_prefix_attribute() {
     assert!(n.contains("<state>down</state>") && n.contains("<reason>"), "{n}");
 }
 
-/// RFC 4271 sections 6.1 and 6.2, hostile neighbors: a connection from an address that is
-/// not a neighbor is closed; an OPEN with the wrong AS is answered with NOTIFICATION 2/2
-/// (Bad Peer AS), one without BGP-LS with 2/7 (Unsupported Capability), a broken marker with
-/// 1/1 and a bad length with 1/2; the agent keeps running and says why in the session
-/// state.
+/// RFC 4271 sections 6.1 and 6.2, hostile neighbors: an OPEN with the wrong AS is answered
+/// with NOTIFICATION 2/2 (Bad Peer AS), one without BGP-LS with 2/7 (Unsupported
+/// Capability), a broken marker with 1/1, a bad length with 1/2 and an unknown type with
+/// 1/3; the agent keeps running and says why in the session state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc4271_6_hostile_neighbor_gets_the_right_notification() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -555,7 +554,7 @@ impl Peer {
 }
 
 /// RFC 2918 with RFC 4271 section 9.2: a ROUTE-REFRESH for BGP-LS is answered with the
-/// Adj-RIB-Out again; one for another address family changes nothing.
+/// Adj-RIB-Out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc2918_route_refresh_is_answered_with_the_routes_again() {
     use netgauze_bgp_pkt::route_refresh::BgpRouteRefreshMessage;
@@ -687,4 +686,101 @@ async fn seed004_cps_failure_falls_back_to_bgp_ls_and_back() {
     let cps = start_cps(cps_addr, None).await;
     wait_for("the C-PS has AR1 again", || cst_services(&cps.state) == [("AR1".to_owned(), 450)]).await;
     wait_rib(&g, "AR1 withdrawn from BGP-LS", |r| r.is_empty()).await;
+}
+
+/// A TCP relay that holds what the agent sends for `delay` before passing it on (a slow
+/// routing path: route reflectors, a busy speaker); the other direction is not delayed.
+async fn delaying_relay(to: SocketAddr, delay: Duration) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((a, _)) = l.accept().await {
+            let Ok(b) = tokio::net::TcpStream::connect(to).await else { continue };
+            let (mut ar, mut aw) = a.into_split();
+            let (mut br, mut bw) = b.into_split();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = ar.read(&mut buf).await {
+                    if n == 0 || tx.send((tokio::time::Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                while let Some((due, bytes)) = rx.recv().await {
+                    tokio::time::sleep_until(due).await;
+                    if bw.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut br, &mut aw).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Seed 004, hybrid model: "the PA MUST ensure consistency between the two channels: the
+/// more recent update takes precedence". The agent reports to the reference C-PS by REST
+/// and by BGP-LS (its BGP listener), the BGP-LS path one second slower. GAS 500 then 400:
+/// REST delivers 400 while BGP-LS still carries the older 500, which arrives after it; the
+/// C-PS keeps 400 (the advertisement sequence in the generation TLV is older) and counts
+/// the older value kept out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_hybrid_rest_and_bgp_ls_newest_wins() {
+    use cats_sma::cps::auth::hex;
+    use cats_sma::cps::reference::bgp::{BgpPeer, RefBgp};
+    use cps_support::{cst_services, free_addr, start_cps, wait_for, CSMA, KEY_ID, SECRET, SITE};
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let cps = start_cps(free_addr(), None).await;
+    let bgp = RefBgp::start(
+        "127.0.0.1:0".parse().unwrap(),
+        cps.state.clone(),
+        65010,
+        "10.255.0.10".parse().unwrap(),
+        vec![BgpPeer { address: "127.0.0.1".parse().unwrap(), remote_as: 65000, csma_id: CSMA.into() }],
+    )
+    .await
+    .unwrap();
+    let relay = delaying_relay(bgp.addr, Duration::from_secs(1)).await;
+    let agent = start_agent(dir.path(), &["--sci-listen", "127.0.0.1:0"]);
+    let sci_addr = agent.sci_addr.expect("SCI listener");
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let neighbor = format!(
+        "<neighbor><address>127.0.0.1</address><remote-as>65010</remote-as><port>{}</port></neighbor>",
+        relay.port()
+    );
+    ok(
+        &mut s,
+        &edit(&format!(
+            r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent><scis>{}</scis>
+            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+            <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{}</url>
+              <psk><key-id>{KEY_ID}</key-id><key>{}</key></psk><allowed-cs-id>AR1</allowed-cs-id></peer></c-ps>
+            {}"#,
+            sci("10.0.0.1:80", "AR1"),
+            cps.addr,
+            hex(SECRET),
+            speaker(&neighbor, "")
+        )),
+    )
+    .await;
+    wait_state(&mut s, "BGP-LS session with the C-PS", |r| r.contains("<state>established</state>")).await;
+    post(sci_addr, report("10.0.0.1:80", "AR1", 1, 500)).await;
+    wait_for("REST: 500", || cst_services(&cps.state) == [("AR1".to_owned(), 500)]).await;
+    post(sci_addr, report("10.0.0.1:80", "AR1", 2, 400)).await;
+    wait_for("REST: 400", || cst_services(&cps.state) == [("AR1".to_owned(), 400)]).await;
+    assert!(bgp.routes_received.load(Ordering::Relaxed) == 0, "the BGP-LS path is the slower one");
+    // The BGP-LS routes arrive: 500 (older) first, then 400.
+    wait_for("both BGP-LS routes taken in", || bgp.routes_received.load(Ordering::Relaxed) >= 2).await;
+    assert_eq!(cst_services(&cps.state), [("AR1".to_owned(), 400)], "the later advertisement wins");
+    let kept_out = cps.state.cst.lock().unwrap().sites[SITE].older_than_held;
+    assert!(kept_out >= 1, "the older BGP-LS value was kept out");
+    bgp.stop().await;
 }

@@ -32,6 +32,71 @@ pub struct SiteEntry {
     /// Last report, row or keepalive: the entry ages out `entry_ttl` after it.
     #[serde(skip)]
     pub refreshed: Option<std::time::Instant>,
+    /// Per service, the advertisement sequence (generation) each field was last set at,
+    /// whichever channel set it (REST, gRPC or BGP-LS): seed 004's hybrid model, "the more
+    /// recent update takes precedence". Indexed by [`Field`].
+    #[serde(skip)]
+    pub generations: BTreeMap<String, [u64; FIELDS]>,
+    /// Values a channel delivered older than what another one had already set (kept out).
+    pub older_than_held: u64,
+}
+
+/// The fields of a service that channels may carry separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    Gas,
+    ComputingTime,
+    Health,
+    SciCount,
+    Cost,
+    Reputation,
+    SecurityLabel,
+}
+
+pub const FIELDS: usize = 7;
+/// Every field: what a REST or gRPC report carries.
+pub const ALL_FIELDS: u8 = (1 << FIELDS) - 1;
+
+impl Field {
+    pub const fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// Sets the fields of `s` named in `fields` that are not newer in `held` (newest wins, by
+/// generation); a service not held yet is taken whole.
+fn merge(e: &mut SiteEntry, s: &ServiceMetrics, generation: u64, fields: u8) {
+    let gens = e.generations.entry(s.cs_id.clone()).or_default();
+    let Some(cur) = e.services.get_mut(&s.cs_id) else {
+        e.services.insert(s.cs_id.clone(), s.clone());
+        for (i, g) in gens.iter_mut().enumerate() {
+            *g = if fields & (1 << i) != 0 { generation } else { 0 };
+        }
+        return;
+    };
+    let mut kept_out = false;
+    for (i, g) in gens.iter_mut().enumerate() {
+        if fields & (1 << i) == 0 {
+            continue;
+        }
+        if generation < *g {
+            kept_out = true;
+            continue;
+        }
+        *g = generation;
+        match i {
+            0 => cur.gas = s.gas,
+            1 => cur.computing_time = s.computing_time,
+            2 => cur.health = s.health,
+            3 => cur.sci_count = s.sci_count,
+            4 => cur.cost = s.cost,
+            5 => cur.reputation = s.reputation,
+            _ => cur.security_label = s.security_label,
+        }
+    }
+    if kept_out {
+        e.older_than_held += 1;
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -175,10 +240,11 @@ impl Cst {
                 continue;
             }
             for s in &r.services {
-                e.services.insert(s.cs_id.clone(), s.clone());
+                merge(e, s, r.sequence, ALL_FIELDS);
             }
             for w in &r.withdrawn {
                 e.services.remove(w);
+                e.generations.remove(w);
                 e.scis.retain(|_, x| x.row.cs_id != *w);
             }
             for c in &r.sci_withdrawn {
@@ -204,7 +270,14 @@ impl Cst {
         if r.sequence < e.acked_sequence {
             return Ok(self.ack(site, 0, 1));
         }
-        e.services = r.services.iter().map(|s| (s.cs_id.clone(), s.clone())).collect();
+        // The complete set: services it does not name are gone; the others merge, so a
+        // field another channel set from a newer advertisement stays.
+        let names: BTreeSet<&str> = r.services.iter().map(|s| s.cs_id.as_str()).collect();
+        e.services.retain(|k, _| names.contains(k.as_str()));
+        e.generations.retain(|k, _| names.contains(k.as_str()));
+        for s in &r.services {
+            merge(e, s, r.sequence, ALL_FIELDS);
+        }
         // The rows of this snapshot were put at its sequence just before it; older ones
         // belong to SCIs the complete set no longer has.
         e.scis.retain(|_, x| x.sequence >= r.sequence);
@@ -215,6 +288,32 @@ impl Cst {
         e.full_snapshots += 1;
         self.full_sync.remove(site);
         Ok(self.ack(site, 1, 0))
+    }
+
+    /// A service as a routing channel (BGP-LS) carries it: the `fields` it has, at
+    /// `generation`; newest wins field by field against what REST or gRPC set.
+    pub fn apply_routed(
+        &mut self,
+        site: &str,
+        csma: &str,
+        s: &ServiceMetrics,
+        fields: u8,
+        generation: u64,
+    ) -> Result<(), CstError> {
+        let e = self.entry(site, csma)?;
+        merge(e, s, generation, fields);
+        Ok(())
+    }
+
+    /// A routing channel withdrew the service.
+    pub fn withdraw_routed(&mut self, site: &str, csma: &str, cs_id: &str) -> Result<(), CstError> {
+        if !self.sites.contains_key(site) {
+            return Ok(());
+        }
+        let e = self.entry(site, csma)?;
+        e.services.remove(cs_id);
+        e.generations.remove(cs_id);
+        Ok(())
     }
 
     /// DELETE: the SCI is gone. `Ok(false)` when the site is unknown. A withdrawal older
@@ -395,5 +494,60 @@ mod tests {
         assert_eq!(c.expired, 1);
         assert!(matches!(c.keepalive("a", "csma-a", 10), Err(CstError::UnknownSite(_))));
         let _ = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod hybrid_tests {
+    use super::*;
+
+    fn svc(gas: u32) -> ServiceMetrics {
+        ServiceMetrics {
+            cs_id: "AR1".into(),
+            gas,
+            computing_time: 5,
+            health: Health::Healthy,
+            cost: None,
+            reputation: None,
+            security_label: Some(3),
+            sci_count: 1,
+        }
+    }
+
+    fn report(seq: u64, gas: u32) -> MetricReport {
+        MetricReport {
+            kind: ReportKind::Delta,
+            sequence: seq,
+            trigger: "metric-change".into(),
+            generated_at: chrono::Utc::now(),
+            services: vec![svc(gas)],
+            withdrawn: vec![],
+            sci_withdrawn: vec![],
+        }
+    }
+
+    fn gas(c: &Cst) -> u32 {
+        c.sites["s"].services["AR1"].gas
+    }
+
+    #[test]
+    fn seed004_hybrid_newest_wins_whichever_channel_delivers_last() {
+        let mut c = Cst::default();
+        // REST says 400 at generation 20; BGP-LS then delivers 500 from generation 10.
+        c.apply_batch("s", "m", &[report(20, 400)]).unwrap();
+        c.apply_routed("s", "m", &svc(500), Field::Gas.bit(), 10).unwrap();
+        assert_eq!(gas(&c), 400, "the older BGP-LS value arrived later and lost");
+        assert_eq!(c.sites["s"].older_than_held, 1);
+        // BGP-LS says 600 at generation 30: newer than REST's, it wins.
+        c.apply_routed("s", "m", &svc(600), Field::Gas.bit(), 30).unwrap();
+        assert_eq!(gas(&c), 600);
+        // REST delivers generation 25 late: kept out for the gas it carries.
+        c.apply_batch("s", "m", &[report(25, 450)]).unwrap();
+        assert_eq!(gas(&c), 600);
+        // A field BGP-LS does not carry (security label) follows REST alone.
+        let mut s = svc(700);
+        s.security_label = Some(9);
+        c.apply_batch("s", "m", &[MetricReport { services: vec![s], ..report(40, 700) }]).unwrap();
+        assert_eq!((gas(&c), c.sites["s"].services["AR1"].security_label), (700, Some(9)));
     }
 }

@@ -105,8 +105,13 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
     let mut damping_leaves = BTreeMap::new();
     let mut prefixes = BTreeMap::new();
     let mut neighbors = Vec::new();
+    let mut carried = 0u8;
     for c in root.children() {
         match c.schema().name() {
+            "metric" => {
+                let v = c.value_canonical().unwrap_or_default();
+                carried |= super::encode::metric_bit(&v).ok_or_else(|| format!("routing/bgp-ls/metric: '{v}'"))?;
+            }
             "code-points" => {
                 let m = children(&c);
                 let d = CodePoints::default();
@@ -200,6 +205,7 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
         min_interval: ms("min-advertisement-interval", 5000)?,
         damping,
         prefixes,
+        carried: if carried == 0 { super::encode::ALL_METRICS } else { carried },
     };
     let advertise = match top.get("advertise").map(String::as_str) {
         Some("when-c-ps-unreachable") => Advertise::WhenCpsUnreachable,

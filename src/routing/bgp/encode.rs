@@ -1,6 +1,7 @@
 //! What goes on the BGP wire, built with NetGauze's message types (pure): the OPEN we send,
 //! the BGP-LS Prefix NLRI of a service, its attribute TLVs, and the UPDATEs that announce or
-//! withdraw it. `decode_metrics` reads the CATS TLVs back (the reference C-PS and the tests).
+//! withdraw it. `decode_attribute` / `decode_tlvs` read the CATS TLVs back (the reference
+//! C-PS's BGP-LS channel, the tests and the fuzz target).
 //!
 //! Layout (docs/routing-protocols.md):
 //! - NLRI: IPv4 or IPv6 Topology Prefix NLRI (RFC 9552 section 5.2.3), Protocol-ID and
@@ -149,24 +150,63 @@ pub fn health_octet(h: Health) -> u8 {
     }
 }
 
-/// The CATS TLVs of one service, ascending by type.
-pub fn metric_tlvs(cp: &CodePoints, site_id: &str, m: &SiteMetrics, generation: u64) -> Vec<(u16, Box<[u8]>)> {
+/// Which metrics a channel carries (YANG `metric`): one bit each, in this order.
+pub const METRIC_NAMES: [&str; 7] =
+    ["gas", "computing-time", "health", "sci-count", "cost", "reputation", "security-label"];
+pub const ALL_METRICS: u8 = (1 << METRIC_NAMES.len()) - 1;
+
+/// The bit of a metric name.
+pub fn metric_bit(name: &str) -> Option<u8> {
+    METRIC_NAMES.iter().position(|n| *n == name).map(|i| 1 << i)
+}
+
+/// Whether `a` and `b` agree on the metrics in `carried`.
+pub fn same_carried(a: &SiteMetrics, b: &SiteMetrics, carried: u8) -> bool {
+    let on = |i: u8| carried & (1 << i) != 0;
+    a.cs_id == b.cs_id
+        && (!on(0) || a.gas == b.gas)
+        && (!on(1) || a.computing_time_ms == b.computing_time_ms)
+        && (!on(2) || a.health == b.health)
+        && (!on(3) || a.sci_count == b.sci_count)
+        && (!on(4) || a.cost == b.cost)
+        && (!on(5) || a.reputation == b.reputation)
+        && (!on(6) || a.security_label == b.security_label)
+}
+
+/// The CATS TLVs of one service, ascending by type: the CS-ID, site-id and generation, and
+/// the metrics in `carried` (an optional one only when the service has it).
+pub fn metric_tlvs(
+    cp: &CodePoints,
+    site_id: &str,
+    m: &SiteMetrics,
+    generation: u64,
+    carried: u8,
+) -> Vec<(u16, Box<[u8]>)> {
+    let on = |i: u8| carried & (1 << i) != 0;
     let mut v: Vec<(u16, Box<[u8]>)> = vec![
-        (cp.gas, m.gas.to_be_bytes().into()),
-        (cp.computing_time, m.computing_time_ms.to_be_bytes().into()),
         (cp.cs_id, m.cs_id.as_bytes().into()),
-        (cp.health, [health_octet(m.health)].into()),
-        (cp.sci_count, m.sci_count.to_be_bytes().into()),
         (cp.site_id, site_id.as_bytes().into()),
         (cp.generation, generation.to_be_bytes().into()),
     ];
-    if let Some(c) = m.cost {
+    if on(0) {
+        v.push((cp.gas, m.gas.to_be_bytes().into()));
+    }
+    if on(1) {
+        v.push((cp.computing_time, m.computing_time_ms.to_be_bytes().into()));
+    }
+    if on(2) {
+        v.push((cp.health, [health_octet(m.health)].into()));
+    }
+    if on(3) {
+        v.push((cp.sci_count, m.sci_count.to_be_bytes().into()));
+    }
+    if let Some(c) = m.cost.filter(|_| on(4)) {
         v.push((cp.cost, c.to_be_bytes().into()));
     }
-    if let Some(r) = m.reputation {
+    if let Some(r) = m.reputation.filter(|_| on(5)) {
         v.push((cp.reputation, [r].into()));
     }
-    if let Some(s) = m.security_label {
+    if let Some(s) = m.security_label.filter(|_| on(6)) {
         v.push((cp.security_label, [s].into()));
     }
     v.sort_by_key(|(t, _)| *t);
@@ -412,7 +452,7 @@ mod tests {
         for enc in [Encoding::PrivateTlvs, Encoding::OpaquePrefix] {
             for prefix in ["203.0.113.10/32", "2001:db8::/48"] {
                 let n = nlri(&params(), prefix.parse().unwrap());
-                let a = attribute(enc, metric_tlvs(&cp, "site-1", &site(), 42));
+                let a = attribute(enc, metric_tlvs(&cp, "site-1", &site(), 42, ALL_METRICS));
                 let peer = PeerParams { local_as: 65000, ebgp: true, next_hop: "127.0.0.1".parse().unwrap() };
                 let msg = announce(&peer, n.clone(), a);
                 let back = roundtrip(&msg);
@@ -443,6 +483,19 @@ mod tests {
         assert!(caps
             .iter()
             .any(|c| matches!(c, BgpCapability::MultiProtocolExtensions(m) if m.address_type() == AddressType::BgpLs)));
+    }
+
+    #[test]
+    fn seed004_hybrid_only_the_carried_metrics_are_encoded() {
+        let cp = CodePoints::default();
+        let carried = metric_bit("security-label").unwrap() | metric_bit("cost").unwrap();
+        let tlvs = metric_tlvs(&cp, "s", &site(), 1, carried);
+        let types: Vec<u16> = tlvs.iter().map(|(t, _)| *t).collect();
+        assert_eq!(types, [cp.cs_id, cp.cost, cp.security_label, cp.site_id, cp.generation]);
+        let mut other = site();
+        other.gas += 1;
+        assert!(same_carried(&site(), &other, carried));
+        assert!(!same_carried(&site(), &other, ALL_METRICS));
     }
 
     #[test]

@@ -376,6 +376,9 @@ async fn rib_task(mut t: RibTask, mut ads: broadcast::Receiver<Arc<Advertisement
 /// Hands each connection from a configured passive neighbor to its session; any other is
 /// closed at once.
 async fn accept_task(l: Arc<TcpListener>, neighbors: Neighbors, mut stop: watch::Receiver<bool>) {
+    // Connections from strangers are logged at most every 10 s, with the count since.
+    let mut strangers = 0u64;
+    let mut last_warning: Option<Instant> = None;
     loop {
         let (s, from) = tokio::select! {
             r = l.accept() => match r {
@@ -407,7 +410,18 @@ async fn accept_task(l: Arc<TcpListener>, neighbors: Neighbors, mut stop: watch:
             Some(_) => {
                 tracing::info!(from = %from, "BGP-LS: connection from an active neighbor (the C-SMA connects to it): closed")
             }
-            None => tracing::warn!(from = %from, "BGP-LS: connection from an address that is not a neighbor: closed"),
+            None => {
+                strangers += 1;
+                if last_warning.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10)) {
+                    tracing::warn!(
+                        from = %from,
+                        connections = strangers,
+                        "BGP-LS: connections from addresses that are not neighbors: closed"
+                    );
+                    strangers = 0;
+                    last_warning = Some(Instant::now());
+                }
+            }
         }
     }
 }

@@ -21,7 +21,7 @@ use netgauze_bgp_pkt::nlri::BgpLsNlri;
 use netgauze_bgp_pkt::path_attribute::BgpLsAttribute;
 use tokio::time::Instant;
 
-use super::encode::{attribute, metric_tlvs, nlri, CodePoints, Encoding, NlriParams};
+use super::encode::{attribute, metric_tlvs, nlri, same_carried, CodePoints, Encoding, NlriParams};
 use crate::engine::model::{CsId, SiteMetrics};
 use crate::engine::update::{Advertisement, AdvertisementKind};
 
@@ -76,6 +76,8 @@ pub struct RibParams {
     pub damping: Option<Damping>,
     /// Configured prefixes per CS-ID (YANG `service`).
     pub prefixes: BTreeMap<CsId, IpNet>,
+    /// The metrics this channel carries (YANG `metric`, `encode::metric_bit`).
+    pub carried: u8,
 }
 
 impl RibParams {
@@ -322,7 +324,9 @@ impl Rib {
         match (e.desired.clone(), prefix) {
             (Some(want), Some(prefix)) if !e.suppressed => {
                 let same = published.as_ref().is_some_and(|r| r.prefix == prefix)
-                    && e.published.as_ref().is_some_and(|h| h.metrics == want.metrics && h.site_id == want.site_id);
+                    && e.published.as_ref().is_some_and(|h| {
+                        same_carried(&h.metrics, &want.metrics, self.params.carried) && h.site_id == want.site_id
+                    });
                 let owner = self.owners.get(&prefix).filter(|o| *o != cs);
                 if owner.is_some() {
                     if e.conflict_logged.replace(prefix) != Some(prefix) {
@@ -350,7 +354,13 @@ impl Rib {
                                 nlri: nlri(&p.nlri, prefix),
                                 attribute: attribute(
                                     p.encoding,
-                                    metric_tlvs(&p.code_points, &want.site_id, &want.metrics, want.generation),
+                                    metric_tlvs(
+                                        &p.code_points,
+                                        &want.site_id,
+                                        &want.metrics,
+                                        want.generation,
+                                        p.carried,
+                                    ),
                                 ),
                                 generation: want.generation,
                             });
@@ -424,8 +434,8 @@ impl Rib {
                 Status::Conflict
             } else if e.desired.is_none() {
                 Status::Withdrawn
-            } else if e.published.as_ref().map(|p| (&p.metrics, &p.site_id))
-                == e.desired.as_ref().map(|d| (&d.metrics, &d.site_id))
+            } else if matches!((&e.published, &e.desired), (Some(p), Some(d))
+                if same_carried(&p.metrics, &d.metrics, self.params.carried) && p.site_id == d.site_id)
             {
                 Status::Advertised
             } else {
@@ -464,6 +474,7 @@ mod tests {
             min_interval: Duration::from_millis(min_ms),
             damping,
             prefixes: [("AR1".into(), "203.0.113.1/32".parse().unwrap())].into_iter().collect(),
+            carried: super::super::encode::ALL_METRICS,
         }
     }
 

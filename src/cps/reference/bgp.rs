@@ -1,0 +1,231 @@
+//! The reference C-PS's BGP-LS channel (seed 004, hybrid model): a passive BGP speaker
+//! that configured C-SMAs peer with. Each UPDATE's CATS TLVs (`routing::bgp::encode`) are
+//! applied to the same Computing Service Table as the REST and gRPC channels, field by
+//! field with newest-wins on the advertisement sequence (the `generation` TLV); a withdrawn
+//! NLRI removes its service. A peer is known by its address (and must announce its AS); its
+//! site must be one its C-SMA owns in the table.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use netgauze_bgp_pkt::capabilities::BgpCapability;
+use netgauze_bgp_pkt::codec::BgpCodec;
+use netgauze_bgp_pkt::path_attribute::{MpReach, MpUnreach, PathAttributeValue};
+use netgauze_bgp_pkt::BgpMessage;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::cst::Field;
+use super::server::CpsState;
+use crate::cps::wire::ServiceMetrics;
+use crate::engine::model::Health;
+use crate::routing::bgp::encode::{decode_attribute, open, to_bytes, CodePoints, DecodedMetrics};
+
+/// A C-SMA allowed to peer: its address, AS and csma-id.
+#[derive(Clone, Debug)]
+pub struct BgpPeer {
+    pub address: IpAddr,
+    pub remote_as: u32,
+    pub csma_id: String,
+}
+
+pub struct RefBgp {
+    pub addr: SocketAddr,
+    /// UPDATEs with a route taken in (applied or kept out as older).
+    pub routes_received: Arc<std::sync::atomic::AtomicU64>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RefBgp {
+    pub async fn start(
+        addr: SocketAddr,
+        state: Arc<CpsState>,
+        local_as: u32,
+        router_id: Ipv4Addr,
+        peers: Vec<BgpPeer>,
+    ) -> Result<RefBgp, String> {
+        let l = TcpListener::bind(addr).await.map_err(|e| format!("reference C-PS BGP listener {addr}: {e}"))?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        let (stop, mut stop_rx) = watch::channel(false);
+        let routes_received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = routes_received.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let (s, from) = tokio::select! {
+                    r = l.accept() => match r { Ok(x) => x, Err(_) => continue },
+                    _ = stop_rx.changed() => break,
+                };
+                let Some(peer) = peers.iter().find(|p| p.address == from.ip()).cloned() else {
+                    tracing::warn!(from = %from, "reference C-PS: BGP connection from an unknown peer: closed");
+                    continue;
+                };
+                let (state, counter) = (state.clone(), counter.clone());
+                conns.spawn(async move {
+                    if let Err(e) = session(s, &state, &peer, local_as, router_id, &counter).await {
+                        tracing::info!(peer = %peer.address, "reference C-PS: BGP session ended: {e}");
+                    }
+                });
+            }
+        });
+        Ok(RefBgp { addr, routes_received, stop, task })
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+fn health(h: Option<u8>) -> Health {
+    match h {
+        Some(0) => Health::Healthy,
+        Some(1) => Health::Degraded,
+        _ => Health::Unhealthy,
+    }
+}
+
+/// The service and the fields the TLVs carry.
+fn service(d: &DecodedMetrics) -> Option<(ServiceMetrics, u8)> {
+    let cs_id = d.cs_id.clone()?;
+    let mut fields = 0;
+    let mut f = |present: bool, field: Field| {
+        if present {
+            fields |= field.bit();
+        }
+    };
+    f(d.gas.is_some(), Field::Gas);
+    f(d.computing_time_ms.is_some(), Field::ComputingTime);
+    f(d.health.is_some(), Field::Health);
+    f(d.sci_count.is_some(), Field::SciCount);
+    f(d.cost.is_some(), Field::Cost);
+    f(d.reputation.is_some(), Field::Reputation);
+    f(d.security_label.is_some(), Field::SecurityLabel);
+    let s = ServiceMetrics {
+        cs_id,
+        gas: d.gas.unwrap_or(0),
+        computing_time: d.computing_time_ms.unwrap_or(0),
+        health: health(d.health),
+        cost: d.cost,
+        reputation: d.reputation,
+        security_label: d.security_label,
+        sci_count: d.sci_count.unwrap_or(0),
+    };
+    Some((s, fields))
+}
+
+async fn next(
+    s: &mut TcpStream,
+    codec: &mut BgpCodec,
+    buf: &mut BytesMut,
+    hold: Duration,
+) -> Result<BgpMessage, String> {
+    loop {
+        match crate::routing::bgp::session::next_message(codec, buf) {
+            Ok(Some(m)) => return Ok(m),
+            Ok(None) => {}
+            Err(_) => return Err("malformed message".into()),
+        }
+        let n = tokio::time::timeout(hold, s.read_buf(buf)).await.map_err(|_| "hold timer expired")?;
+        match n {
+            Ok(0) => return Err("closed".into()),
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+async fn session(
+    mut s: TcpStream,
+    state: &CpsState,
+    peer: &BgpPeer,
+    local_as: u32,
+    router_id: Ipv4Addr,
+    counter: &std::sync::atomic::AtomicU64,
+) -> Result<(), String> {
+    let hold = Duration::from_secs(90);
+    let mut codec = BgpCodec::new(true);
+    let mut buf = BytesMut::new();
+    let send = |m: &BgpMessage| to_bytes(m);
+    s.write_all(&send(&open(local_as, 90, router_id))?).await.map_err(|e| e.to_string())?;
+    let BgpMessage::Open(o) = next(&mut s, &mut codec, &mut buf, hold).await? else {
+        return Err("no OPEN".into());
+    };
+    let asn = o
+        .capabilities()
+        .iter()
+        .find_map(|c| match c {
+            BgpCapability::FourOctetAs(a) => Some(a.asn4()),
+            _ => None,
+        })
+        .unwrap_or(o.my_as().into());
+    if asn != peer.remote_as {
+        return Err(format!("peer announced AS {asn}, not {}", peer.remote_as));
+    }
+    s.write_all(&send(&BgpMessage::KeepAlive)?).await.map_err(|e| e.to_string())?;
+    let cp = CodePoints::default();
+    // NLRI (as encoded) -> (site, cs-id), for withdrawals.
+    let mut routes: BTreeMap<Vec<u8>, (String, String)> = BTreeMap::new();
+    let mut keepalive = tokio::time::interval(Duration::from_secs(20));
+    loop {
+        let m = tokio::select! {
+            m = next(&mut s, &mut codec, &mut buf, hold) => m?,
+            _ = keepalive.tick() => {
+                s.write_all(&send(&BgpMessage::KeepAlive)?).await.map_err(|e| e.to_string())?;
+                continue;
+            }
+        };
+        let BgpMessage::Update(u) = m else { continue };
+        let mut ls = None;
+        let mut reach = vec![];
+        let mut unreach = vec![];
+        for a in u.path_attributes() {
+            match a.value() {
+                PathAttributeValue::BgpLs(x) => ls = Some(x.clone()),
+                PathAttributeValue::MpReach(MpReach::BgpLs { nlri, .. }) => reach = nlri.to_vec(),
+                PathAttributeValue::MpUnreach(MpUnreach::BgpLs { nlri }) => unreach = nlri.to_vec(),
+                _ => {}
+            }
+        }
+        let key = |n: &netgauze_bgp_pkt::nlri::BgpLsNlri| format!("{n:?}").into_bytes();
+        for n in &unreach {
+            if let Some((site, cs)) = routes.remove(&key(n)) {
+                let r = state.cst.lock().unwrap_or_else(|e| e.into_inner()).withdraw_routed(&site, &peer.csma_id, &cs);
+                if let Err(e) = r {
+                    tracing::warn!("reference C-PS: BGP-LS withdrawal refused: {e}");
+                }
+            }
+        }
+        let Some(ls) = ls else { continue };
+        let d = match decode_attribute(&cp, &ls) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(peer = %peer.address, "reference C-PS: BGP-LS attribute not understood: {e}");
+                continue;
+            }
+        };
+        let (Some((svc, fields)), Some(site), Some(generation)) = (service(&d), d.site_id.clone(), d.generation) else {
+            tracing::warn!(peer = %peer.address, "reference C-PS: BGP-LS route without cs-id, site-id or generation");
+            continue;
+        };
+        for n in &reach {
+            routes.insert(key(n), (site.clone(), svc.cs_id.clone()));
+        }
+        let r = state.cst.lock().unwrap_or_else(|e| e.into_inner()).apply_routed(
+            &site,
+            &peer.csma_id,
+            &svc,
+            fields,
+            generation,
+        );
+        if let Err(e) = r {
+            tracing::warn!(peer = %peer.address, "reference C-PS: BGP-LS route refused: {e}");
+        }
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
