@@ -65,7 +65,13 @@ impl Drop for Gobgpd {
 /// BGP-LS neighbor (`passive`: gobgpd waits for the agent) or an active one it connects to
 /// on `agent_port`.
 fn gobgpd(dir: &Path, bgp_port: u16, passive: bool, agent_port: u16) -> Gobgpd {
+    gobgpd_with(dir, bgp_port, passive, agent_port, None)
+}
+
+/// `gobgpd` with an RFC 2385 password for the agent's session.
+fn gobgpd_with(dir: &Path, bgp_port: u16, passive: bool, agent_port: u16, password: Option<&str>) -> Gobgpd {
     let conf = dir.join("gobgpd.toml");
+    let auth = password.map(|p| format!("\n    auth-password = \"{p}\"")).unwrap_or_default();
     let transport = if passive {
         "passive-mode = true".to_owned()
     } else {
@@ -83,7 +89,7 @@ fn gobgpd(dir: &Path, bgp_port: u16, passive: bool, agent_port: u16) -> Gobgpd {
 [[neighbors]]
   [neighbors.config]
     neighbor-address = "127.0.0.1"
-    peer-as = 65000
+    peer-as = 65000{auth}
   [neighbors.timers.config]
     connect-retry = 1
   [neighbors.transport.config]
@@ -783,4 +789,34 @@ async fn seed004_hybrid_rest_and_bgp_ls_newest_wins() {
     let kept_out = cps.state.cst.lock().unwrap().sites[SITE].older_than_held;
     assert!(kept_out >= 1, "the older BGP-LS value was kept out");
     bgp.stop().await;
+}
+
+/// RFC 2385: with `tcp-md5-key` the agent signs its session with gobgpd (configured with the
+/// same `auth-password`) and it comes up; with another key the kernel drops the segments
+/// and no session forms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc2385_tcp_md5_signed_session_with_gobgpd() {
+    let dir = tempfile::tempdir().unwrap();
+    let _mrt = RemoveOnDrop(mrt_file(dir.path()).parent().unwrap().to_owned());
+    let bgp_port = free_port();
+    let _g = gobgpd_with(dir.path(), bgp_port, true, 0, Some("s3cret-key"));
+    let agent = start_agent(dir.path(), &[]);
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let neighbor = |key: &str| {
+        format!(
+            "<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><port>{bgp_port}</port>\
+             <tcp-md5-key>{key}</tcp-md5-key></neighbor>"
+        )
+    };
+    ok(&mut s, &edit(&speaker(&neighbor("s3cret-key"), ""))).await;
+    wait_state(&mut s, "signed session established", |r| r.contains("<state>established</state>")).await;
+
+    // Another key: the session is torn down by the configuration change and cannot form again.
+    ok(&mut s, &edit(&speaker(&neighbor("wrong-key"), ""))).await;
+    wait_state(&mut s, "session down", |r| !r.contains("<state>established</state>")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = s.rpc11(&rpc(45, STATE)).await;
+    assert!(!st.contains("<state>established</state>"), "{st}");
+    assert_eq!(leaf(&st, "established-transitions").as_deref(), Some("0"), "a new session that never came up: {st}");
 }

@@ -155,6 +155,7 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
                     remote_as,
                     port: num(&m, "port", 179)?,
                     passive: m.get("passive").is_some_and(|v| v == "true"),
+                    md5_key: m.get("tcp-md5-key").map(|k| super::session::Md5Key(k.clone().into_bytes())),
                 });
             }
             _ => {}

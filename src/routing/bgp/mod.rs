@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod encode;
+pub mod md5;
 pub mod rib;
 pub mod session;
 pub mod state;
@@ -253,12 +254,21 @@ impl Speaker {
             map.iter().filter(|(a, t)| keep.get(a) != Some(&&t.neighbor.config)).map(|(a, _)| *a).collect();
         for a in gone {
             if let Some(t) = map.remove(&a) {
+                if let (Some(l), Some(_)) = (&r.listener, &t.neighbor.config.md5_key) {
+                    let _ = md5::set_key(l.as_ref(), a, None);
+                }
                 t.stop(Stop::Deconfigured);
             }
         }
         for (a, n) in keep {
             if map.contains_key(&a) {
                 continue;
+            }
+            // RFC 2385 on the listener: a passive neighbor's connections must be signed.
+            if let (Some(l), Some(k), true) = (&r.listener, &n.md5_key, n.passive) {
+                if let Err(e) = md5::set_key(l.as_ref(), a, Some(&k.0)) {
+                    tracing::error!(neighbor = %a, "BGP-LS: TCP MD5 key on the listener: {e}");
+                }
             }
             let neighbor = Arc::new(Neighbor::new(n.clone()));
             let (incoming, incoming_rx) = mpsc::channel(1);

@@ -75,6 +75,27 @@ pub struct NeighborConfig {
     pub remote_as: u32,
     pub port: u16,
     pub passive: bool,
+    /// RFC 2385 key (YANG `tcp-md5-key`).
+    pub md5_key: Option<Md5Key>,
+}
+
+/// A TCP MD5 key; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Md5Key(pub Vec<u8>);
+
+impl std::fmt::Debug for Md5Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Md5Key(..)")
+    }
+}
+
+/// Connects to `addr`, signing with `key` (RFC 2385) when there is one.
+async fn connect(addr: SocketAddr, key: Option<&Md5Key>) -> std::io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    if let Some(k) = key {
+        super::md5::set_key(&socket, addr.ip(), Some(&k.0))?;
+    }
+    socket.connect(addr).await
 }
 
 /// What the operational state shows of a session.
@@ -203,7 +224,7 @@ pub async fn run(
             n.set_state(FsmState::Connect);
             let addr = SocketAddr::new(n.config.address, n.config.port);
             tokio::select! {
-                r = timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)) => match r {
+                r = timeout(CONNECT_TIMEOUT, connect(addr, n.config.md5_key.as_ref())) => match r {
                     Ok(Ok(s)) => Ok(s),
                     Ok(Err(e)) => Err(format!("connect to {addr}: {e}")),
                     Err(_) => Err(format!("connect to {addr}: no answer in {} s", CONNECT_TIMEOUT.as_secs())),
