@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use cats_sma::routing::bgp::encode::{decode_attribute, CodePoints, DecodedMetrics};
+use cats_sma::routing::bgp::encode::{decode_attribute, ls_contents, CodePoints, DecodedMetrics};
 use common::{connect, http_post, rpc, start_agent, RawSession, PASSWORD};
 use netgauze_bgp_pkt::codec::BgpCodec;
 use netgauze_bgp_pkt::nlri::{BgpLsNlri, BgpLsNlriValue, BgpLsPrefixDescriptor};
-use netgauze_bgp_pkt::path_attribute::{MpReach, MpUnreach, PathAttributeValue};
+use netgauze_bgp_pkt::path_attribute::PathAttributeValue;
 use netgauze_bgp_pkt::BgpMessage;
 use tokio_util::codec::Decoder;
 
@@ -159,17 +159,7 @@ fn received(dir: &Path) -> BTreeMap<String, DecodedMetrics> {
         let ip_len = if afi == 1 { 4 } else { 16 };
         let mut msg = bytes::BytesMut::from(&body[12 + 2 * ip_len..]);
         let Ok(Some((BgpMessage::Update(u), _))) = BgpCodec::new(true).decode(&mut msg) else { continue };
-        let mut ls = None;
-        let mut reach = vec![];
-        let mut unreach = vec![];
-        for a in u.path_attributes() {
-            match a.value() {
-                PathAttributeValue::BgpLs(x) => ls = Some(x.clone()),
-                PathAttributeValue::MpReach(MpReach::BgpLs { nlri, .. }) => reach = nlri.to_vec(),
-                PathAttributeValue::MpUnreach(MpUnreach::BgpLs { nlri }) => unreach = nlri.to_vec(),
-                _ => {}
-            }
-        }
+        let (ls, reach, unreach) = ls_contents(&u);
         for n in unreach {
             last.remove(&prefix_of(&n));
         }
@@ -640,8 +630,7 @@ async fn rfc2918_route_refresh_is_answered_with_the_routes_again() {
 /// back, they are withdrawn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_cps_failure_falls_back_to_bgp_ls_and_back() {
-    use cats_sma::cps::auth::hex;
-    use cps_support::{cst_services, free_addr, start_cps, wait_for, CSMA, KEY_ID, SECRET, SITE};
+    use cps_support::{cst_services, free_addr, start_cps, wait_for};
     let dir = tempfile::tempdir().unwrap();
     let _mrt = RemoveOnDrop(mrt_file(dir.path()).parent().unwrap().to_owned());
     let bgp_port = free_port();
@@ -656,17 +645,11 @@ async fn seed004_cps_failure_falls_back_to_bgp_ls_and_back() {
         format!("<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><port>{bgp_port}</port></neighbor>");
     ok(
         &mut s,
-        &edit(&format!(
-            r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent><scis>{}</scis>
-            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
-            <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{cps_addr}</url>
-              <psk><key-id>{KEY_ID}</key-id><key>{}</key></psk><allowed-cs-id>AR1</allowed-cs-id>
-              <backoff-initial>100</backoff-initial><backoff-max>300</backoff-max></peer></c-ps>
-            {}"#,
-            sci("10.0.0.1:80", "AR1"),
-            hex(SECRET),
-            speaker(&neighbor, "<advertise>when-c-ps-unreachable</advertise>")
-        )),
+        &with_cps(
+            cps_addr,
+            "<backoff-initial>100</backoff-initial><backoff-max>300</backoff-max>",
+            &speaker(&neighbor, "<advertise>when-c-ps-unreachable</advertise>"),
+        ),
     )
     .await;
     wait_state(&mut s, "session established", |r| r.contains("<state>established</state>")).await;
@@ -692,6 +675,22 @@ async fn seed004_cps_failure_falls_back_to_bgp_ls_and_back() {
     let cps = start_cps(cps_addr, None).await;
     wait_for("the C-PS has AR1 again", || cst_services(&cps.state) == [("AR1".to_owned(), 450)]).await;
     wait_rib(&g, "AR1 withdrawn from BGP-LS", |r| r.is_empty()).await;
+}
+
+/// The edit that configures AR1's SCI, the reference C-PS at `cps` as a REST peer (with
+/// `peer_extra`) and `routing`, as CSMA of SITE.
+fn with_cps(cps: SocketAddr, peer_extra: &str, routing: &str) -> String {
+    use cats_sma::cps::auth::hex;
+    use cps_support::{CSMA, KEY_ID, SECRET, SITE};
+    edit(&format!(
+        r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent><scis>{}</scis>
+        <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+        <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{cps}</url>
+          <psk><key-id>{KEY_ID}</key-id><key>{}</key></psk><allowed-cs-id>AR1</allowed-cs-id>{peer_extra}</peer></c-ps>
+        {routing}"#,
+        sci("10.0.0.1:80", "AR1"),
+        hex(SECRET)
+    ))
 }
 
 /// A TCP relay that holds what the agent sends for `delay` before passing it on (a slow
@@ -738,9 +737,8 @@ async fn delaying_relay(to: SocketAddr, delay: Duration) -> SocketAddr {
 /// the older value kept out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_hybrid_rest_and_bgp_ls_newest_wins() {
-    use cats_sma::cps::auth::hex;
     use cats_sma::cps::reference::bgp::{BgpPeer, RefBgp};
-    use cps_support::{cst_services, free_addr, start_cps, wait_for, CSMA, KEY_ID, SECRET, SITE};
+    use cps_support::{cst_services, free_addr, start_cps, wait_for, CSMA, SITE};
     use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
     let cps = start_cps(free_addr(), None).await;
@@ -762,21 +760,7 @@ async fn seed004_hybrid_rest_and_bgp_ls_newest_wins() {
         "<neighbor><address>127.0.0.1</address><remote-as>65010</remote-as><port>{}</port></neighbor>",
         relay.port()
     );
-    ok(
-        &mut s,
-        &edit(&format!(
-            r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent><scis>{}</scis>
-            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
-            <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{}</url>
-              <psk><key-id>{KEY_ID}</key-id><key>{}</key></psk><allowed-cs-id>AR1</allowed-cs-id></peer></c-ps>
-            {}"#,
-            sci("10.0.0.1:80", "AR1"),
-            cps.addr,
-            hex(SECRET),
-            speaker(&neighbor, "")
-        )),
-    )
-    .await;
+    ok(&mut s, &with_cps(cps.addr, "", &speaker(&neighbor, ""))).await;
     wait_state(&mut s, "BGP-LS session with the C-PS", |r| r.contains("<state>established</state>")).await;
     post(sci_addr, report("10.0.0.1:80", "AR1", 1, 500)).await;
     wait_for("REST: 500", || cst_services(&cps.state) == [("AR1".to_owned(), 500)]).await;

@@ -13,7 +13,6 @@ use std::time::Duration;
 use bytes::BytesMut;
 use netgauze_bgp_pkt::capabilities::BgpCapability;
 use netgauze_bgp_pkt::codec::BgpCodec;
-use netgauze_bgp_pkt::path_attribute::{MpReach, MpUnreach, PathAttributeValue};
 use netgauze_bgp_pkt::BgpMessage;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,7 +22,7 @@ use super::cst::Field;
 use super::server::CpsState;
 use crate::cps::wire::ServiceMetrics;
 use crate::engine::model::Health;
-use crate::routing::bgp::encode::{decode_attribute, open, to_bytes, CodePoints, DecodedMetrics};
+use crate::routing::bgp::encode::{decode_attribute, ls_contents, open, to_bytes, CodePoints, DecodedMetrics};
 
 /// A C-SMA allowed to peer: its address, AS and csma-id.
 #[derive(Clone, Debug)]
@@ -181,17 +180,7 @@ async fn session(
             }
         };
         let BgpMessage::Update(u) = m else { continue };
-        let mut ls = None;
-        let mut reach = vec![];
-        let mut unreach = vec![];
-        for a in u.path_attributes() {
-            match a.value() {
-                PathAttributeValue::BgpLs(x) => ls = Some(x.clone()),
-                PathAttributeValue::MpReach(MpReach::BgpLs { nlri, .. }) => reach = nlri.to_vec(),
-                PathAttributeValue::MpUnreach(MpUnreach::BgpLs { nlri }) => unreach = nlri.to_vec(),
-                _ => {}
-            }
-        }
+        let (ls, reach, unreach) = ls_contents(&u);
         let key = |n: &netgauze_bgp_pkt::nlri::BgpLsNlri| format!("{n:?}").into_bytes();
         for n in &unreach {
             if let Some((site, cs)) = routes.remove(&key(n)) {

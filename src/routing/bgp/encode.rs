@@ -381,6 +381,21 @@ pub fn withdraw(nlri: Vec<BgpLsNlri>) -> BgpMessage {
     ))
 }
 
+/// What an UPDATE carries for BGP-LS: its BGP-LS attribute, the NLRIs it announces and
+/// those it withdraws (a C-PS's view; the reference C-PS and the tests read UPDATEs so).
+pub fn ls_contents(u: &BgpUpdateMessage) -> (Option<BgpLsAttribute>, Vec<BgpLsNlri>, Vec<BgpLsNlri>) {
+    let (mut ls, mut reach, mut unreach) = (None, vec![], vec![]);
+    for a in u.path_attributes() {
+        match a.value() {
+            PathAttributeValue::BgpLs(x) => ls = Some(x.clone()),
+            PathAttributeValue::MpReach(MpReach::BgpLs { nlri, .. }) => reach = nlri.to_vec(),
+            PathAttributeValue::MpUnreach(MpUnreach::BgpLs { nlri }) => unreach = nlri.to_vec(),
+            _ => {}
+        }
+    }
+    (ls, reach, unreach)
+}
+
 /// The wire bytes of `msg`.
 pub fn to_bytes(msg: &BgpMessage) -> Result<Vec<u8>, String> {
     use netgauze_parse_utils::WritablePdu;

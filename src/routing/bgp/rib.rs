@@ -505,6 +505,18 @@ mod tests {
         }
     }
 
+    /// Half-life 10 s, reuse 750, suppress 2000, 1000 per withdrawal.
+    fn damping() -> Damping {
+        Damping {
+            half_life: Duration::from_secs(10),
+            reuse: 750.0,
+            suppress: 2000.0,
+            max_suppress: Duration::from_secs(60),
+            withdrawal_penalty: 1000.0,
+            change_penalty: 0.0,
+        }
+    }
+
     fn gen(r: &Rib, cs: &str) -> Option<u64> {
         r.published().get(cs).map(|r| r.generation)
     }
@@ -548,14 +560,7 @@ mod tests {
 
     #[test]
     fn rfc2439_flapping_service_is_suppressed_then_reused() {
-        let d = Damping {
-            half_life: Duration::from_secs(10),
-            reuse: 750.0,
-            suppress: 2000.0,
-            max_suppress: Duration::from_secs(60),
-            withdrawal_penalty: 1000.0,
-            change_penalty: 0.0,
-        };
+        let d = damping();
         let mut r = Rib::new(params(0, Some(d)));
         let t = Instant::now();
         let mut seq = 0;
@@ -585,14 +590,7 @@ mod tests {
 
     #[test]
     fn rfc2439_withdrawn_routes_are_forgotten_and_switching_damping_off_releases() {
-        let d = Damping {
-            half_life: Duration::from_secs(10),
-            reuse: 750.0,
-            suppress: 2000.0,
-            max_suppress: Duration::from_secs(60),
-            withdrawal_penalty: 1000.0,
-            change_penalty: 0.0,
-        };
+        let d = damping();
         let mut r = Rib::new(params(0, Some(d)));
         let t = Instant::now();
         r.fold(&ad(1, AdvertisementKind::Delta, vec![site("AR1", 5)], vec![]), "s");
