@@ -46,9 +46,10 @@ pub const F_SYNCH: u64 = 1 << 2;
 /// ALL_GRASP_NEIGHBORS (section 2.6).
 pub const ALL_GRASP_NEIGHBORS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x13);
 pub const GRASP_PORT: u16 = 7017;
-/// How long a synchronization connection may take, and how many run at once.
+/// How long a synchronization connection may stay idle, and how many run at once.
 const SYNCH_TIMEOUT: Duration = Duration::from_secs(10);
 const SYNCH_CONNECTIONS: usize = 16;
+const SYNCH_PER_SOURCE: usize = 4;
 
 pub const GRASP: &str = "/cats-sma:cats-sma/cats-sma-routing:routing/grasp";
 /// The audience of the full snapshot the GRASP channel asks for (see `bgp::AUDIENCE`).
@@ -91,6 +92,11 @@ pub fn grasp_config(t: &DataTree<'static>) -> Result<Option<GraspConfig>, String
         )),
         None => None,
     };
+    if listen.is_some_and(|l| l.ip().is_unspecified()) {
+        return Err("routing/grasp/listen-address: a wildcard address cannot be the floods' locator; give the \
+                    address peers reach the agent at"
+            .into());
+    }
     let multicast_interface = m.get("multicast-interface").cloned();
     if let Some(i) = &multicast_interface {
         interface_index(i)?;
@@ -436,27 +442,34 @@ async fn flood_task(
     counters: Arc<Counters>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let bind_ip: IpAddr = match (listening, c.peers.first()) {
-        (Some(l), _) => l.ip(),
-        (None, Some(p)) if p.is_ipv6() => Ipv6Addr::UNSPECIFIED.into(),
-        _ if c.multicast_interface.is_some() => Ipv6Addr::UNSPECIFIED.into(),
-        _ => std::net::Ipv4Addr::UNSPECIFIED.into(),
-    };
-    let sock = match UdpSocket::bind(SocketAddr::new(bind_ip, 0)).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("GRASP: UDP socket on {bind_ip}: {e}; nothing is flooded");
-            return;
-        }
-    };
     let mut dests = c.peers.clone();
     if let Some(i) = c.multicast_interface.as_deref().and_then(|i| interface_index(i).ok()) {
         dests.push(SocketAddr::V6(SocketAddrV6::new(ALL_GRASP_NEIGHBORS, GRASP_PORT, 0, i)));
     }
-    let initiator = match listening.map(|l| l.ip()).or_else(|| sock.local_addr().ok().map(|a| a.ip())) {
-        Some(ip) if !ip.is_unspecified() => ip,
-        _ => IpAddr::V6(Ipv6Addr::LOCALHOST),
-    };
+    // One socket per address family the destinations use, from the listener's address
+    // when it is of that family.
+    let mut socks: Vec<UdpSocket> = Vec::new();
+    for v6 in [false, true] {
+        if !dests.iter().any(|d| d.is_ipv6() == v6) {
+            continue;
+        }
+        let ip: IpAddr = match listening.map(|l| l.ip()).filter(|ip| ip.is_ipv6() == v6) {
+            Some(ip) => ip,
+            None if v6 => Ipv6Addr::UNSPECIFIED.into(),
+            None => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        };
+        match UdpSocket::bind(SocketAddr::new(ip, 0)).await {
+            Ok(s) => socks.push(s),
+            Err(e) => tracing::error!("GRASP: UDP socket on {ip}: {e}; floods to that family fail"),
+        }
+    }
+    // The initiator (RFC 8990 section 2.5.6.2): the listener's address, else the first
+    // socket's; `listen-address` is never a wildcard (refused at commit).
+    let initiator =
+        match listening.map(|l| l.ip()).or_else(|| socks.first().and_then(|s| s.local_addr().ok()).map(|a| a.ip())) {
+            Some(ip) if !ip.is_unspecified() => ip,
+            _ => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
     let mut dirty = false;
     let mut last_flood: Option<Instant> = None;
     loop {
@@ -472,6 +485,11 @@ async fn flood_task(
             let id = (hooks.identity)();
             for m in floods(&id, initiator, generation, &services, &c, listening) {
                 for d in &dests {
+                    let Some(sock) = socks.iter().find(|s| s.local_addr().is_ok_and(|a| a.is_ipv6() == d.is_ipv6()))
+                    else {
+                        counters.flood_errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
                     match sock.send_to(&m, d).await {
                         Ok(_) => counters.floods_sent.fetch_add(1, Ordering::Relaxed),
                         Err(e) => {
@@ -514,6 +532,7 @@ async fn synch_task(
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(SYNCH_CONNECTIONS));
+    let per_source: Arc<Mutex<BTreeMap<IpAddr, usize>>> = Arc::default();
     loop {
         let (s, from) = tokio::select! {
             r = l.accept() => match r {
@@ -525,19 +544,41 @@ async fn synch_task(
             },
             _ = stop.changed() => return,
         };
+        // At most SYNCH_PER_SOURCE connections from one address, SYNCH_CONNECTIONS in all.
+        {
+            let mut p = lock(&per_source);
+            let n = p.entry(from.ip()).or_default();
+            if *n >= SYNCH_PER_SOURCE {
+                tracing::debug!(from = %from, "GRASP: too many synchronization connections from one address: closed");
+                continue;
+            }
+            *n += 1;
+        }
+        let release = {
+            let per_source = per_source.clone();
+            move || {
+                let mut p = lock(&per_source);
+                if let Some(n) = p.get_mut(&from.ip()) {
+                    *n -= 1;
+                    if *n == 0 {
+                        p.remove(&from.ip());
+                    }
+                }
+            }
+        };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             tracing::warn!(from = %from, "GRASP: too many synchronization connections: closed");
+            release();
             continue;
         };
-        let (view, hooks, counters) = (view.clone(), hooks.clone(), counters.clone());
+        let (view, hooks, counters, mut stop) = (view.clone(), hooks.clone(), counters.clone(), stop.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if tokio::time::timeout(SYNCH_TIMEOUT, synch_one(s, &view, &hooks, loop_count, max, &counters))
-                .await
-                .is_err()
-            {
-                counters.invalid.fetch_add(1, Ordering::Relaxed);
+            tokio::select! {
+                _ = synch_one(s, &view, &hooks, loop_count, max, &counters) => {}
+                _ = stop.changed() => {}
             }
+            release();
         });
     }
 }
@@ -555,9 +596,16 @@ async fn synch_one(
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 2048];
     loop {
-        let n = match s.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+        // An idle connection is closed after SYNCH_TIMEOUT (one that keeps asking stays).
+        let n = match tokio::time::timeout(SYNCH_TIMEOUT, s.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => n,
+            Err(_) => {
+                if !buf.is_empty() {
+                    counters.invalid.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
         };
         buf.extend_from_slice(&chunk[..n]);
         while let Some(len) = cbor_item_len(&buf) {

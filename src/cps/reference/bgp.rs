@@ -1,9 +1,10 @@
 //! The reference C-PS's BGP-LS channel (seed 004, hybrid model): a passive BGP speaker
 //! that configured C-SMAs peer with. Each UPDATE's CATS TLVs (`routing::bgp::encode`) are
 //! applied to the same Computing Service Table as the REST and gRPC channels, field by
-//! field with newest-wins on the advertisement sequence (the `generation` TLV); a withdrawn
-//! NLRI removes its service. A peer is known by its address (and must announce its AS); its
-//! site must be one its C-SMA owns in the table.
+//! field with newest-wins on the advertisement sequence (the `generation` TLV); a
+//! withdrawn NLRI, or the end of the session, removes its service unless another channel
+//! has newer values of it. A peer is known by its address (and must announce its AS); the
+//! table refuses a site another C-SMA owns.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -57,7 +58,13 @@ impl RefBgp {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 let (s, from) = tokio::select! {
-                    r = l.accept() => match r { Ok(x) => x, Err(_) => continue },
+                    r = l.accept() => match r {
+                        Ok(x) => x,
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
                     _ = stop_rx.changed() => break,
                 };
                 let Some(peer) = peers.iter().find(|p| p.address == from.ip()).cloned() else {
@@ -102,9 +109,9 @@ fn service(d: &DecodedMetrics) -> Option<(ServiceMetrics, u8)> {
     f(d.computing_time_ms.is_some(), Field::ComputingTime);
     f(d.health.is_some(), Field::Health);
     f(d.sci_count.is_some(), Field::SciCount);
-    f(d.cost.is_some(), Field::Cost);
-    f(d.reputation.is_some(), Field::Reputation);
-    f(d.security_label.is_some(), Field::SecurityLabel);
+    f(d.cost.is_some() || d.cleared & (1 << 4) != 0, Field::Cost);
+    f(d.reputation.is_some() || d.cleared & (1 << 5) != 0, Field::Reputation);
+    f(d.security_label.is_some() || d.cleared & (1 << 6) != 0, Field::SecurityLabel);
     let s = ServiceMetrics {
         cs_id,
         gas: d.gas.unwrap_or(0),
@@ -122,7 +129,7 @@ async fn next(
     s: &mut TcpStream,
     codec: &mut BgpCodec,
     buf: &mut BytesMut,
-    hold: Duration,
+    deadline: tokio::time::Instant,
 ) -> Result<BgpMessage, String> {
     loop {
         match crate::routing::bgp::session::next_message(codec, buf) {
@@ -130,7 +137,7 @@ async fn next(
             Ok(None) => {}
             Err(_) => return Err("malformed message".into()),
         }
-        let n = tokio::time::timeout(hold, s.read_buf(buf)).await.map_err(|_| "hold timer expired")?;
+        let n = tokio::time::timeout_at(deadline, s.read_buf(buf)).await.map_err(|_| "hold timer expired")?;
         match n {
             Ok(0) => return Err("closed".into()),
             Ok(_) => {}
@@ -139,20 +146,45 @@ async fn next(
     }
 }
 
+/// What a session learned: per NLRI (as encoded), the site, CS-ID and generation of its
+/// route.
+type Learned = BTreeMap<Vec<u8>, (String, String, u64)>;
+
 async fn session(
-    mut s: TcpStream,
+    s: TcpStream,
     state: &CpsState,
     peer: &BgpPeer,
     local_as: u32,
     router_id: Ipv4Addr,
     counter: &std::sync::atomic::AtomicU64,
 ) -> Result<(), String> {
-    let hold = Duration::from_secs(90);
+    let mut routes = Learned::new();
+    let r = exchange(s, state, peer, local_as, router_id, counter, &mut routes).await;
+    // RFC 4271: the routes of a session that ended go with it (unless another channel has
+    // newer values of them).
+    let mut cst = state.cst.lock().unwrap_or_else(|e| e.into_inner());
+    for (site, cs, generation) in routes.into_values() {
+        let _ = cst.withdraw_routed(&site, &peer.csma_id, &cs, generation);
+    }
+    r
+}
+
+async fn exchange(
+    mut s: TcpStream,
+    state: &CpsState,
+    peer: &BgpPeer,
+    local_as: u32,
+    router_id: Ipv4Addr,
+    counter: &std::sync::atomic::AtomicU64,
+    routes: &mut Learned,
+) -> Result<(), String> {
+    const OFFER: u16 = 90;
     let mut codec = BgpCodec::new(true);
     let mut buf = BytesMut::new();
     let send = |m: &BgpMessage| to_bytes(m);
-    s.write_all(&send(&open(local_as, 90, router_id))?).await.map_err(|e| e.to_string())?;
-    let BgpMessage::Open(o) = next(&mut s, &mut codec, &mut buf, hold).await? else {
+    s.write_all(&send(&open(local_as, OFFER, router_id))?).await.map_err(|e| e.to_string())?;
+    let open_wait = tokio::time::Instant::now() + Duration::from_secs(240);
+    let BgpMessage::Open(o) = next(&mut s, &mut codec, &mut buf, open_wait).await? else {
         return Err("no OPEN".into());
     };
     let asn = o
@@ -166,25 +198,35 @@ async fn session(
     if asn != peer.remote_as {
         return Err(format!("peer announced AS {asn}, not {}", peer.remote_as));
     }
+    // RFC 4271 section 4.2: the smaller hold time; 0 turns the timers off.
+    let hold = match OFFER.min(o.hold_time()) {
+        0 => Duration::from_secs(86_400 * 365),
+        h => Duration::from_secs(h.max(3).into()),
+    };
     s.write_all(&send(&BgpMessage::KeepAlive)?).await.map_err(|e| e.to_string())?;
     let cp = CodePoints::default();
-    // NLRI (as encoded) -> (site, cs-id), for withdrawals.
-    let mut routes: BTreeMap<Vec<u8>, (String, String)> = BTreeMap::new();
-    let mut keepalive = tokio::time::interval(Duration::from_secs(20));
+    let mut keepalive = tokio::time::interval(hold / 3);
+    let mut hold_at = tokio::time::Instant::now() + hold;
     loop {
         let m = tokio::select! {
-            m = next(&mut s, &mut codec, &mut buf, hold) => m?,
+            m = next(&mut s, &mut codec, &mut buf, hold_at) => m?,
             _ = keepalive.tick() => {
                 s.write_all(&send(&BgpMessage::KeepAlive)?).await.map_err(|e| e.to_string())?;
                 continue;
             }
         };
+        hold_at = tokio::time::Instant::now() + hold;
         let BgpMessage::Update(u) = m else { continue };
         let (ls, reach, unreach) = ls_contents(&u);
         let key = |n: &netgauze_bgp_pkt::nlri::BgpLsNlri| format!("{n:?}").into_bytes();
         for n in &unreach {
-            if let Some((site, cs)) = routes.remove(&key(n)) {
-                let r = state.cst.lock().unwrap_or_else(|e| e.into_inner()).withdraw_routed(&site, &peer.csma_id, &cs);
+            if let Some((site, cs, generation)) = routes.remove(&key(n)) {
+                let r = state.cst.lock().unwrap_or_else(|e| e.into_inner()).withdraw_routed(
+                    &site,
+                    &peer.csma_id,
+                    &cs,
+                    generation,
+                );
                 if let Err(e) = r {
                     tracing::warn!("reference C-PS: BGP-LS withdrawal refused: {e}");
                 }
@@ -202,17 +244,18 @@ async fn session(
             tracing::warn!(peer = %peer.address, "reference C-PS: BGP-LS route without cs-id, site-id or generation");
             continue;
         };
+        let mut cst = state.cst.lock().unwrap_or_else(|e| e.into_inner());
         for n in &reach {
-            routes.insert(key(n), (site.clone(), svc.cs_id.clone()));
+            // The NLRI now carries this service: one it carried before is withdrawn.
+            if let Some((old_site, old_cs, old_gen)) =
+                routes.insert(key(n), (site.clone(), svc.cs_id.clone(), generation))
+            {
+                if old_cs != svc.cs_id || old_site != site {
+                    let _ = cst.withdraw_routed(&old_site, &peer.csma_id, &old_cs, old_gen);
+                }
+            }
         }
-        let r = state.cst.lock().unwrap_or_else(|e| e.into_inner()).apply_routed(
-            &site,
-            &peer.csma_id,
-            &svc,
-            fields,
-            generation,
-        );
-        if let Err(e) = r {
+        if let Err(e) = cst.apply_routed(&site, &peer.csma_id, &svc, fields, generation) {
             tracing::warn!(peer = %peer.address, "reference C-PS: BGP-LS route refused: {e}");
         }
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -39,6 +39,13 @@ pub struct SiteEntry {
     pub generations: BTreeMap<String, [u64; FIELDS]>,
     /// Values a channel delivered older than what another one had already set (kept out).
     pub older_than_held: u64,
+    /// Per withdrawn service, the sequence of its withdrawal: an older announcement from a
+    /// slower channel does not bring it back.
+    #[serde(skip)]
+    pub withdrawn_at: BTreeMap<String, u64>,
+    /// Routing-channel announcements of a service not held that lacked a mandatory metric
+    /// (GAS, computing time, health, SCI count): not taken, REST or gRPC brings it.
+    pub incomplete_routes: u64,
 }
 
 /// The fields of a service that channels may carry separately.
@@ -63,9 +70,24 @@ impl Field {
     }
 }
 
+/// The fields without which a service cannot be taken in.
+const MANDATORY: u8 = Field::Gas.bit() | Field::ComputingTime.bit() | Field::Health.bit() | Field::SciCount.bit();
+
 /// Sets the fields of `s` named in `fields` that are not newer in `held` (newest wins, by
-/// generation); a service not held yet is taken whole.
+/// generation). A service not held yet is taken whole, unless its withdrawal is newer or
+/// (from a routing channel) a mandatory field is missing.
 fn merge(e: &mut SiteEntry, s: &ServiceMetrics, generation: u64, fields: u8) {
+    if !e.services.contains_key(&s.cs_id) {
+        if e.withdrawn_at.get(&s.cs_id).is_some_and(|w| *w > generation) {
+            e.older_than_held += 1;
+            return;
+        }
+        if fields & MANDATORY != MANDATORY {
+            e.incomplete_routes += 1;
+            return;
+        }
+        e.withdrawn_at.remove(&s.cs_id);
+    }
     let gens = e.generations.entry(s.cs_id.clone()).or_default();
     let Some(cur) = e.services.get_mut(&s.cs_id) else {
         e.services.insert(s.cs_id.clone(), s.clone());
@@ -245,6 +267,7 @@ impl Cst {
             for w in &r.withdrawn {
                 e.services.remove(w);
                 e.generations.remove(w);
+                e.withdrawn_at.insert(w.clone(), r.sequence);
                 e.scis.retain(|_, x| x.row.cs_id != *w);
             }
             for c in &r.sci_withdrawn {
@@ -273,6 +296,9 @@ impl Cst {
         // The complete set: services it does not name are gone; the others merge, so a
         // field another channel set from a newer advertisement stays.
         let names: BTreeSet<&str> = r.services.iter().map(|s| s.cs_id.as_str()).collect();
+        for gone in e.services.keys().filter(|k| !names.contains(k.as_str())) {
+            e.withdrawn_at.insert(gone.clone(), r.sequence);
+        }
         e.services.retain(|k, _| names.contains(k.as_str()));
         e.generations.retain(|k, _| names.contains(k.as_str()));
         for s in &r.services {
@@ -300,19 +326,29 @@ impl Cst {
         fields: u8,
         generation: u64,
     ) -> Result<(), CstError> {
+        if !self.sites.contains_key(site) {
+            // A site only the routing channel knows of: ask its C-SMA for the complete set.
+            self.full_sync.insert(site.to_owned());
+        }
         let e = self.entry(site, csma)?;
         merge(e, s, generation, fields);
         Ok(())
     }
 
-    /// A routing channel withdrew the service.
-    pub fn withdraw_routed(&mut self, site: &str, csma: &str, cs_id: &str) -> Result<(), CstError> {
+    /// A routing channel withdrew the service whose route it last had at `generation`: it
+    /// goes unless another channel set any of its fields from a newer advertisement.
+    pub fn withdraw_routed(&mut self, site: &str, csma: &str, cs_id: &str, generation: u64) -> Result<(), CstError> {
         if !self.sites.contains_key(site) {
             return Ok(());
         }
         let e = self.entry(site, csma)?;
+        if e.generations.get(cs_id).is_some_and(|g| g.iter().any(|x| *x > generation)) {
+            e.older_than_held += 1;
+            return Ok(());
+        }
         e.services.remove(cs_id);
         e.generations.remove(cs_id);
+        e.withdrawn_at.insert(cs_id.to_owned(), generation);
         Ok(())
     }
 
@@ -549,5 +585,19 @@ mod hybrid_tests {
         s.security_label = Some(9);
         c.apply_batch("s", "m", &[MetricReport { services: vec![s], ..report(40, 700) }]).unwrap();
         assert_eq!((gas(&c), c.sites["s"].services["AR1"].security_label), (700, Some(9)));
+        // A BGP-LS withdrawal of a route older than REST's last word is kept out.
+        c.withdraw_routed("s", "m", "AR1", 30).unwrap();
+        assert_eq!(gas(&c), 700);
+        // REST withdraws at 50; a late BGP-LS announcement from 45 does not bring it back.
+        c.apply_batch("s", "m", &[MetricReport { services: vec![], withdrawn: vec!["AR1".into()], ..report(50, 0) }])
+            .unwrap();
+        c.apply_routed("s", "m", &svc(1), ALL_FIELDS, 45).unwrap();
+        assert!(c.sites["s"].services.is_empty());
+        // A route carrying only some metrics does not create a service with made-up ones.
+        c.apply_routed("s", "m", &svc(2), Field::SecurityLabel.bit(), 60).unwrap();
+        assert!(c.sites["s"].services.is_empty());
+        assert_eq!(c.sites["s"].incomplete_routes, 1);
+        c.apply_routed("s", "m", &svc(3), ALL_FIELDS, 61).unwrap();
+        assert_eq!(gas(&c), 3);
     }
 }

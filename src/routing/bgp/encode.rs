@@ -200,14 +200,16 @@ pub fn metric_tlvs(
     if on(3) {
         v.push((cp.sci_count, m.sci_count.to_be_bytes().into()));
     }
-    if let Some(c) = m.cost.filter(|_| on(4)) {
-        v.push((cp.cost, c.to_be_bytes().into()));
+    // A carried optional metric the service does not have goes as an empty TLV, so a
+    // receiver clears a value it held rather than keeping it.
+    if on(4) {
+        v.push((cp.cost, m.cost.map_or(Box::default(), |c| c.to_be_bytes().into())));
     }
-    if let Some(r) = m.reputation.filter(|_| on(5)) {
-        v.push((cp.reputation, [r].into()));
+    if on(5) {
+        v.push((cp.reputation, m.reputation.map_or(Box::default(), |r| [r].into())));
     }
-    if let Some(s) = m.security_label.filter(|_| on(6)) {
-        v.push((cp.security_label, [s].into()));
+    if on(6) {
+        v.push((cp.security_label, m.security_label.map_or(Box::default(), |s| [s].into())));
     }
     v.sort_by_key(|(t, _)| *t);
     v
@@ -244,6 +246,9 @@ pub struct DecodedMetrics {
     pub security_label: Option<u8>,
     pub site_id: Option<String>,
     pub generation: Option<u64>,
+    /// Optional metrics sent as empty TLVs: the service has none (bits of
+    /// [`METRIC_NAMES`]: 4 cost, 5 reputation, 6 security-label).
+    pub cleared: u8,
 }
 
 /// Reads the CATS TLVs of a BGP-LS attribute (either encoding). TLVs of other types are
@@ -295,10 +300,16 @@ fn put(cp: &CodePoints, out: &mut DecodedMetrics, t: u16, v: &[u8]) -> Result<()
         out.health = Some(n8()?);
     } else if t == cp.sci_count {
         out.sci_count = Some(n32()?);
+    } else if t == cp.cost && v.is_empty() {
+        out.cleared |= 1 << 4;
     } else if t == cp.cost {
         out.cost = Some(n32()?);
+    } else if t == cp.reputation && v.is_empty() {
+        out.cleared |= 1 << 5;
     } else if t == cp.reputation {
         out.reputation = Some(n8()?);
+    } else if t == cp.security_label && v.is_empty() {
+        out.cleared |= 1 << 6;
     } else if t == cp.security_label {
         out.security_label = Some(n8()?);
     } else if t == cp.site_id {
@@ -478,7 +489,7 @@ mod tests {
                 assert_eq!(d.cs_id.as_deref(), Some("AR1"));
                 assert_eq!(d.health, Some(1));
                 assert_eq!(d.cost, Some(7));
-                assert_eq!(d.reputation, None);
+                assert_eq!((d.reputation, d.cleared), (None, 1 << 5), "an empty TLV: no reputation");
                 assert_eq!(d.security_label, Some(3));
                 assert_eq!(d.site_id.as_deref(), Some("site-1"));
                 assert_eq!(d.generation, Some(42));
