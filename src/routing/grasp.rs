@@ -242,17 +242,18 @@ pub fn floods(
     c: &GraspConfig,
     locator_addr: Option<SocketAddr>,
 ) -> Vec<Vec<u8>> {
-    let build = |part: (usize, usize), chunk: Vec<Value>| {
+    let build = |part: (usize, usize), chunk: Vec<Value>, sid: Value| {
         to_cbor(&Value::Array(vec![
             Value::Integer(M_FLOOD.into()),
-            session_id(),
+            sid,
             ip_bytes(initiator),
             Value::Integer(c.flood_ttl.into()),
             Value::Array(vec![objective(c.loop_count, metric_set(id, generation, part, chunk)), locator(locator_addr)]),
         ]))
     };
-    // Group the services into chunks that fit (sizes measured, with room for the header).
-    let overhead = build((u16::MAX as usize, u16::MAX as usize), vec![]).len();
+    // Group the services into chunks that fit: the header measured at its largest (the
+    // longest session-id and part numbers), plus room for the services array's own header.
+    let overhead = build((u32::MAX as usize, u32::MAX as usize), vec![], Value::Integer(u32::MAX.into())).len() + 8;
     let mut chunks: Vec<Vec<Value>> = vec![vec![]];
     let mut size = overhead;
     for s in services {
@@ -270,7 +271,7 @@ pub fn floods(
         chunks.last_mut().expect("chunks starts non-empty").push(v);
     }
     let total = chunks.len();
-    chunks.into_iter().enumerate().map(|(i, chunk)| build((i + 1, total), chunk)).collect()
+    chunks.into_iter().enumerate().map(|(i, chunk)| build((i + 1, total), chunk, session_id())).collect()
 }
 
 /// The answer to one message on the synchronization listener (section 2.5.6.1): M_SYNCH
@@ -510,8 +511,12 @@ async fn flood_task(
         tokio::select! {
             r = ads.recv() => match r {
                 Ok(ad) => {
-                    lock(&view).fold(&ad);
-                    dirty = true;
+                    // Flooded when the set changed; a heartbeat that repeats it waits for
+                    // the flood-interval.
+                    let mut v = lock(&view);
+                    let before = v.services.clone();
+                    v.fold(&ad);
+                    dirty |= v.services != before;
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => (hooks.resync)(),
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -595,7 +600,13 @@ async fn synch_one(
 ) {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 2048];
+    // When the message being read began: one must be whole within SYNCH_TIMEOUT.
+    let mut started: Option<tokio::time::Instant> = None;
     loop {
+        if started.is_some_and(|t| t.elapsed() > SYNCH_TIMEOUT) {
+            counters.invalid.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         // An idle connection is closed after SYNCH_TIMEOUT (one that keeps asking stays).
         let n = match tokio::time::timeout(SYNCH_TIMEOUT, s.read(&mut chunk)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return,
@@ -608,6 +619,7 @@ async fn synch_one(
             }
         };
         buf.extend_from_slice(&chunk[..n]);
+        started.get_or_insert_with(tokio::time::Instant::now);
         while let Some(len) = cbor_item_len(&buf) {
             let (generation, services) = {
                 let v = view.lock().unwrap_or_else(|e| e.into_inner());
@@ -615,6 +627,7 @@ async fn synch_one(
             };
             let reply = answer(&buf[..len], &(hooks.identity)(), generation, &services, loop_count, counters);
             buf.drain(..len);
+            started = if buf.is_empty() { None } else { Some(tokio::time::Instant::now()) };
             if s.write_all(&reply).await.is_err() {
                 return;
             }

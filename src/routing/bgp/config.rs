@@ -155,7 +155,16 @@ pub fn speaker_config(t: &DataTree<'static>) -> Result<Option<SpeakerConfig>, St
                     remote_as,
                     port: num(&m, "port", 179)?,
                     passive: m.get("passive").is_some_and(|v| v == "true"),
-                    md5_key: m.get("tcp-md5-key").map(|k| super::session::Md5Key(k.clone().into_bytes())),
+                    md5_key: match m.get("tcp-md5-key") {
+                        Some(k) if k.len() > 80 => {
+                            return Err(format!(
+                                "routing/bgp-ls/neighbor '{a}'/tcp-md5-key: {} octets in UTF-8, the kernel takes 80",
+                                k.len()
+                            ))
+                        }
+                        Some(k) => Some(super::session::Md5Key(k.clone().into_bytes())),
+                        None => None,
+                    },
                 });
             }
             _ => {}
