@@ -240,6 +240,13 @@ fn edit(inner: &str) -> String {
     )
 }
 
+/// A neighbor on 127.0.0.1 the agent connects to.
+fn active_neighbor(remote_as: u32, port: u16, extra: &str) -> String {
+    format!(
+        "<neighbor><address>127.0.0.1</address><remote-as>{remote_as}</remote-as><port>{port}</port>{extra}</neighbor>"
+    )
+}
+
 fn speaker(neighbor: &str, extra: &str) -> String {
     format!(
         r#"<routing xmlns="{RT}"><bgp-ls>
@@ -288,8 +295,7 @@ async fn seed004_bgp_ls_to_gobgpd_update_withdraw_damping_and_peer_restart() {
     let sci_addr = agent.sci_addr.expect("SCI listener");
     let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     s.hello(true).await;
-    let neighbor =
-        format!("<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><port>{bgp_port}</port></neighbor>");
+    let neighbor = active_neighbor(65001, bgp_port, "");
     let scis = format!(
         "<scis>{}{}{}</scis>",
         sci("10.0.0.1:80", "AR1"),
@@ -641,8 +647,7 @@ async fn seed004_cps_failure_falls_back_to_bgp_ls_and_back() {
     let sci_addr = agent.sci_addr.expect("SCI listener");
     let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     s.hello(true).await;
-    let neighbor =
-        format!("<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><port>{bgp_port}</port></neighbor>");
+    let neighbor = active_neighbor(65001, bgp_port, "");
     ok(
         &mut s,
         &with_cps(
@@ -756,10 +761,7 @@ async fn seed004_hybrid_rest_and_bgp_ls_newest_wins() {
     let sci_addr = agent.sci_addr.expect("SCI listener");
     let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     s.hello(true).await;
-    let neighbor = format!(
-        "<neighbor><address>127.0.0.1</address><remote-as>65010</remote-as><port>{}</port></neighbor>",
-        relay.port()
-    );
+    let neighbor = active_neighbor(65010, relay.port(), "");
     ok(&mut s, &with_cps(cps.addr, "", &speaker(&neighbor, ""))).await;
     wait_state(&mut s, "BGP-LS session with the C-PS", |r| r.contains("<state>established</state>")).await;
     post(sci_addr, report("10.0.0.1:80", "AR1", 1, 500)).await;
@@ -787,12 +789,7 @@ async fn rfc2385_tcp_md5_signed_session_with_gobgpd() {
     let agent = start_agent(dir.path(), &[]);
     let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
     s.hello(true).await;
-    let neighbor = |key: &str| {
-        format!(
-            "<neighbor><address>127.0.0.1</address><remote-as>65001</remote-as><port>{bgp_port}</port>\
-             <tcp-md5-key>{key}</tcp-md5-key></neighbor>"
-        )
-    };
+    let neighbor = |key: &str| active_neighbor(65001, bgp_port, &format!("<tcp-md5-key>{key}</tcp-md5-key>"));
     ok(&mut s, &edit(&speaker(&neighbor("s3cret-key"), ""))).await;
     wait_state(&mut s, "signed session established", |r| r.contains("<state>established</state>")).await;
 

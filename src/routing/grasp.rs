@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use yang2::data::{Data, DataTree};
 
+use crate::cps::session::lock;
 use crate::datastore::tree::set;
 use crate::datastore::{ConfigConsumer, StateProvider, Transaction};
 use crate::engine::model::{CsId, SiteMetrics};
@@ -344,10 +345,6 @@ pub struct Grasp {
     pub counters: Arc<Counters>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Grasp {
     pub fn new(hooks: Hooks) -> Arc<Grasp> {
         Arc::new(Grasp { hooks, running: Mutex::new(None), counters: Arc::default() })
@@ -358,7 +355,9 @@ impl Grasp {
         let running = lock(&self.running);
         let same = running.as_ref().is_some_and(|r| r.config.listen == c.listen && r.listener.is_some());
         let tcp = match c.listen {
-            Some(a) if !same => Some(bind_tcp(a).map_err(|e| format!("routing/grasp: listen on {a}: {e}"))?),
+            Some(a) if !same => {
+                Some(super::bind_listener(a).map_err(|e| format!("routing/grasp: listen on {a}: {e}"))?)
+            }
             _ => None,
         };
         Ok(Sockets { tcp, keep: same })
@@ -426,12 +425,6 @@ struct Sockets {
     tcp: Option<std::net::TcpListener>,
     /// The running listener's address is kept (it is re-bound after the old one closes).
     keep: bool,
-}
-
-fn bind_tcp(a: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(a)?;
-    l.set_nonblocking(true)?;
-    Ok(l)
 }
 
 async fn flood_task(
@@ -540,13 +533,7 @@ async fn synch_task(
     let per_source: Arc<Mutex<BTreeMap<IpAddr, usize>>> = Arc::default();
     loop {
         let (s, from) = tokio::select! {
-            r = l.accept() => match r {
-                Ok(x) => x,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            c = super::next_connection(&l, "GRASP") => c,
             _ = stop.changed() => return,
         };
         // At most SYNCH_PER_SOURCE connections from one address, SYNCH_CONNECTIONS in all.
@@ -622,7 +609,7 @@ async fn synch_one(
         started.get_or_insert_with(tokio::time::Instant::now);
         while let Some(len) = cbor_item_len(&buf) {
             let (generation, services) = {
-                let v = view.lock().unwrap_or_else(|e| e.into_inner());
+                let v = lock(view);
                 (v.generation, v.services.values().cloned().collect::<Vec<_>>())
             };
             let reply = answer(&buf[..len], &(hooks.identity)(), generation, &services, loop_count, counters);

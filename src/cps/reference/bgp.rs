@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::cst::Field;
-use super::server::CpsState;
+use super::server::{lock, CpsState};
 use crate::cps::wire::ServiceMetrics;
 use crate::engine::model::Health;
 use crate::routing::bgp::encode::{decode_attribute, ls_contents, open, to_bytes, CodePoints, DecodedMetrics};
@@ -57,16 +57,11 @@ impl RefBgp {
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
-                let (s, from) = tokio::select! {
-                    r = l.accept() => match r {
-                        Ok(x) => x,
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    },
+                let s = tokio::select! {
+                    s = super::server::next_connection(&l, &mut conns) => s,
                     _ = stop_rx.changed() => break,
                 };
+                let Ok(from) = s.peer_addr() else { continue };
                 let Some(peer) = peers.iter().find(|p| p.address == from.ip()).cloned() else {
                     tracing::warn!(from = %from, "reference C-PS: BGP connection from an unknown peer: closed");
                     continue;
@@ -162,7 +157,7 @@ async fn session(
     let r = exchange(s, state, peer, local_as, router_id, counter, &mut routes).await;
     // RFC 4271: the routes of a session that ended go with it (unless another channel has
     // newer values of them).
-    let mut cst = state.cst.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cst = lock(&state.cst);
     for (site, cs, generation) in routes.into_values() {
         let _ = cst.withdraw_routed(&site, &peer.csma_id, &cs, generation);
     }
@@ -221,12 +216,7 @@ async fn exchange(
         let key = |n: &netgauze_bgp_pkt::nlri::BgpLsNlri| format!("{n:?}").into_bytes();
         for n in &unreach {
             if let Some((site, cs, generation)) = routes.remove(&key(n)) {
-                let r = state.cst.lock().unwrap_or_else(|e| e.into_inner()).withdraw_routed(
-                    &site,
-                    &peer.csma_id,
-                    &cs,
-                    generation,
-                );
+                let r = lock(&state.cst).withdraw_routed(&site, &peer.csma_id, &cs, generation);
                 if let Err(e) = r {
                     tracing::warn!("reference C-PS: BGP-LS withdrawal refused: {e}");
                 }
@@ -244,7 +234,7 @@ async fn exchange(
             tracing::warn!(peer = %peer.address, "reference C-PS: BGP-LS route without cs-id, site-id or generation");
             continue;
         };
-        let mut cst = state.cst.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cst = lock(&state.cst);
         for n in &reach {
             // The NLRI now carries this service: one it carried before is withdrawn.
             if let Some((old_site, old_cs, old_gen)) =

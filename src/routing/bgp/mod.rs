@@ -27,6 +27,7 @@ use tokio::time::{sleep_until, Instant};
 use self::config::{Advertise, SessionConfig, SpeakerConfig};
 use self::rib::{Published, Rib};
 use self::session::{EventFn, FsmState, Neighbor, NeighborConfig, SessionParams, Stop};
+use crate::cps::session::lock;
 use crate::engine::update::Advertisement;
 
 /// The audience of the full snapshot the speaker asks the update controller for (at start
@@ -120,10 +121,6 @@ pub struct Speaker {
     running: Mutex<Option<Running>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Speaker {
     pub fn new(hooks: Hooks) -> Arc<Speaker> {
         Arc::new(Speaker { hooks, running: Mutex::new(None) })
@@ -138,7 +135,7 @@ impl Speaker {
                 return Ok(None);
             }
         }
-        match bind(addr) {
+        match super::bind_listener(addr) {
             Ok(l) => Ok(Some(l)),
             Err(e)
                 if e.kind() == std::io::ErrorKind::AddrInUse
@@ -309,12 +306,6 @@ pub struct Snapshot {
     pub unmapped: usize,
 }
 
-fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr)?;
-    l.set_nonblocking(true)?;
-    Ok(l)
-}
-
 fn stop_running(r: Running, why: Stop) {
     let _ = r.stop.send(true);
     let neighbors = std::mem::take(&mut *lock(&r.neighbors));
@@ -391,14 +382,7 @@ async fn accept_task(l: Arc<TcpListener>, neighbors: Neighbors, mut stop: watch:
     let mut last_warning: Option<Instant> = None;
     loop {
         let (s, from) = tokio::select! {
-            r = l.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("BGP-LS listener: accept: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            c = super::next_connection(&l, "BGP-LS") => c,
             _ = stop.changed() => return,
         };
         let ip = match from.ip() {

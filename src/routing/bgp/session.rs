@@ -32,6 +32,7 @@ use tokio_util::codec::Decoder;
 use super::encode::{announce, describe_notification, open, to_bytes, withdraw, PeerParams, AS_TRANS, WITHDRAW_BATCH};
 use super::rib::{Published, Route};
 use crate::backoff::Backoff;
+use crate::cps::session::lock;
 use crate::engine::model::CsId;
 
 /// RFC 4271 section 8: the hold timer while waiting for the neighbor's OPEN ("a large value",
@@ -158,10 +159,6 @@ impl Neighbor {
     fn set_state(&self, s: FsmState) {
         self.update(|st| st.state = s);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Why the speaker stops a session: the Cease subcode sent (RFC 4486).
