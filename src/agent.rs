@@ -411,7 +411,7 @@ fn start_grasp(
     cps: &Arc<crate::cps::Adapters>,
 ) -> Result<(), String> {
     use crate::engine::update::UpdateEvent;
-    use crate::routing::grasp::{Grasp, GraspConsumer, GraspState, Hooks, Identity, AUDIENCE};
+    use crate::routing::grasp::{Grasp, GraspConsumer, GraspState, Hooks, AUDIENCE};
     let subscribe = engine.updates.clone();
     let resync = engine.updates.clone();
     let registry = cps.registry.clone();
@@ -420,10 +420,7 @@ fn start_grasp(
         resync: Arc::new(move || {
             let _ = resync.send(UpdateEvent::Resync { peer: Some(AUDIENCE.to_owned()) });
         }),
-        identity: Arc::new(move || {
-            let id = registry.identity();
-            Identity { csma_id: id.csma_id, site_id: id.site_id }
-        }),
+        identity: Arc::new(move || registry.identity()),
     });
     let consumer = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| GraspConsumer::load(grasp.clone(), t))

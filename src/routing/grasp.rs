@@ -26,6 +26,7 @@ use tokio::time::{sleep_until, Instant};
 use yang2::data::{Data, DataTree};
 
 use crate::cps::session::lock;
+pub use crate::cps::session::Identity;
 use crate::datastore::tree::set;
 use crate::datastore::{ConfigConsumer, StateProvider, Transaction};
 use crate::engine::model::{CsId, SiteMetrics};
@@ -224,13 +225,6 @@ pub fn to_cbor(v: &Value) -> Vec<u8> {
 
 fn session_id() -> Value {
     Value::Integer(rand::random::<u32>().into())
-}
-
-/// Who the C-SMA is (agent/csma-id, agent/site-id).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub csma_id: String,
-    pub site_id: String,
 }
 
 /// The M_FLOOD messages carrying the whole set: as few as fit in `max` octets each (a
@@ -715,7 +709,7 @@ mod tests {
     #[test]
     fn rfc8990_hostile_cbor_lengths_do_not_allocate_or_panic() {
         let c = Counters::default();
-        let id = Identity::default();
+        let id = Identity { csma_id: String::new(), site_id: String::new() };
         for hostile in [
             &[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff][..], // array of 2^64-1 items
             &[0x5b, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x01][..], // 64 GiB byte string
