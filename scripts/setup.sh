@@ -17,7 +17,7 @@ APT_PACKAGES=(
     build-essential cmake pkg-config libpcre2-dev
     python3 python3-venv python3-pip
     mosquitto mosquitto-clients
-    gobgpd
+    gobgpd softflowd
     libyang2-tools yangcli
     openssh-client curl ca-certificates git
 )

@@ -31,6 +31,8 @@ pub struct Agent {
     pub cps: Arc<crate::cps::Adapters>,
     /// The BGP-LS speaker (routing/bgp-ls; idle until configured).
     pub bgp: Arc<crate::routing::bgp::Speaker>,
+    /// Seed 000's IP-layer metrics (ip-metrics; the collector idle until enabled).
+    pub ipm: Arc<crate::ipm::Ipm>,
     /// The RESTCONF server and where it listens, when enabled.
     pub restconf: Option<(Arc<crate::restconf::Restconf>, crate::restconf::Listening)>,
     /// NETCONF over TLS (RFC 7589) and Call Home (RFC 8071), configured in the datastore.
@@ -82,6 +84,7 @@ impl Agent {
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
         let bgp = start_bgp(&datastores, &server, &engine, &cps)?;
+        let ipm = start_ipm(&datastores, &server)?;
         // Configured subscriptions (RFC 8639 section 2.5) once the engine feeds on-change.
         let configured = datastores
             .with_tree(crate::datastore::Datastore::Running, |t| crate::push::configured::Configured::start(&server, t))
@@ -137,6 +140,7 @@ impl Agent {
             engine,
             cps,
             bgp,
+            ipm,
             restconf,
             netconf_tls,
             call_home,
@@ -265,8 +269,10 @@ async fn start_engine(
         pending_policy: Default::default(),
     }));
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
-    *server.app_rpcs.write().unwrap_or_else(|e| e.into_inner()) =
-        Some(Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }));
+    server.register_app_rpc(
+        "cats-sma",
+        Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }),
+    );
     let tls_status = Arc::new(http::TlsStatus::new(tls_status::HTTP));
     datastores.register_state_provider(tls_status.clone());
     tokio::spawn(http::serve(
@@ -402,6 +408,18 @@ fn start_bgp(
     datastores.register_state_provider(Arc::new(crate::routing::bgp::state::BgpState { speaker: speaker.clone() }));
     start_grasp(datastores, engine, cps)?;
     Ok(speaker)
+}
+
+/// Seed 000: the IPFIX / NetFlow v9 collector, the indexes and the select-site RPC.
+fn start_ipm(datastores: &Arc<Datastores>, server: &Arc<crate::mgmt::Core>) -> Result<Arc<crate::ipm::Ipm>, String> {
+    let ipm = crate::ipm::Ipm::new();
+    let consumer = datastores
+        .with_tree(crate::datastore::Datastore::Running, |t| crate::ipm::config::IpmConsumer::load(ipm.clone(), t))
+        .map_err(|e| e.to_string())?;
+    datastores.register_consumer(Arc::new(consumer));
+    datastores.register_state_provider(Arc::new(crate::ipm::state::IpmState { ipm: ipm.clone() }));
+    server.register_app_rpc("cats-ip-metrics", Arc::new(crate::ipm::rpc::IpmRpcs { ipm: ipm.clone() }));
+    Ok(ipm)
 }
 
 /// The GRASP objective CATS:ServiceMetrics, fed by the update controller.

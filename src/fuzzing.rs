@@ -786,3 +786,32 @@ pub fn grasp_message(data: &[u8]) {
         rest = &rest[len..];
     }
 }
+
+/// What A-ERs send the IP-layer metrics collector (`ipm::flow`): datagrams, each prefixed
+/// here by a 2-octet length, decoded one after the other against one exporter's templates
+/// (at most 8), a second apart with a 3-second template lifetime so that expiry runs too.
+/// No panic; the template bound holds; no more flows than data records.
+pub fn flow_message(data: &[u8]) {
+    use crate::ipm::flow::Domain;
+    use std::time::{Duration, Instant};
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    let mut d = Domain::default();
+    let t0 = Instant::now();
+    let mut rest = data;
+    let mut k = 0;
+    while rest.len() >= 2 {
+        let n = (u16::from_be_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        let (msg, r) = rest[2..].split_at(n);
+        rest = r;
+        let now = t0 + Duration::from_secs(k);
+        k += 1;
+        d.expire(now, Duration::from_secs(3));
+        let _ = crate::ipm::flow::header(msg);
+        if let Ok(out) = d.decode(msg, now, 8) {
+            assert!(out.flows.len() as u64 <= out.records);
+        }
+        assert!(d.templates() <= 8);
+    }
+}

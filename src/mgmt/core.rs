@@ -72,8 +72,9 @@ pub struct Core {
     pub nacm: Arc<crate::nacm::Nacm>,
     /// The NETCONF event stream (RFC 5277) with its replay log.
     pub events: events::EventBus,
-    /// Handler of the agent's own RPCs, once the engine is up.
-    pub app_rpcs: std::sync::RwLock<Option<Arc<dyn AppRpc>>>,
+    /// Handlers of the agent's own RPCs by YANG module, registered by the parts that own
+    /// them as they start.
+    app_rpcs: std::sync::RwLock<std::collections::HashMap<String, Arc<dyn AppRpc>>>,
     /// YANG-Push dynamic subscriptions (RFC 8639/8641).
     pub push: Arc<crate::push::Push>,
     /// Connection gates, the password-check pool and their counters (all listeners).
@@ -81,6 +82,16 @@ pub struct Core {
 }
 
 impl Core {
+    /// Serves the RPCs of YANG module `module` with `handler` from now on.
+    pub fn register_app_rpc(&self, module: &str, handler: Arc<dyn AppRpc>) {
+        self.app_rpcs.write().unwrap_or_else(|e| e.into_inner()).insert(module.to_owned(), handler);
+    }
+
+    /// The handler of `module`'s RPCs, once registered.
+    pub fn app_rpc(&self, module: &str) -> Option<Arc<dyn AppRpc>> {
+        self.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).get(module).cloned()
+    }
+
     pub fn new(
         datastores: Arc<Datastores>,
         users: UserStore,

@@ -112,7 +112,7 @@ pub async fn handle(rc: &std::sync::Arc<Restconf>, caller: &Caller, req: &Req, t
     if subscription_op {
         return super::subscriptions::operation(rc, caller, req, rpc, &input);
     }
-    let handler = rc.core.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let handler = rc.core.app_rpc(module);
     let Some(handler) = handler else {
         return Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{name} is not available yet")).into());
     };

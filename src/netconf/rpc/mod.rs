@@ -360,7 +360,7 @@ fn dispatch(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
 /// An RPC of one of the agent's modules: the input is parsed and validated by libyang,
 /// then handed to the part of the agent that serves it.
 fn app_rpc(ctx: &SessionCtx, module: &str, op: &Element, src: &str) -> OpResult {
-    let handler = ctx.server.app_rpcs.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let handler = ctx.server.app_rpc(module);
     let Some(handler) = handler else {
         return Err(vec![RpcError::protocol(
             ErrorTag::OperationNotSupported,

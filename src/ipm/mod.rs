@@ -1,0 +1,529 @@
+//! Seed 000 (draft-dunbar-ippm-5g-edge-compute-ip-layer-metrics): IP-layer metrics of the
+//! sites hosting an application server, from the traffic its egress routers (A-ERs) count.
+//!
+//! - `flow`: IPFIX / NetFlow v9 decoding (NetGauze's codec), templates per exporter and
+//!   observation domain.
+//! - here: the UDP collector, the four counters of section 3.2 per application site and
+//!   measurement interval, the Load Index, and the Capacity Index (configured, or estimated
+//!   from the site's history, section 3.3).
+//! - `select`: the section 4 cost and the ranking built from it.
+//! - `config`, `state`, `rpc`: configuration in (`cats-ip-metrics`), operational state out,
+//!   the `select-site` RPC.
+
+pub mod config;
+pub mod flow;
+pub mod rpc;
+pub mod select;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use self::config::IpmConfig;
+use self::flow::{Domain, FlowCount, Protocol};
+
+pub const ROOT: &str = "/cats-sma:cats-sma/cats-ip-metrics:ip-metrics";
+pub const NS: &str = "urn:cats-sma:yang:cats-ip-metrics";
+/// Exporter template states kept at once (YANG `exporter` max-elements).
+pub const MAX_DOMAINS: usize = 4096;
+/// Completed intervals kept per site for the capacity estimator.
+pub const MAX_HISTORY: usize = 10_000;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    crate::cps::session::lock(m)
+}
+
+/// The four counters of section 3.2.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub to_packets: u64,
+    pub from_packets: u64,
+    pub to_bytes: u64,
+    pub from_bytes: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.to_packets = self.to_packets.saturating_add(o.to_packets);
+        self.from_packets = self.from_packets.saturating_add(o.from_packets);
+        self.to_bytes = self.to_bytes.saturating_add(o.to_bytes);
+        self.from_bytes = self.from_bytes.saturating_add(o.from_bytes);
+    }
+
+    /// LoadIndex = w1·ToPackets + w2·FromPackets + w3·ToBytes + w4·FromBytes.
+    pub fn load_index(&self, w: &[f64; 4]) -> f64 {
+        w[0] * self.to_packets as f64
+            + w[1] * self.from_packets as f64
+            + w[2] * self.to_bytes as f64
+            + w[3] * self.from_bytes as f64
+    }
+}
+
+/// A completed measurement interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interval {
+    pub start: DateTime<Utc>,
+    pub counts: Counts,
+    pub load: f64,
+}
+
+/// One application site's measurements.
+#[derive(Clone, Debug, Default)]
+pub struct Meter {
+    pub total: Counts,
+    current: Counts,
+    pub last: Option<Interval>,
+    /// Load Indexes of completed intervals, oldest first (the capacity estimator's window).
+    history: VecDeque<f64>,
+}
+
+/// Where a site's Capacity Index comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Capacity {
+    Configured(u32),
+    Estimated(f64),
+    None,
+}
+
+impl Capacity {
+    pub fn value(self) -> Option<f64> {
+        match self {
+            Capacity::Configured(c) => Some(f64::from(c)),
+            Capacity::Estimated(c) => Some(c),
+            Capacity::None => None,
+        }
+    }
+
+    pub fn yang(self) -> &'static str {
+        match self {
+            Capacity::Configured(_) => "configured",
+            Capacity::Estimated(_) => "estimated",
+            Capacity::None => "none",
+        }
+    }
+}
+
+impl Meter {
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// The section 3.3 estimate: the `percentile` (nearest rank) of the Load Indexes in the
+    /// window, once `min` intervals completed; at least 1 (an idle history still gives a
+    /// finite ratio).
+    pub fn estimate(&self, percentile: u8, min: u32) -> Option<f64> {
+        if self.history.is_empty() || self.history.len() < min as usize {
+            return None;
+        }
+        let mut v: Vec<f64> = self.history.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        let rank = ((f64::from(percentile) / 100.0) * v.len() as f64).ceil() as usize;
+        Some(v[rank.clamp(1, v.len()) - 1].max(1.0))
+    }
+}
+
+/// The collector's counters (YANG `collector/statistics`).
+#[derive(Default)]
+pub struct Stats {
+    pub messages: AtomicU64,
+    pub malformed: AtomicU64,
+    pub unknown_exporter: AtomicU64,
+    pub without_template: AtomicU64,
+    pub records: AtomicU64,
+    pub matched_records: AtomicU64,
+    pub templates_withdrawn: AtomicU64,
+    pub templates_expired: AtomicU64,
+    pub templates_refused: AtomicU64,
+}
+
+/// Template state of one exporter transport session and observation domain.
+pub struct Exporter {
+    pub domain: Domain,
+    pub protocol: Protocol,
+    pub messages: u64,
+    pub last: DateTime<Utc>,
+    last_instant: Instant,
+}
+
+/// An application site: (application-id, site-id).
+pub type SiteKey = (IpAddr, String);
+
+#[derive(Default)]
+struct Inner {
+    config: IpmConfig,
+    meters: HashMap<SiteKey, Meter>,
+    /// (A-ER, server address) → the sites whose traffic that is.
+    index: HashMap<(IpAddr, IpAddr), Vec<SiteKey>>,
+    a_ers: HashSet<IpAddr>,
+    exporters: HashMap<(SocketAddr, u32), Exporter>,
+    interval_start: Option<(Instant, DateTime<Utc>)>,
+}
+
+/// The IP-layer metrics of seed 000.
+pub struct Ipm {
+    inner: Mutex<Inner>,
+    pub stats: Stats,
+    /// The collector's bound address and its task.
+    collector: Mutex<Option<(SocketAddr, SocketAddr, tokio::task::JoinHandle<()>)>>,
+    /// Wakes the interval task when the measurement interval changes.
+    reconfigured: Arc<tokio::sync::Notify>,
+}
+
+impl Ipm {
+    pub fn new() -> Arc<Ipm> {
+        let ipm = Arc::new(Ipm {
+            inner: Mutex::new(Inner::default()),
+            stats: Stats::default(),
+            collector: Mutex::new(None),
+            reconfigured: Arc::new(tokio::sync::Notify::new()),
+        });
+        tokio::spawn(intervals(Arc::downgrade(&ipm), ipm.reconfigured.clone()));
+        ipm
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> IpmConfig {
+        lock(&self.inner).config.clone()
+    }
+
+    /// Takes a new configuration: the meters of sites that stay are kept, the index is
+    /// rebuilt; a changed measurement interval starts a new interval now.
+    pub fn configure(&self, c: IpmConfig) {
+        let mut g = lock(&self.inner);
+        let interval_changed = g.config.interval != c.interval;
+        let mut index: HashMap<(IpAddr, IpAddr), Vec<SiteKey>> = HashMap::new();
+        let mut a_ers = HashSet::new();
+        let mut keys = HashSet::new();
+        for app in &c.applications {
+            for site in &app.sites {
+                let key = (app.id, site.id.clone());
+                for a in &site.a_ers {
+                    a_ers.insert(*a);
+                    for s in site.servers_or(app.id) {
+                        let v = index.entry((*a, s)).or_default();
+                        if !v.contains(&key) {
+                            v.push(key.clone());
+                        }
+                    }
+                }
+                keys.insert(key);
+            }
+        }
+        g.meters.retain(|k, _| keys.contains(k));
+        for k in keys {
+            g.meters.entry(k).or_default();
+        }
+        let cap = history_cap(&c);
+        for m in g.meters.values_mut() {
+            while m.history.len() > cap {
+                m.history.pop_front();
+            }
+        }
+        g.index = index;
+        g.a_ers = a_ers;
+        g.config = c;
+        if interval_changed || g.interval_start.is_none() {
+            g.interval_start = Some((Instant::now(), Utc::now()));
+        }
+        drop(g);
+        self.reconfigured.notify_one();
+    }
+
+    /// Closes the current measurement interval of every site (the interval task calls it at
+    /// each boundary).
+    fn roll(&self, now: Instant) {
+        let mut g = lock(&self.inner);
+        let Some((_, start)) = g.interval_start else { return };
+        let weights = g.config.weights;
+        let cap = history_cap(&g.config);
+        for m in g.meters.values_mut() {
+            let counts = std::mem::take(&mut m.current);
+            let load = counts.load_index(&weights);
+            m.last = Some(Interval { start, counts, load });
+            m.history.push_back(load);
+            while m.history.len() > cap {
+                m.history.pop_front();
+            }
+        }
+        g.interval_start = Some((now, Utc::now()));
+        let lifetime = g.config.collector.as_ref().map(|c| c.template_lifetime);
+        if let Some(lifetime) = lifetime {
+            let mut expired = 0;
+            for e in g.exporters.values_mut() {
+                expired += e.domain.expire(now, lifetime);
+            }
+            self.stats.templates_expired.fetch_add(expired, Ordering::Relaxed);
+        }
+    }
+
+    /// One datagram from `from`.
+    pub fn receive(&self, from: SocketAddr, msg: &[u8]) {
+        let from = SocketAddr::new(from.ip().to_canonical(), from.port());
+        let now = Instant::now();
+        let mut g = lock(&self.inner);
+        if !g.a_ers.contains(&from.ip()) {
+            drop(g);
+            self.stats.unknown_exporter.fetch_add(1, Ordering::Relaxed);
+            refused(from, "the source is no configured A-ER");
+            return;
+        }
+        let (protocol, domain) = match flow::header(msg) {
+            Ok(h) => h,
+            Err(e) => {
+                drop(g);
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                refused(from, &e);
+                return;
+            }
+        };
+        let Some((lifetime, max)) = g.config.collector.as_ref().map(|c| (c.template_lifetime, c.max_templates)) else {
+            return;
+        };
+        if !g.exporters.contains_key(&(from, domain)) && g.exporters.len() >= MAX_DOMAINS {
+            if let Some(k) = g.exporters.iter().min_by_key(|(_, e)| e.last_instant).map(|(k, _)| *k) {
+                g.exporters.remove(&k);
+            }
+        }
+        let e = g.exporters.entry((from, domain)).or_insert_with(|| Exporter {
+            domain: Domain::default(),
+            protocol,
+            messages: 0,
+            last: Utc::now(),
+            last_instant: now,
+        });
+        e.protocol = protocol;
+        e.messages += 1;
+        e.last = Utc::now();
+        e.last_instant = now;
+        let expired = e.domain.expire(now, lifetime);
+        let decoded = e.domain.decode(msg, now, max);
+        self.stats.templates_expired.fetch_add(expired, Ordering::Relaxed);
+        let d = match decoded {
+            Ok(d) => d,
+            Err(err) => {
+                drop(g);
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                refused(from, &err);
+                return;
+            }
+        };
+        self.stats.messages.fetch_add(1, Ordering::Relaxed);
+        self.stats.records.fetch_add(d.records, Ordering::Relaxed);
+        self.stats.without_template.fetch_add(d.without_template, Ordering::Relaxed);
+        self.stats.templates_withdrawn.fetch_add(d.withdrawn, Ordering::Relaxed);
+        self.stats.templates_refused.fetch_add(d.refused, Ordering::Relaxed);
+        let mut matched = 0;
+        for f in &d.flows {
+            matched += u64::from(g.count(from.ip(), f));
+        }
+        self.stats.matched_records.fetch_add(matched, Ordering::Relaxed);
+    }
+
+    /// Runs `f` over the meters and configuration (state rendering, selection).
+    pub fn with<R>(
+        &self,
+        f: impl FnOnce(&IpmConfig, &HashMap<SiteKey, Meter>, &HashMap<(SocketAddr, u32), Exporter>) -> R,
+    ) -> R {
+        let g = lock(&self.inner);
+        f(&g.config, &g.meters, &g.exporters)
+    }
+
+    /// The Capacity Index of a site in force.
+    pub fn capacity(c: &IpmConfig, configured: Option<u32>, m: Option<&Meter>) -> Capacity {
+        match configured {
+            Some(v) => Capacity::Configured(v),
+            None => m
+                .and_then(|m| m.estimate(c.estimate.percentile, c.estimate.min_intervals))
+                .map_or(Capacity::None, Capacity::Estimated),
+        }
+    }
+
+    pub fn listening(&self) -> Option<SocketAddr> {
+        lock(&self.collector).as_ref().map(|(_, bound, _)| *bound)
+    }
+
+    /// Binds the collector's socket for `c` (prepare: a port that cannot be bound refuses
+    /// the commit); None when the current socket serves it already.
+    pub fn bind(&self, c: &IpmConfig) -> Result<Option<std::net::UdpSocket>, String> {
+        let Some(cc) = &c.collector else { return Ok(None) };
+        if lock(&self.collector).as_ref().is_some_and(|(want, _, _)| *want == cc.listen) {
+            return Ok(None);
+        }
+        let s = std::net::UdpSocket::bind(cc.listen)
+            .map_err(|e| format!("ip-metrics/collector: cannot listen on UDP {}: {e}", cc.listen))?;
+        s.set_nonblocking(true).map_err(|e| format!("ip-metrics/collector: {e}"))?;
+        Ok(Some(s))
+    }
+
+    /// Applies `c` with the socket `bind` gave.
+    pub fn apply(self: &Arc<Self>, c: IpmConfig, socket: Option<std::net::UdpSocket>) {
+        let want = c.collector.as_ref().map(|cc| cc.listen);
+        self.configure(c);
+        let mut slot = lock(&self.collector);
+        if want.is_none() || socket.is_some() {
+            if let Some((_, _, task)) = slot.take() {
+                task.abort();
+            }
+        }
+        let (Some(want), Some(s)) = (want, socket) else { return };
+        let sock = match tokio::net::UdpSocket::from_std(s) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("ip-metrics/collector: {e}");
+                return;
+            }
+        };
+        let bound = sock.local_addr().unwrap_or(want);
+        tracing::info!("IPFIX / NetFlow v9 collector listening on UDP {bound}");
+        let task = tokio::spawn(collect(Arc::downgrade(self), sock));
+        *slot = Some((want, bound, task));
+    }
+}
+
+impl Inner {
+    /// Adds one flow to the sites of its exporter whose server it goes to or comes from.
+    fn count(&mut self, exporter: IpAddr, f: &FlowCount) -> bool {
+        let mut any = false;
+        let to = Counts { to_packets: f.packets, to_bytes: f.octets, ..Default::default() };
+        let from = Counts { from_packets: f.packets, from_bytes: f.octets, ..Default::default() };
+        for (server, c) in [(f.dst.to_canonical(), to), (f.src.to_canonical(), from)] {
+            let Some(keys) = self.index.get(&(exporter, server)) else { continue };
+            for k in keys {
+                if let Some(m) = self.meters.get_mut(k) {
+                    m.current.add(&c);
+                    m.total.add(&c);
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+}
+
+fn history_cap(c: &IpmConfig) -> usize {
+    let n = c.estimate.window.as_secs().div_ceil(c.interval.as_secs().max(1));
+    (n as usize).clamp(1, MAX_HISTORY)
+}
+
+/// A message the collector did not take: an audit record per source and window.
+fn refused(from: SocketAddr, reason: &str) {
+    crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+        .outcome("failure")
+        .source(from)
+        .transport("ipfix")
+        .field("reason", reason)
+        .emit_aggregated(format!("ipfix/{}", from.ip()));
+}
+
+async fn collect(ipm: std::sync::Weak<Ipm>, sock: tokio::net::UdpSocket) {
+    let mut buf = vec![0u8; 65_535];
+    loop {
+        let (n, from) = match sock.recv_from(&mut buf).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("ip-metrics/collector: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(ipm) = ipm.upgrade() else { return };
+        ipm.receive(from, &buf[..n]);
+    }
+}
+
+/// Closes a measurement interval at each boundary.
+async fn intervals(ipm: std::sync::Weak<Ipm>, reconfigured: Arc<tokio::sync::Notify>) {
+    loop {
+        let due = {
+            let Some(i) = ipm.upgrade() else { return };
+            let g = lock(&i.inner);
+            g.interval_start.map(|(t, _)| t + g.config.interval)
+        };
+        let notified = reconfigured.notified();
+        match due {
+            Some(due) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due.into()) => {
+                        let Some(i) = ipm.upgrade() else { return };
+                        i.roll(Instant::now());
+                    }
+                    _ = notified => {}
+                }
+            }
+            None => notified.await,
+        }
+    }
+}
+
+/// Renders a Load or Capacity Index as YANG `index-value` (decimal64, 3 fraction digits),
+/// saturating at the type's range.
+pub fn index_value(v: f64) -> String {
+    decimal(v, 3)
+}
+
+/// `v` as a YANG decimal64 with `digits` fraction digits in canonical form (no trailing
+/// zero but one), clamped to 0 and the type's largest value.
+pub fn decimal(v: f64, digits: u32) -> String {
+    let scale = 10f64.powi(digits as i32);
+    let max = i64::MAX as f64 / scale;
+    let text = if !v.is_finite() || v >= max {
+        let s = i64::MAX.to_string();
+        let (int, frac) = s.split_at(s.len() - digits as usize);
+        format!("{int}.{frac}")
+    } else {
+        format!("{:.*}", digits as usize, v.max(0.0))
+    };
+    let t = text.trim_end_matches('0');
+    if t.ends_with('.') {
+        format!("{t}0")
+    } else {
+        t.to_owned()
+    }
+}
+
+/// Sites and their preference per application (for a flow group), in configuration order.
+pub fn preferences(c: &IpmConfig, app: IpAddr, group: Option<&str>) -> BTreeMap<String, u32> {
+    let Some(a) = c.applications.iter().find(|a| a.id == app) else { return BTreeMap::new() };
+    let g = group.and_then(|g| a.groups.iter().find(|x| x.name == g));
+    a.sites
+        .iter()
+        .map(|s| (s.id.clone(), g.and_then(|g| g.preferences.get(&s.id).copied()).unwrap_or(s.preference)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed000_3_2_load_index_is_the_weighted_sum() {
+        let c = Counts { to_packets: 10, from_packets: 8, to_bytes: 1500, from_bytes: 12000 };
+        assert_eq!(c.load_index(&[0.25; 4]), 0.25 * (10.0 + 8.0 + 1500.0 + 12000.0));
+        assert_eq!(c.load_index(&[1.0, 0.0, 0.0, 0.0]), 10.0);
+        assert_eq!(index_value(3379.5), "3379.5");
+        assert_eq!(index_value(10.0), "10.0");
+        assert_eq!(index_value(0.1 * 5.0 + 0.2 * 3.0 + 0.3 * 640.0 + 0.4 * 3084.0), "1426.7");
+        assert_eq!(index_value(1e30), "9223372036854775.807");
+        assert_eq!(decimal(1.0 / 3.0, 6), "0.333333");
+        assert_eq!(decimal(f64::INFINITY, 6), "9223372036854.775807");
+    }
+
+    #[test]
+    fn seed000_3_3_capacity_estimate_is_a_percentile_of_the_history() {
+        let mut m = Meter::default();
+        assert_eq!(m.estimate(90, 1), None);
+        m.history.extend((1..=10).map(|v| v as f64 * 100.0));
+        assert_eq!(m.estimate(90, 11), None);
+        assert_eq!(m.estimate(90, 10), Some(900.0));
+        assert_eq!(m.estimate(100, 10), Some(1000.0));
+        assert_eq!(m.estimate(50, 10), Some(500.0));
+        assert_eq!(m.estimate(1, 10), Some(100.0));
+        m.history = [0.0, 0.0].into();
+        assert_eq!(m.estimate(90, 1), Some(1.0));
+    }
+}

@@ -1,0 +1,147 @@
+//! The `select-site` RPC (cats-ip-metrics): ranks an application's sites for the caller by
+//! the section 4 algorithm, with the caller's RTT-ANYCAST (its RTT to each A-ER, section 3.5)
+//! and the preferences of the caller's flow group (section 3.4).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use yang2::data::{Data, DataTree};
+
+use super::select::{rank, Candidate, Ranked};
+use super::{decimal, index_value, Ipm, NS};
+use crate::error::{ErrorTag, RpcError};
+use crate::mgmt::AppRpc;
+use crate::text::xml;
+
+pub struct IpmRpcs {
+    pub ipm: Arc<Ipm>,
+}
+
+fn invalid(leaf: &str, msg: String) -> RpcError {
+    RpcError::application(ErrorTag::InvalidValue, msg).with_bad_element(leaf)
+}
+
+/// The input of select-site, parsed.
+struct Input {
+    app: IpAddr,
+    source: Option<IpAddr>,
+    group: Option<String>,
+    rtt: HashMap<IpAddr, u32>,
+}
+
+fn input(t: &DataTree<'static>) -> Result<Input, RpcError> {
+    let leaf = |name: &str| {
+        t.find_path(&format!("/cats-ip-metrics:select-site/{name}")).ok().and_then(|n| n.value_canonical())
+    };
+    let ip = |name: &str, v: String| {
+        v.parse::<IpAddr>().map(|a| a.to_canonical()).map_err(|_| invalid(name, format!("'{v}'")))
+    };
+    let app = ip("application-id", leaf("application-id").unwrap_or_default())?;
+    let source = leaf("source-address").map(|v| ip("source-address", v)).transpose()?;
+    let mut rtt = HashMap::new();
+    if let Ok(set) = t.find_xpath("/cats-ip-metrics:select-site/rtt") {
+        for n in set {
+            let (mut a, mut v) = (None, None);
+            for c in n.children() {
+                match c.schema().name() {
+                    "a-er" => a = c.value_canonical(),
+                    "value" => v = c.value_canonical(),
+                    _ => {}
+                }
+            }
+            if let (Some(a), Some(v)) = (a, v) {
+                let a = ip("a-er", a)?;
+                let v: u32 = v.parse().map_err(|_| invalid("value", format!("'{v}'")))?;
+                rtt.insert(a, v);
+            }
+        }
+    }
+    Ok(Input { app, source, group: leaf("flow-group"), rtt })
+}
+
+/// The ranking for `app` with the caller's RTTs and flow group.
+pub fn select(
+    ipm: &Ipm,
+    app: IpAddr,
+    source: Option<IpAddr>,
+    group: Option<&str>,
+    rtt: &HashMap<IpAddr, u32>,
+) -> Result<(f64, Option<String>, Vec<Ranked>), RpcError> {
+    ipm.with(|c, meters, _| {
+        let a =
+            c.applications.iter().find(|a| a.id == app).ok_or_else(|| {
+                invalid("application-id", format!("application {app} is not configured in ip-metrics"))
+            })?;
+        let group = match group {
+            Some(g) => Some(
+                a.groups
+                    .iter()
+                    .find(|x| x.name == g)
+                    .ok_or_else(|| invalid("flow-group", format!("application {app} has no flow-group '{g}'")))?,
+            ),
+            None => source.and_then(|s| a.group_of(s)),
+        };
+        let prefs = super::preferences(c, app, group.map(|g| g.name.as_str()));
+        let sites: Vec<Candidate> = a
+            .sites
+            .iter()
+            .map(|s| {
+                let m = meters.get(&(app, s.id.clone()));
+                Candidate {
+                    site_id: s.id.clone(),
+                    load: m.and_then(|m| m.last.map(|l| l.load)),
+                    capacity: Ipm::capacity(c, s.capacity, m).value(),
+                    preference: prefs.get(&s.id).copied().unwrap_or(s.preference),
+                    delay: s.a_ers.iter().filter_map(|e| rtt.get(e).copied()).min(),
+                }
+            })
+            .collect();
+        Ok((c.w, group.map(|g| g.name.clone()), rank(c.w, &sites)))
+    })
+}
+
+/// The output of select-site as XML children, in schema order.
+pub fn output(w: f64, group: Option<&str>, ranked: &[Ranked]) -> String {
+    let mut out = format!("<w xmlns=\"{NS}\">{}</w>", decimal(w, 3));
+    if let Some(g) = group {
+        out.push_str(&format!("<flow-group xmlns=\"{NS}\">{}</flow-group>", xml(g)));
+    }
+    for r in ranked {
+        let c = &r.candidate;
+        out.push_str(&format!("<site xmlns=\"{NS}\"><site-id>{}</site-id><rank>{}</rank>", xml(&c.site_id), r.rank));
+        if let Some(cost) = r.cost {
+            out.push_str(&format!("<cost>{}</cost>", decimal(cost, 6)));
+        }
+        out.push_str(&format!("<wins>{}</wins>", r.wins));
+        if let Some(l) = c.load {
+            out.push_str(&format!("<load-index>{}</load-index>", index_value(l)));
+        }
+        if let Some(cp) = c.capacity {
+            out.push_str(&format!("<capacity-index>{}</capacity-index>", index_value(cp)));
+        }
+        out.push_str(&format!("<preference-index>{}</preference-index>", c.preference));
+        if let Some(d) = c.delay {
+            out.push_str(&format!("<delay>{d}</delay>"));
+        }
+        if let Some(i) = r.incomplete {
+            out.push_str(&format!("<incomplete>{}</incomplete>", i.yang()));
+        }
+        out.push_str("</site>");
+    }
+    out
+}
+
+impl AppRpc for IpmRpcs {
+    fn call(&self, module: &str, name: &str, t: &DataTree<'static>) -> Result<String, RpcError> {
+        match (module, name) {
+            ("cats-ip-metrics", "select-site") => {
+                let i = input(t)?;
+                let (w, group, ranked) = select(&self.ipm, i.app, i.source, i.group.as_deref(), &i.rtt)?;
+                Ok(output(w, group.as_deref(), &ranked))
+            }
+            _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
+                .with_bad_element(name)),
+        }
+    }
+}
