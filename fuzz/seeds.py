@@ -479,3 +479,13 @@ write("flow_message", "softflowd-v9", lp(SOFTFLOWD_V9))
 write("flow_message", "template-data-withdraw", lp(ipfix(0, T300 + D300), ipfix(0, struct.pack(">HHHH", 2, 8, 300, 0)),
                                                    ipfix(0, D300), ipfix(0, struct.pack(">HHHH", 2, 8, 2, 0))))
 write("flow_message", "data-before-template", lp(ipfix(7, D300 + T300 + D300)))
+
+
+# stamp_packet: STAMP test packets (RFC 8762 section 4.2.1) and reflected ones (4.3.1),
+# unauthenticated, 44 octets; the first is sequence number 1 (the sender's first probe).
+STAMP_TEST = struct.pack(">IQH", 1, 0xE8000000_00000000, 0x1601) + bytes(30)
+STAMP_REFLECTED = (struct.pack(">IQH", 1, 0xE8000000_80000000, 0x1601) + bytes(2)
+                   + struct.pack(">QIQH", 0xE8000000_40000000, 1, 0xE8000000_00000000, 0x1601) + bytes(2) + bytes([64]) + bytes(3))
+write("stamp_packet", "test", STAMP_TEST)
+write("stamp_packet", "reflected", STAMP_REFLECTED)
+write("stamp_packet", "padded", STAMP_TEST + bytes(56))

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 ALL="framing xml_message subtree_filter xpath_filter restconf_decoders restconf_request yang_patch
 sci_report sci_grpc cps_grpc sse_event sci_auth cps_wire push_params policy rpc client_cert notif_decoders
-bgp_message grasp_message flow_message"
+bgp_message grasp_message flow_message stamp_packet"
 
 # -max_len per target: a little above the largest realistic input of that decoder.
 max_len() {
@@ -38,6 +38,7 @@ dict() {
         bgp_message) echo bgp ;;
         grasp_message) echo grasp ;;
         flow_message) echo flow ;;
+        stamp_packet) echo stamp ;;
         sci_report | cps_wire | yang_patch | restconf_request | notif_decoders) echo json ;;
         *) echo xml ;;
     esac

@@ -815,3 +815,33 @@ pub fn flow_message(data: &[u8]) {
         assert!(d.templates() <= 8);
     }
 }
+
+/// What reaches the STAMP session-reflector and the session-sender (`ipm::stamp`): the
+/// reflector's answer to any datagram is none (under 44 octets) or a packet as long as it
+/// (at most 1472 octets) carrying its sequence number; the sender takes any datagram as a
+/// reflection without panicking, and only one answering a probe in flight counts.
+pub fn stamp_packet(data: &[u8]) {
+    use crate::ipm::stamp::{parse_reflected, reflect, Sender, SenderConfig, MAX_PACKET, PACKET};
+    use std::time::{Duration, Instant};
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    match reflect(data, 1, 64, || 2) {
+        None => assert!(data.len() < PACKET),
+        Some(r) => {
+            assert_eq!(r.len(), data.len().min(MAX_PACKET));
+            assert_eq!(
+                parse_reflected(&r).map(|x| x.sender_seq).ok(),
+                Some(u32::from_be_bytes([data[0], data[1], data[2], data[3]]))
+            );
+        }
+    }
+    let c = SenderConfig { interval: Duration::from_secs(1), timeout: Duration::from_secs(1), port: 862, window: 4 };
+    let a = std::net::IpAddr::from([192, 0, 2, 1]);
+    let mut s = Sender::default();
+    let now = Instant::now();
+    s.due(&[a], &c, now);
+    let counted = s.reflected(a, data, &c, now + Duration::from_millis(1));
+    assert_eq!(counted, s.rtts[&a].received == 1);
+    assert!(!s.reflected(a, data, &c, now + Duration::from_millis(2)) || !counted);
+}

@@ -93,6 +93,8 @@ corpus_tests!(
     sse_event,
     bgp_message,
     grasp_message,
+    flow_message,
+    stamp_packet,
     sci_auth,
     cps_wire,
     push_params,

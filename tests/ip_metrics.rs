@@ -338,3 +338,125 @@ async fn seed000_4_select_site_ranks_by_measured_load_and_rtt() {
     let r = nc.call(&select_site(&rtt, "<flow-group>nope</flow-group>")).await;
     assert!(r.contains("<error-tag>invalid-value</error-tag>") && r.contains("flow-group"), "{r}");
 }
+
+fn stat(r: &str, from: &str, leaf: &str) -> u64 {
+    leaf_after(r, from, leaf).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Section 3.5 with STAMP (RFC 8762): agent A reflects, agent B's session-sender probes
+/// A's reflector as the A-ER of site s1, and 127.0.0.2 (where nothing reflects) as the
+/// A-ER of s2. B measures an RTT to s1's A-ER and counts every probe to s2's as lost; A
+/// counts what it reflected, and, once B is outside its client-prefix, what it refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed000_3_5_stamp_two_agents_measure_each_other() {
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let a = start_agent(dir_a.path(), &[]);
+    let b = start_agent(dir_b.path(), &[]);
+    let mut nca = Nc::open(&a).await;
+    let mut ncb = Nc::open(&b).await;
+    let r = nca
+        .edit(&format!(
+            "<ip-metrics xmlns=\"{IPM}\"><stamp><reflector><enabled>true</enabled><listen-address>127.0.0.1</listen-address>\
+             <listen-port>0</listen-port></reflector></stamp></ip-metrics>"
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let reflector = format!("<ip-metrics xmlns=\"{IPM}\"><stamp><reflector/></stamp></ip-metrics>");
+    let r = nca.wait("reflector bound", &reflector, |r| r.contains("<listening-port>")).await;
+    let port = stat(&r, "<statistics>", "listening-port");
+    let r = ncb
+        .edit(&format!(
+            "<ip-metrics xmlns=\"{IPM}\"><stamp><sender><enabled>true</enabled><interval>200</interval><timeout>300</timeout>\
+             <reflector-port>{port}</reflector-port><window>4</window></sender></stamp>\
+             <application><application-id>{APP}</application-id>\
+             <site><site-id>s1</site-id><a-er>127.0.0.1</a-er><server-address>192.0.2.10</server-address></site>\
+             <site><site-id>s2</site-id><a-er>127.0.0.2</a-er><server-address>192.0.2.20</server-address></site>\
+             </application></ip-metrics>"
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let app = format!(
+        "<ip-metrics xmlns=\"{IPM}\"><application><application-id>{APP}</application-id></application></ip-metrics>"
+    );
+    let r = ncb
+        .wait("RTTs measured and losses counted", &app, |r| {
+            stat(r, "<a-er>127.0.0.1</a-er>", "received") >= 3 && stat(r, "<a-er>127.0.0.2</a-er>", "lost") >= 2
+        })
+        .await;
+    let s1 = |leaf| stat(&r, "<a-er>127.0.0.1</a-er>", leaf);
+    assert!(s1("latest") > 0 && s1("min") > 0 && s1("min") <= s1("mean"), "{r}");
+    assert!(s1("sent") >= s1("received"), "{r}");
+    assert_eq!(stat(&r, "<a-er>127.0.0.2</a-er>", "received"), 0, "{r}");
+    // Delay-i of s1 is the mean to its A-ER; s2 has none.
+    let delay = stat(&r, "<site-id>s1</site-id>", "delay");
+    assert!(delay > 0, "{r}");
+    // The agent's own ranking has both sites waiting for a Load Index; s1 has a delay.
+    assert!(r.contains("<selection>") && r.matches("<incomplete>no-load-index</incomplete>").count() >= 2, "{r}");
+    // select-site without an RTT list uses the measured ones.
+    let rr = ncb.call(&select_site(&[], "")).await;
+    assert!(rr.contains("<delay>") && !rr.contains("<rpc-error>"), "{rr}");
+
+    let r = nca.get(&reflector).await;
+    assert!(stat(&r, "<statistics>", "reflected") >= 3, "{r}");
+    // B outside A's client-prefix: refused and counted, B counts losses.
+    let r = nca
+        .edit(&format!(
+            "<ip-metrics xmlns=\"{IPM}\"><stamp><reflector><client-prefix>192.0.2.0/24</client-prefix></reflector></stamp></ip-metrics>"
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let lost_before = stat(&ncb.get(&app).await, "<a-er>127.0.0.1</a-er>", "lost");
+    nca.wait("refused", &reflector, |r| stat(r, "<statistics>", "not-allowed") >= 2).await;
+    ncb.wait("lost", &app, |r| stat(r, "<a-er>127.0.0.1</a-er>", "lost") >= lost_before + 2).await;
+}
+
+/// Section 5, Application Bound Group Routers: an ingress router joins an application's
+/// group with its first select-site, each later one refreshes its timer, and it leaves when
+/// the timer expires; the group is bounded; each member's ranking is in the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed000_5_application_bound_group_join_refresh_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), &[]);
+    let mut nc = Nc::open(&agent).await;
+    let cfg = config(10, ["0.25", "0.25", "0.25", "0.25"], [1, 1]).replace(
+        "<application>",
+        "<group-timeout>3</group-timeout><max-group-members>2</max-group-members><application>",
+    );
+    let r = nc.edit(&cfg).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let group = format!(
+        "<ip-metrics xmlns=\"{IPM}\"><application><application-id>{APP}</application-id><group/></application></ip-metrics>"
+    );
+    let join = |ingress: &str, rtt: &[(&str, u32)]| select_site(rtt, &format!("<ingress>{ingress}</ingress>"));
+    let r = nc.call(&join("ir1", &[("127.0.0.1", 1000), ("::1", 3000)])).await;
+    assert!(!r.contains("<rpc-error>"), "{r}");
+    let r = nc.get(&group).await;
+    assert!(r.contains("<ingress>ir1</ingress>") && r.contains("<requests>1</requests>"), "{r}");
+    // The member's ranking uses its RTTs.
+    assert!(r.contains("<delay>1000</delay>") && r.contains("<delay>3000</delay>"), "{r}");
+    assert!(stat(&r, "<ingress>ir1</ingress>", "expires-in") <= 3, "{r}");
+    let r = nc.call(&join("ir2", &[])).await;
+    assert!(!r.contains("<rpc-error>"), "{r}");
+    // The group is full: a third ingress router is refused.
+    let r = nc.call(&join("ir3", &[])).await;
+    assert!(r.contains("<error-tag>resource-denied</error-tag>"), "{r}");
+    // ir1 keeps asking every second; ir2 does not: after the timeout only ir1 is left.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let r = nc.call(&join("ir1", &[])).await;
+        assert!(!r.contains("<rpc-error>"), "{r}");
+    }
+    let r = nc.get(&group).await;
+    assert!(r.contains("<ingress>ir1</ingress>") && !r.contains("<ingress>ir2</ingress>"), "{r}");
+    assert!(r.contains("<requests>5</requests>"), "{r}");
+    // ir1's RTTs from its first request are kept while it sends none.
+    assert!(r.contains("<delay>1000</delay>"), "{r}");
+    // The room ir2 left is free again.
+    let r = nc.call(&join("ir3", &[])).await;
+    assert!(!r.contains("<rpc-error>"), "{r}");
+    // Without requests, the group empties.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let r = nc.get(&group).await;
+    assert!(!r.contains("<member>"), "{r}");
+}

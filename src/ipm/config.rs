@@ -75,6 +75,10 @@ pub struct EstimateConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct IpmConfig {
     pub collector: Option<CollectorConfig>,
+    pub sender: Option<super::stamp::SenderConfig>,
+    pub reflector: Option<super::stamp::ReflectorConfig>,
+    pub group_timeout: Duration,
+    pub max_members: usize,
     pub weights: [f64; 4],
     pub interval: Duration,
     pub w: f64,
@@ -86,6 +90,10 @@ impl Default for IpmConfig {
     fn default() -> Self {
         IpmConfig {
             collector: None,
+            sender: None,
+            reflector: None,
+            group_timeout: Duration::from_secs(300),
+            max_members: 1024,
             weights: [0.25; 4],
             interval: Duration::from_secs(10),
             w: 0.5,
@@ -123,6 +131,8 @@ pub fn ipm_config(t: &DataTree<'static>) -> Result<IpmConfig, String> {
     let Some(root) = t.find_xpath(ROOT).ok().and_then(|mut s| s.next()) else { return Ok(c) };
     let top = leaves(&root);
     c.w = num(&top, "ip-metrics", "w", 0.5)?;
+    c.group_timeout = Duration::from_secs(num(&top, "ip-metrics", "group-timeout", 300u64)?);
+    c.max_members = num(&top, "ip-metrics", "max-group-members", 1024usize)?;
     for n in root.children() {
         match n.schema().name() {
             "collector" => {
@@ -164,11 +174,52 @@ pub fn ipm_config(t: &DataTree<'static>) -> Result<IpmConfig, String> {
                     min_intervals: num(&m, p, "min-intervals", 6u32)?,
                 };
             }
+            "stamp" => stamp(&n, &mut c)?,
             "application" => c.applications.push(application(&n)?),
             _ => {}
         }
     }
     Ok(c)
+}
+
+fn stamp(n: &DataNodeRef<'_, 'static>, c: &mut IpmConfig) -> Result<(), String> {
+    for part in n.children() {
+        let m = leaves(&part);
+        if m.get("enabled").map(String::as_str) != Some("true") {
+            continue;
+        }
+        match part.schema().name() {
+            "sender" => {
+                let p = "ip-metrics/stamp/sender";
+                c.sender = Some(super::stamp::SenderConfig {
+                    interval: Duration::from_millis(num(&m, p, "interval", 10_000u64)?),
+                    timeout: Duration::from_millis(num(&m, p, "timeout", 1000u64)?),
+                    port: num(&m, p, "reflector-port", 862u16)?,
+                    window: num(&m, p, "window", 16usize)?,
+                });
+            }
+            "reflector" => {
+                let p = "ip-metrics/stamp/reflector";
+                let a = m.get("listen-address").map(String::as_str).unwrap_or("::");
+                let clients = values(&part, "client-prefix")
+                    .iter()
+                    .map(|v| {
+                        v.parse::<ipnet::IpNet>().map(|p| p.trunc()).map_err(|_| format!("{p}/client-prefix: '{v}'"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                c.reflector = Some(super::stamp::ReflectorConfig {
+                    listen: SocketAddr::new(
+                        addr(&format!("{p}/listen-address"), a)?,
+                        num(&m, p, "listen-port", 862u16)?,
+                    ),
+                    clients,
+                    max_rate: num(&m, p, "max-rate", 1000u32)?,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn application(n: &DataNodeRef<'_, 'static>) -> Result<AppConfig, String> {
@@ -238,7 +289,7 @@ fn application(n: &DataNodeRef<'_, 'static>) -> Result<AppConfig, String> {
 /// Feeds commits to the IP-layer metrics.
 pub struct IpmConsumer {
     pub ipm: Arc<Ipm>,
-    pending: Mutex<Option<(IpmConfig, Option<std::net::UdpSocket>)>>,
+    pending: Mutex<Option<(IpmConfig, super::Sockets)>>,
 }
 
 impl IpmConsumer {

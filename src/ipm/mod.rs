@@ -14,6 +14,7 @@ pub mod config;
 pub mod flow;
 pub mod rpc;
 pub mod select;
+pub mod stamp;
 pub mod state;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -26,6 +27,7 @@ use chrono::{DateTime, Utc};
 
 use self::config::IpmConfig;
 use self::flow::{Domain, FlowCount, Protocol};
+use crate::error::{ErrorTag, RpcError};
 
 pub const ROOT: &str = "/cats-sma:cats-sma/cats-ip-metrics:ip-metrics";
 pub const NS: &str = "urn:cats-sma:yang:cats-ip-metrics";
@@ -161,6 +163,8 @@ struct Inner {
     index: HashMap<(IpAddr, IpAddr), Vec<SiteKey>>,
     a_ers: HashSet<IpAddr>,
     exporters: HashMap<(SocketAddr, u32), Exporter>,
+    /// Application Bound Group Routers: ingress routers per application.
+    groups: HashMap<IpAddr, BTreeMap<String, Member>>,
     interval_start: Option<(Instant, DateTime<Utc>)>,
 }
 
@@ -168,8 +172,11 @@ struct Inner {
 pub struct Ipm {
     inner: Mutex<Inner>,
     pub stats: Stats,
-    /// The collector's bound address and its task.
-    collector: Mutex<Option<(SocketAddr, SocketAddr, tokio::task::JoinHandle<()>)>>,
+    collector: Listener,
+    reflector: Listener,
+    pub reflector_stats: Arc<stamp::ReflectorStats>,
+    sender: Mutex<stamp::Sender>,
+    sender_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Wakes the interval task when the measurement interval changes.
     reconfigured: Arc<tokio::sync::Notify>,
 }
@@ -179,7 +186,11 @@ impl Ipm {
         let ipm = Arc::new(Ipm {
             inner: Mutex::new(Inner::default()),
             stats: Stats::default(),
-            collector: Mutex::new(None),
+            collector: Listener::default(),
+            reflector: Listener::default(),
+            reflector_stats: Arc::default(),
+            sender: Mutex::default(),
+            sender_task: Mutex::default(),
             reconfigured: Arc::new(tokio::sync::Notify::new()),
         });
         tokio::spawn(intervals(Arc::downgrade(&ipm), ipm.reconfigured.clone()));
@@ -215,6 +226,8 @@ impl Ipm {
             }
         }
         g.meters.retain(|k, _| keys.contains(k));
+        let apps: HashSet<IpAddr> = c.applications.iter().map(|a| a.id).collect();
+        g.groups.retain(|a, _| apps.contains(a));
         for k in keys {
             g.meters.entry(k).or_default();
         }
@@ -343,28 +356,146 @@ impl Ipm {
         }
     }
 
+    /// The collector's bound address.
     pub fn listening(&self) -> Option<SocketAddr> {
-        lock(&self.collector).as_ref().map(|(_, bound, _)| *bound)
+        self.collector.bound()
     }
 
-    /// Binds the collector's socket for `c` (prepare: a port that cannot be bound refuses
-    /// the commit); None when the current socket serves it already.
-    pub fn bind(&self, c: &IpmConfig) -> Result<Option<std::net::UdpSocket>, String> {
-        let Some(cc) = &c.collector else { return Ok(None) };
-        if lock(&self.collector).as_ref().is_some_and(|(want, _, _)| *want == cc.listen) {
+    /// The STAMP reflector's bound address.
+    pub fn reflecting(&self) -> Option<SocketAddr> {
+        self.reflector.bound()
+    }
+
+    /// Binds the collector's and the reflector's sockets for `c` (prepare: a port that
+    /// cannot be bound refuses the commit); a socket is None when the current one serves.
+    pub fn bind(&self, c: &IpmConfig) -> Result<Sockets, String> {
+        Ok(Sockets {
+            collector: self.collector.bind(c.collector.as_ref().map(|x| x.listen), "ip-metrics/collector")?,
+            reflector: self.reflector.bind(c.reflector.as_ref().map(|x| x.listen), "ip-metrics/stamp/reflector")?,
+        })
+    }
+
+    /// Applies `c` with the sockets `bind` gave.
+    pub fn apply(self: &Arc<Self>, c: IpmConfig, sockets: Sockets) {
+        let collect_at = c.collector.as_ref().map(|x| x.listen);
+        let reflect_at = c.reflector.as_ref().map(|x| x.listen);
+        let sending = c.sender.is_some();
+        self.configure(c);
+        let weak = Arc::downgrade(self);
+        self.collector
+            .apply(collect_at, sockets.collector, "IPFIX / NetFlow v9 collector", |s| tokio::spawn(collect(weak, s)));
+        let weak = Arc::downgrade(self);
+        let stats = self.reflector_stats.clone();
+        self.reflector.apply(reflect_at, sockets.reflector, "STAMP session-reflector", move |s| {
+            let config = move || weak.upgrade().and_then(|i| lock(&i.inner).config.reflector.clone());
+            tokio::spawn(stamp::reflector(s, config, stats))
+        });
+        let mut sender = lock(&self.sender_task);
+        match (sending, sender.is_some()) {
+            (true, false) => *sender = Some(tokio::spawn(send_probes(Arc::downgrade(self)))),
+            (false, true) => {
+                if let Some(t) = sender.take() {
+                    t.abort();
+                }
+                lock(&self.sender).rtts.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// Delay-i from the agent's vantage point: the smallest mean RTT among `a_ers`.
+    pub fn measured_delay(&self, a_ers: &[IpAddr]) -> Option<u32> {
+        let s = lock(&self.sender);
+        a_ers.iter().filter_map(|a| s.rtts.get(a).and_then(|r| r.mean())).min()
+    }
+
+    /// The STAMP measurements of `a_er`.
+    pub fn rtt(&self, a_er: IpAddr) -> Option<stamp::Rtt> {
+        lock(&self.sender).rtts.get(&a_er).cloned()
+    }
+
+    /// Joins `ingress` to the group of `app` or refreshes its membership (section 5), with
+    /// the RTTs it reported (kept when it reported none).
+    pub fn join(&self, app: IpAddr, ingress: &str, rtt: &HashMap<IpAddr, u32>) -> Result<(), RpcError> {
+        let mut g = lock(&self.inner);
+        let now = Instant::now();
+        let (timeout, max) = (g.config.group_timeout, g.config.max_members);
+        let group = g.groups.entry(app).or_default();
+        group.retain(|_, m| now.duration_since(m.last_instant) < timeout);
+        let n = group.len();
+        match group.get_mut(ingress) {
+            Some(m) => {
+                m.last = Utc::now();
+                m.last_instant = now;
+                m.requests += 1;
+                if !rtt.is_empty() {
+                    m.rtt = rtt.clone();
+                }
+            }
+            None if n >= max => {
+                return Err(RpcError::application(
+                    ErrorTag::ResourceDenied,
+                    format!("the group of application {app} has {n} ingress routers, its max-group-members"),
+                ))
+            }
+            None => {
+                group.insert(
+                    ingress.to_owned(),
+                    Member { joined: Utc::now(), last: Utc::now(), last_instant: now, requests: 1, rtt: rtt.clone() },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The members of `app`'s group now (the expired ones removed).
+    pub fn members(&self, app: IpAddr) -> Vec<(String, Member, Duration)> {
+        let mut g = lock(&self.inner);
+        let now = Instant::now();
+        let timeout = g.config.group_timeout;
+        let Some(group) = g.groups.get_mut(&app) else { return Vec::new() };
+        group.retain(|_, m| now.duration_since(m.last_instant) < timeout);
+        group
+            .iter()
+            .map(|(k, m)| (k.clone(), m.clone(), timeout.saturating_sub(now.duration_since(m.last_instant))))
+            .collect()
+    }
+}
+
+/// Sockets bound in prepare for apply.
+#[derive(Default)]
+pub struct Sockets {
+    collector: Option<std::net::UdpSocket>,
+    reflector: Option<std::net::UdpSocket>,
+}
+
+/// One UDP listener: the address asked for, the one bound, and its task.
+#[derive(Default)]
+struct Listener(Mutex<Option<(SocketAddr, SocketAddr, tokio::task::JoinHandle<()>)>>);
+
+impl Listener {
+    fn bound(&self) -> Option<SocketAddr> {
+        lock(&self.0).as_ref().map(|(_, b, _)| *b)
+    }
+
+    fn bind(&self, want: Option<SocketAddr>, what: &str) -> Result<Option<std::net::UdpSocket>, String> {
+        let Some(want) = want else { return Ok(None) };
+        if lock(&self.0).as_ref().is_some_and(|(w, _, _)| *w == want) {
             return Ok(None);
         }
-        let s = std::net::UdpSocket::bind(cc.listen)
-            .map_err(|e| format!("ip-metrics/collector: cannot listen on UDP {}: {e}", cc.listen))?;
-        s.set_nonblocking(true).map_err(|e| format!("ip-metrics/collector: {e}"))?;
+        let s = std::net::UdpSocket::bind(want).map_err(|e| format!("{what}: cannot listen on UDP {want}: {e}"))?;
+        s.set_nonblocking(true).map_err(|e| format!("{what}: {e}"))?;
         Ok(Some(s))
     }
 
-    /// Applies `c` with the socket `bind` gave.
-    pub fn apply(self: &Arc<Self>, c: IpmConfig, socket: Option<std::net::UdpSocket>) {
-        let want = c.collector.as_ref().map(|cc| cc.listen);
-        self.configure(c);
-        let mut slot = lock(&self.collector);
+    fn apply(
+        &self,
+        want: Option<SocketAddr>,
+        socket: Option<std::net::UdpSocket>,
+        what: &str,
+        start: impl FnOnce(tokio::net::UdpSocket) -> tokio::task::JoinHandle<()>,
+    ) {
+        let mut slot = lock(&self.0);
         if want.is_none() || socket.is_some() {
             if let Some((_, _, task)) = slot.take() {
                 task.abort();
@@ -374,14 +505,67 @@ impl Ipm {
         let sock = match tokio::net::UdpSocket::from_std(s) {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!("ip-metrics/collector: {e}");
+                tracing::error!("{what}: {e}");
                 return;
             }
         };
         let bound = sock.local_addr().unwrap_or(want);
-        tracing::info!("IPFIX / NetFlow v9 collector listening on UDP {bound}");
-        let task = tokio::spawn(collect(Arc::downgrade(self), sock));
-        *slot = Some((want, bound, task));
+        tracing::info!("{what} listening on UDP {bound}");
+        *slot = Some((want, bound, start(sock)));
+    }
+}
+
+/// An ingress router in an Application Bound Group.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub joined: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    last_instant: Instant,
+    pub requests: u64,
+    pub rtt: HashMap<IpAddr, u32>,
+}
+
+/// The STAMP session-sender: every A-ER of every site, each on its interval.
+async fn send_probes(ipm: std::sync::Weak<Ipm>) {
+    let sock = match tokio::net::UdpSocket::bind("[::]:0").await {
+        Ok(s) => s,
+        Err(_) => match tokio::net::UdpSocket::bind("0.0.0.0:0").await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("STAMP session-sender: no UDP socket: {e}");
+                return;
+            }
+        },
+    };
+    let v6 = sock.local_addr().is_ok_and(|a| a.is_ipv6());
+    let mut buf = vec![0u8; 2048];
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            r = sock.recv_from(&mut buf) => {
+                let Ok((n, from)) = r else { continue };
+                let Some(i) = ipm.upgrade() else { return };
+                let Some(c) = lock(&i.inner).config.sender.clone() else { continue };
+                lock(&i.sender).reflected(from.ip().to_canonical(), &buf[..n], &c, Instant::now());
+            }
+            _ = tick.tick() => {
+                let Some(i) = ipm.upgrade() else { return };
+                let (c, targets) = {
+                    let g = lock(&i.inner);
+                    let Some(c) = g.config.sender.clone() else { continue };
+                    let mut t: Vec<IpAddr> = g.config.applications.iter().flat_map(|a| a.sites.iter().flat_map(|s| s.a_ers.iter().copied())).collect();
+                    t.sort();
+                    t.dedup();
+                    (c, t)
+                };
+                let due = lock(&i.sender).due(&targets, &c, Instant::now());
+                drop(i);
+                for (a, p) in due {
+                    let _ = sock.send_to(&p, stamp::mapped(a, c.port, v6)).await;
+                }
+            }
+        }
     }
 }
 

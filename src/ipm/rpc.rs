@@ -2,14 +2,15 @@
 //! the section 4 algorithm, with the caller's RTT-ANYCAST (its RTT to each A-ER, section 3.5)
 //! and the preferences of the caller's flow group (section 3.4).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use yang2::data::{Data, DataTree};
 
+use super::config::{AppConfig, IpmConfig};
 use super::select::{rank, Candidate, Ranked};
-use super::{decimal, index_value, Ipm, NS};
+use super::{decimal, index_value, Ipm, Meter, SiteKey, NS};
 use crate::error::{ErrorTag, RpcError};
 use crate::mgmt::AppRpc;
 use crate::text::xml;
@@ -27,6 +28,7 @@ struct Input {
     app: IpAddr,
     source: Option<IpAddr>,
     group: Option<String>,
+    ingress: Option<String>,
     rtt: HashMap<IpAddr, u32>,
 }
 
@@ -57,7 +59,36 @@ fn input(t: &DataTree<'static>) -> Result<Input, RpcError> {
             }
         }
     }
-    Ok(Input { app, source, group: leaf("flow-group"), rtt })
+    Ok(Input { app, source, group: leaf("flow-group"), ingress: leaf("ingress"), rtt })
+}
+
+/// The candidates of application `a` with the preferences `prefs` and, per A-ER, the RTTs
+/// in `rtt`, or the ones the agent measured when `rtt` is empty.
+pub fn candidates(
+    ipm: &Ipm,
+    c: &IpmConfig,
+    meters: &HashMap<SiteKey, Meter>,
+    a: &AppConfig,
+    prefs: &BTreeMap<String, u32>,
+    rtt: &HashMap<IpAddr, u32>,
+) -> Vec<Candidate> {
+    a.sites
+        .iter()
+        .map(|s| {
+            let m = meters.get(&(a.id, s.id.clone()));
+            Candidate {
+                site_id: s.id.clone(),
+                load: m.and_then(|m| m.last.map(|l| l.load)),
+                capacity: Ipm::capacity(c, s.capacity, m).value(),
+                preference: prefs.get(&s.id).copied().unwrap_or(s.preference),
+                delay: if rtt.is_empty() {
+                    ipm.measured_delay(&s.a_ers)
+                } else {
+                    s.a_ers.iter().filter_map(|e| rtt.get(e).copied()).min()
+                },
+            }
+        })
+        .collect()
 }
 
 /// The ranking for `app` with the caller's RTTs and flow group.
@@ -83,20 +114,7 @@ pub fn select(
             None => source.and_then(|s| a.group_of(s)),
         };
         let prefs = super::preferences(c, app, group.map(|g| g.name.as_str()));
-        let sites: Vec<Candidate> = a
-            .sites
-            .iter()
-            .map(|s| {
-                let m = meters.get(&(app, s.id.clone()));
-                Candidate {
-                    site_id: s.id.clone(),
-                    load: m.and_then(|m| m.last.map(|l| l.load)),
-                    capacity: Ipm::capacity(c, s.capacity, m).value(),
-                    preference: prefs.get(&s.id).copied().unwrap_or(s.preference),
-                    delay: s.a_ers.iter().filter_map(|e| rtt.get(e).copied()).min(),
-                }
-            })
-            .collect();
+        let sites = candidates(ipm, c, meters, a, &prefs, rtt);
         Ok((c.w, group.map(|g| g.name.clone()), rank(c.w, &sites)))
     })
 }
@@ -108,8 +126,19 @@ pub fn output(w: f64, group: Option<&str>, ranked: &[Ranked]) -> String {
         out.push_str(&format!("<flow-group xmlns=\"{NS}\">{}</flow-group>", xml(g)));
     }
     for r in ranked {
+        out.push_str(&format!("<site xmlns=\"{NS}\">"));
+        out.push_str(&ranked_site(r));
+        out.push_str("</site>");
+    }
+    out
+}
+
+/// The leaves of a `ranked-site` as XML, in schema order.
+pub fn ranked_site(r: &Ranked) -> String {
+    let mut out = String::new();
+    {
         let c = &r.candidate;
-        out.push_str(&format!("<site xmlns=\"{NS}\"><site-id>{}</site-id><rank>{}</rank>", xml(&c.site_id), r.rank));
+        out.push_str(&format!("<site-id>{}</site-id><rank>{}</rank>", xml(&c.site_id), r.rank));
         if let Some(cost) = r.cost {
             out.push_str(&format!("<cost>{}</cost>", decimal(cost, 6)));
         }
@@ -127,7 +156,6 @@ pub fn output(w: f64, group: Option<&str>, ranked: &[Ranked]) -> String {
         if let Some(i) = r.incomplete {
             out.push_str(&format!("<incomplete>{}</incomplete>", i.yang()));
         }
-        out.push_str("</site>");
     }
     out
 }
@@ -138,6 +166,9 @@ impl AppRpc for IpmRpcs {
             ("cats-ip-metrics", "select-site") => {
                 let i = input(t)?;
                 let (w, group, ranked) = select(&self.ipm, i.app, i.source, i.group.as_deref(), &i.rtt)?;
+                if let Some(ingress) = &i.ingress {
+                    self.ipm.join(i.app, ingress, &i.rtt)?;
+                }
                 Ok(output(w, group.as_deref(), &ranked))
             }
             _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
