@@ -269,15 +269,133 @@ def render(t, cps_port, events, history, clear):
     sys.stdout.flush()
 
 
+IPM_NS = "urn:cats-sma:yang:cats-ip-metrics"
+IPM_APP = "203.0.113.80"
+# site -> (A-ER address the flows are exported from, server address, RTT from the ingress in µs)
+IPM_SITES = {"near": ("127.0.0.1", "192.0.2.10", 2000), "far": ("::1", "192.0.2.20", 8000)}
+
+
+def write_pcap(path, flows):
+    """A libpcap file of IPv4/UDP packets: flows is [(src, dst, payload octets, count)]."""
+    import struct
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]
+    now, k = int(time.time()), 0
+    for src, dst, payload, count in flows:
+        for _ in range(count):
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + payload, 1, 0, 64, 17, 0,
+                             socket.inet_aton(src), socket.inet_aton(dst))
+            frame = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + struct.pack("!HHHH", 40000, 443, 8 + payload, 0) + bytes(payload)
+            out.append(struct.pack("<IIII", now, (k % 1000) * 1000, len(frame), len(frame)) + frame)
+            k += 1
+    path.write_bytes(b"".join(out))
+
+
+def ipm_select(m):
+    """select-site for IPM_APP as ingress-1 with its RTT-ANYCAST; {site: (load, cost)}, chosen."""
+    from ncclient.xml_ import to_ele
+    import xml.etree.ElementTree as ET
+    rtt = "".join(f"<rtt><a-er>{a}</a-er><value>{us}</value></rtt>" for a, _, us in IPM_SITES.values())
+    reply = m.dispatch(to_ele(f'<select-site xmlns="{IPM_NS}"><application-id>{IPM_APP}</application-id>'
+                              f"<ingress>{INGRESS}</ingress>{rtt}</select-site>"))
+    root = ET.fromstring(reply.xml)
+    rows, chosen = {}, None
+    for site in root.iter(f"{{{IPM_NS}}}site"):
+        get = lambda tag: site.findtext(f"{{{IPM_NS}}}{tag}")
+        sid = get("site-id")
+        if get("rank") == "1" and get("incomplete") is None:
+            chosen = sid
+        rows[sid] = (get("load-index"), get("cost"))
+    return rows, chosen
+
+
+def ip_metrics_demo(args):
+    """Seed 000 in one agent: softflowd exports the A-ERs' counters (IPFIX from the near
+    site's A-ER, NetFlow v9 from the far one's); the near site's traffic grows each interval
+    until the section 4 cost sends ingress-1 to the far site."""
+    softflowd = shutil.which("softflowd") or "/usr/sbin/softflowd"
+    work = Path(tempfile.mkdtemp(prefix="cats-demo-ipm-"))
+    log = open(work / "demo.log", "w")
+    procs = Procs()
+    try:
+        _, line = procs.start(
+            [args.bin, "run", "--state-dir", str(work / "agent"), "--netconf-listen", "127.0.0.1:0",
+             "--restconf-listen", "127.0.0.1:0"],
+            env={"CATS_SMA_ADMIN_PASSWORD": PASSWORD, "RUST_LOG": "info", "NO_COLOR": "1"},
+            ready="cats-sma ready", log=log,
+        )
+        nc_port = int(line.split("listening on ")[1].split(",")[0].split(";")[0].split(" ")[0].rsplit(":", 1)[1])
+        sites = "".join(
+            f"<site><site-id>{s}</site-id><a-er>{aer}</a-er><server-address>{srv}</server-address>"
+            f"<capacity-index>10</capacity-index></site>"
+            for s, (aer, srv, _) in IPM_SITES.items()
+        )
+        config = f"""<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0">
+  <cats-sma xmlns="urn:cats-sma:yang:cats-sma"><ip-metrics xmlns="{IPM_NS}">
+    <collector><enabled>true</enabled><listen-port>0</listen-port></collector>
+    <load-index><measurement-interval>2</measurement-interval></load-index>
+    <application><application-id>{IPM_APP}</application-id>{sites}</application>
+  </ip-metrics></cats-sma></config>"""
+        with manager.connect(host="127.0.0.1", port=nc_port, username="admin", password=PASSWORD,
+                             hostkey_verify=False, look_for_keys=False, allow_agent=False, timeout=30) as m:
+            m.edit_config(target="running", config=config)
+            state = m.get(filter=("subtree", f'<cats-sma xmlns="urn:cats-sma:yang:cats-sma"><ip-metrics xmlns="{IPM_NS}">'
+                                             "<collector><statistics/></collector></ip-metrics></cats-sma>")).xml
+            port = int(state.split("listening-port>")[1].split("<")[0])
+            events = [f"t=   0s  agent configured over NETCONF; collector on UDP {port}; logs in {work}/demo.log"]
+            prev, start, step = None, time.time(), 0
+            client = "198.51.100.1"
+            while time.time() - start < args.duration:
+                t = time.time() - start
+                # The near site's server gets 20 more requests (and answers) each interval.
+                near_n, far_n = 20 + 20 * step, 60
+                for s, n in (("near", near_n), ("far", far_n)):
+                    aer, srv, _ = IPM_SITES[s]
+                    pcap = work / f"{s}.pcap"
+                    write_pcap(pcap, [(client, srv, 100, n), (srv, client, 1000, n)])
+                    dest = f"[{aer}]:{port}" if ":" in aer else f"{aer}:{port}"
+                    subprocess.run([softflowd, "-r", str(pcap), "-n", dest, "-v", "9" if ":" in aer else "10",
+                                    "-d", "-c", "none", "-p", str(work / "softflowd.pid")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+                time.sleep(2.2)
+                rows, chosen = ipm_select(m)
+                out = [f"Seed 000 demo   t = {t:4.0f} s   application {IPM_APP}, ingress {INGRESS}, w = 0.5",
+                       "A-ER counters (softflowd: IPFIX from near's A-ER, NetFlow v9 from far's) -> Load Index;",
+                       "RTT from the ingress: near 2 ms, far 8 ms; capacity 10 at both", "",
+                       f"{'site':6} {'packets/interval':>17} {'Load Index':>12} {'cost':>10}"]
+                for s, n in (("near", near_n), ("far", far_n)):
+                    load, cost = rows.get(s, (None, None))
+                    mark = "*" if s == chosen else " "
+                    out.append(f"{mark}{s:5} {2 * n:17} {load or '-':>12} {cost or '-':>10}")
+                if chosen and chosen != prev:
+                    events.append(f"t={t:4.0f}s  select-site now answers {chosen}" + (f" (was {prev})" if prev else ""))
+                    prev = chosen
+                out += ["", "What happened:"] + events[-8:]
+                text = "\n".join(out)
+                sys.stdout.write(("" if args.no_clear else "\x1b[H\x1b[2J") + text + "\n\n")
+                sys.stdout.flush()
+                step += 1
+        print(f"demo finished; logs in {work}/demo.log")
+    except KeyboardInterrupt:
+        print("\ndemo stopped")
+    finally:
+        procs.stop()
+        log.close()
+        shutil.rmtree(work / "agent", ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=75, help="seconds to run (default 75)")
     ap.add_argument("--no-clear", action="store_true", help="print frames one after another")
     ap.add_argument("--grpc", action="store_true",
                     help="the C-SMAs report over the gRPC stream (grpc://) instead of REST")
+    ap.add_argument("--ip-metrics", action="store_true",
+                    help="seed 000: A-ER counters from softflowd move the chosen site (one agent)")
     ap.add_argument("--bin", default=str(REPO / "target" / "debug" / "cats-sma"))
     ap.add_argument("--ref-cps", default=str(REPO / "target" / "debug" / "examples" / "ref_cps"))
     args = ap.parse_args()
+    if args.ip_metrics:
+        return ip_metrics_demo(args)
 
     work = Path(tempfile.mkdtemp(prefix="cats-demo-"))
     log = open(work / "demo.log", "w")

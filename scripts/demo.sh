@@ -5,6 +5,7 @@
 #   ./scripts/demo.sh                 # 75 s, redrawn in place
 #   ./scripts/demo.sh --duration 120 --no-clear
 #   ./scripts/demo.sh --grpc          # the C-SMAs report over the gRPC stream (grpc://)
+#   ./scripts/demo.sh --ip-metrics    # seed 000: A-ER counters (softflowd) move the site choice
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -5,11 +5,10 @@
 //!   C(i, j) = w * (Load_i * CP_j) / (Load_j * CP_i) + (1 - w) * (Pref_j * Delay_i) / (Pref_i * Delay_j)
 //! ```
 //!
-//! C(i, j) < 1 means i is cheaper than j. The seed compares two sites; with more, the
-//! chosen site is the one whose *worst* comparison is best: `Cost_i = max_j C(i, j)`, the
-//! minimum `Cost_i` wins (with two sites this is exactly the seed's pairwise choice; with
-//! more it does not depend on the order the sites are looked at). Ties go to the lower
-//! site id.
+//! C(i, j) < 1 means i is cheaper than j. The ranking is the agent's own
+//! (`ipm::select`, the same code the `select-site` RPC uses): the site that beats the most
+//! others pairwise, then the lowest `Cost_i = min_j C(i, j)` (the seed's formula), then the
+//! lower site id. With two sites this is exactly the seed's pairwise choice.
 //!
 //! Inputs, where the seed leaves them to the deployment:
 //! - `Load_i` is derived from what the C-SMA advertises: milliseconds of computing time per
@@ -42,42 +41,39 @@ impl Candidate {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Choice {
     pub site: String,
-    /// (site, Cost_i = max_j C(i, j)) in the order of the input; 1.0 for a lone site.
+    /// (site, Cost_i = min_j C(i, j)) in the order of the input; 1.0 for a lone site.
     pub costs: Vec<(String, f64)>,
 }
 
 /// The smallest positive delay, so a 0 ms delay does not divide by zero.
 const MIN_DELAY_MS: f64 = 0.001;
 
-/// C(i, j) of seed 000.
-pub fn pairwise(i: &Candidate, j: &Candidate, w: f64) -> f64 {
-    let di = i.delay_ms.max(MIN_DELAY_MS);
-    let dj = j.delay_ms.max(MIN_DELAY_MS);
-    w * (i.load() * j.capacity) / (j.load() * i.capacity) + (1.0 - w) * (j.preference * di) / (i.preference * dj)
-}
-
-/// Chooses among `candidates` (already eligible: GAS > 0, healthy enough, reachable).
-/// `None` when there is none. `w` is clamped to 0..=1; capacity and preference indexes must
-/// be positive (the configuration refuses others).
+/// Chooses among `candidates` (already eligible: GAS > 0, healthy enough, reachable) with
+/// the agent's ranking (`ipm::select::rank`: pairwise wins, then the seed's Cost-i, then
+/// site id). `None` when there is none. `w` is clamped to 0..=1; capacity and preference
+/// indexes must be positive (the configuration refuses others).
 pub fn choose(candidates: &[Candidate], w: f64) -> Option<Choice> {
-    let w = w.clamp(0.0, 1.0);
-    let costs: Vec<(String, f64)> = candidates
+    use crate::ipm::select;
+    let sites: Vec<select::Candidate> = candidates
         .iter()
-        .enumerate()
-        .map(|(a, i)| {
-            let worst = candidates
-                .iter()
-                .enumerate()
-                .filter(|(b, _)| *b != a)
-                .map(|(_, j)| pairwise(i, j, w))
-                .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))));
-            (i.site.clone(), worst.unwrap_or(1.0))
+        .map(|c| select::Candidate {
+            site_id: c.site.clone(),
+            load: Some(c.load()),
+            capacity: Some(c.capacity),
+            preference: c.preference,
+            delay: Some((c.delay_ms.max(MIN_DELAY_MS) * 1000.0).round().clamp(1.0, f64::from(u32::MAX)) as u32),
         })
         .collect();
-    let best = costs
+    let ranked = select::rank(w, &sites);
+    let best = ranked.first()?;
+    let costs = candidates
         .iter()
-        .min_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal).then_with(|| a.0.cmp(&b.0)))?;
-    Some(Choice { site: best.0.clone(), costs })
+        .map(|c| {
+            let r = ranked.iter().find(|r| r.candidate.site_id == c.site);
+            (c.site.clone(), r.and_then(|r| r.cost).unwrap_or(1.0))
+        })
+        .collect();
+    Some(Choice { site: best.candidate.site_id.clone(), costs })
 }
 
 #[cfg(test)]
@@ -92,8 +88,9 @@ mod tests {
     fn equal_sites_cost_one_and_the_tie_goes_to_the_lower_id() {
         let a = c("a", 100, 10, 1.0, 1.0, 5.0);
         let b = c("b", 100, 10, 1.0, 1.0, 5.0);
-        assert!((pairwise(&a, &b, 0.5) - 1.0).abs() < 1e-12);
-        assert_eq!(choose(&[b, a], 0.5).unwrap().site, "a");
+        let ch = choose(&[b, a], 0.5).unwrap();
+        assert_eq!(ch.site, "a");
+        assert!(ch.costs.iter().all(|(_, c)| (c - 1.0).abs() < 1e-12), "{ch:?}");
     }
 
     #[test]
@@ -105,10 +102,11 @@ mod tests {
         assert_eq!(choose(&[near.clone(), far.clone()], 1.0).unwrap().site, "far");
         // w = 0: only delay and preference count.
         assert_eq!(choose(&[near.clone(), far.clone()], 0.0).unwrap().site, "near");
-        // The seed's formula by hand at w = 0.5: C(near, far) = 0.5*10 + 0.5*0.2 = 5.1.
-        assert!((pairwise(&near, &far, 0.5) - 5.1).abs() < 1e-9);
-        // C(far, near) = 0.5*0.1 + 0.5*5 = 2.55 → far.
-        assert_eq!(choose(&[near, far], 0.5).unwrap().site, "far");
+        // The seed's formula by hand at w = 0.5: C(near, far) = 0.5*10 + 0.5*0.2 = 5.1 and
+        // C(far, near) = 0.5*0.1 + 0.5*5 = 2.55: neither below 1, far on cost.
+        let ch = choose(&[near, far], 0.5).unwrap();
+        assert_eq!(ch.site, "far");
+        assert!((ch.costs[0].1 - 5.1).abs() < 1e-9 && (ch.costs[1].1 - 2.55).abs() < 1e-9, "{ch:?}");
     }
 
     #[test]

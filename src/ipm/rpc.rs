@@ -78,9 +78,11 @@ pub fn candidates(
             let m = meters.get(&(a.id, s.id.clone()));
             Candidate {
                 site_id: s.id.clone(),
-                load: m.and_then(|m| m.last.map(|l| l.load)),
+                // An idle site's Load Index of 0 counts as 1 (one packet's worth), so that its
+                // ratios stay finite while it still wins the load term.
+                load: m.and_then(|m| m.last.map(|l| l.load.max(1.0))),
                 capacity: Ipm::capacity(c, s.capacity, m).value(),
-                preference: prefs.get(&s.id).copied().unwrap_or(s.preference),
+                preference: f64::from(prefs.get(&s.id).copied().unwrap_or(s.preference)),
                 delay: if rtt.is_empty() {
                     ipm.measured_delay(&s.a_ers)
                 } else {
@@ -149,7 +151,7 @@ pub fn ranked_site(r: &Ranked) -> String {
         if let Some(cp) = c.capacity {
             out.push_str(&format!("<capacity-index>{}</capacity-index>", index_value(cp)));
         }
-        out.push_str(&format!("<preference-index>{}</preference-index>", c.preference));
+        out.push_str(&format!("<preference-index>{}</preference-index>", c.preference.round() as u64));
         if let Some(d) = c.delay {
             out.push_str(&format!("<delay>{d}</delay>"));
         }

@@ -21,8 +21,10 @@
 //! measurement interval, no capacity, no RTT) cannot be compared and come last, in site-id
 //! order, with the reason.
 //!
-//! A Load Index below 1 counts as 1 and a delay below 1 µs as 1 µs, so that an idle site
-//! gives a finite ratio (it still wins every load comparison against a busy one).
+//! A delay below 1 µs counts as 1 µs and a load of 0 as 1e-9, so that every ratio is
+//! finite; the agent's Load Index is raised to at least 1 before it gets here
+//! (`rpc::candidates`). The reference C-PS ranks with this code too (`cps::selection`), with
+//! its own load (computing time per available slot).
 
 /// One candidate site and its terms.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,7 +32,8 @@ pub struct Candidate {
     pub site_id: String,
     pub load: Option<f64>,
     pub capacity: Option<f64>,
-    pub preference: u32,
+    /// Higher is preferred; positive.
+    pub preference: f64,
     /// Microseconds.
     pub delay: Option<u32>,
 }
@@ -74,9 +77,9 @@ fn terms(c: &Candidate) -> Result<Terms, Incomplete> {
     let capacity = c.capacity.filter(|c| *c > 0.0).ok_or(Incomplete::NoCapacityIndex)?;
     let delay = c.delay.ok_or(Incomplete::NoDelay)?;
     Ok(Terms {
-        load: load.max(1.0),
+        load: load.max(1e-9),
         capacity,
-        preference: f64::from(c.preference.max(1)),
+        preference: if c.preference > 0.0 { c.preference } else { 1.0 },
         delay: f64::from(delay.max(1)),
     })
 }
@@ -139,7 +142,7 @@ pub fn rank(w: f64, sites: &[Candidate]) -> Vec<Ranked> {
 mod tests {
     use super::*;
 
-    fn site(id: &str, load: f64, cp: f64, pref: u32, delay: u32) -> Candidate {
+    fn site(id: &str, load: f64, cp: f64, pref: f64, delay: u32) -> Candidate {
         Candidate { site_id: id.into(), load: Some(load), capacity: Some(cp), preference: pref, delay: Some(delay) }
     }
 
@@ -159,7 +162,7 @@ mod tests {
     ///   wins on Cost; w = 0.9: r(far, near) = 0.225 + 0.4 = 0.625 < 1, far beats near.
     #[test]
     fn seed000_4_w_below_half_favours_delay_above_half_favours_load() {
-        let sites = [site("near", 400.0, 10.0, 1, 2000), site("far", 100.0, 10.0, 1, 8000)];
+        let sites = [site("near", 400.0, 10.0, 1.0, 2000), site("far", 100.0, 10.0, 1.0, 8000)];
         let r = rank(0.3, &sites);
         assert_eq!(order(&r), ["near", "far"]);
         assert_eq!((r[0].wins, r[1].wins), (0, 0));
@@ -188,7 +191,8 @@ mod tests {
     ///   c: 2 wins, cost .525; a: 1 win, cost .8; b: 0 wins, cost 1.3333.
     #[test]
     fn seed000_4_capacity_and_preference_three_sites() {
-        let sites = [site("a", 600.0, 10.0, 1, 4000), site("b", 200.0, 2.0, 1, 4000), site("c", 300.0, 10.0, 2, 6000)];
+        let sites =
+            [site("a", 600.0, 10.0, 1.0, 4000), site("b", 200.0, 2.0, 1.0, 4000), site("c", 300.0, 10.0, 2.0, 6000)];
         let r = rank(0.5, &sites);
         assert_eq!(order(&r), ["c", "a", "b"]);
         assert_eq!(r.iter().map(|r| r.wins).collect::<Vec<_>>(), [2, 1, 0]);
@@ -202,10 +206,10 @@ mod tests {
     #[test]
     fn seed000_4_incomplete_sites_come_last_and_idle_sites_stay_finite() {
         let mut sites = vec![
-            site("idle", 0.0, 1.0, 1, 5000),
-            site("busy", 50.0, 1.0, 1, 5000),
-            Candidate { site_id: "new".into(), load: None, capacity: Some(1.0), preference: 1, delay: Some(1) },
-            Candidate { site_id: "far".into(), load: Some(1.0), capacity: Some(1.0), preference: 1, delay: None },
+            site("idle", 1.0, 1.0, 1.0, 5000),
+            site("busy", 50.0, 1.0, 1.0, 5000),
+            Candidate { site_id: "new".into(), load: None, capacity: Some(1.0), preference: 1.0, delay: Some(1) },
+            Candidate { site_id: "far".into(), load: Some(1.0), capacity: Some(1.0), preference: 1.0, delay: None },
         ];
         let r = rank(0.5, &sites);
         assert_eq!(order(&r), ["idle", "busy", "far", "new"]);

@@ -42,7 +42,7 @@ fn ranked(tree: &mut DataTree<'static>, list: &str, r: &super::select::Ranked) -
     if let Some(v) = c.capacity {
         leaves.push(("capacity-index", index_value(v)));
     }
-    leaves.push(("preference-index", c.preference.to_string()));
+    leaves.push(("preference-index", (c.preference.round() as u64).to_string()));
     if let Some(v) = c.delay {
         leaves.push(("delay", v.to_string()));
     }
