@@ -80,6 +80,8 @@ pub struct IpmConfig {
     pub group_timeout: Duration,
     pub max_members: usize,
     pub weights: [f64; 4],
+    /// Learned weights (load-index/weights 'learned'): min-samples and forgetting.
+    pub learning: Option<(u64, f64)>,
     pub interval: Duration,
     pub w: f64,
     pub estimate: EstimateConfig,
@@ -95,6 +97,7 @@ impl Default for IpmConfig {
             group_timeout: Duration::from_secs(300),
             max_members: 1024,
             weights: [0.25; 4],
+            learning: None,
             interval: Duration::from_secs(10),
             w: 0.5,
             estimate: EstimateConfig { window: Duration::from_secs(86_400), percentile: 90, min_intervals: 6 },
@@ -164,6 +167,12 @@ pub fn ipm_config(t: &DataTree<'static>) -> Result<IpmConfig, String> {
                     num(&m, p, "w4", 0.25)?,
                 ];
                 c.interval = Duration::from_secs(num(&m, p, "measurement-interval", 10u64)?);
+                if m.get("weights").map(String::as_str) == Some("learned") {
+                    let l =
+                        n.children().find(|x| x.schema().name() == "learning").map(|x| leaves(&x)).unwrap_or_default();
+                    let lp = "ip-metrics/load-index/learning";
+                    c.learning = Some((num(&l, lp, "min-samples", 20u64)?, num(&l, lp, "forgetting", 0.99f64)?));
+                }
             }
             "capacity-estimate" => {
                 let m = leaves(&n);

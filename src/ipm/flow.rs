@@ -72,6 +72,8 @@ pub struct Decoded {
     pub records: u64,
     pub without_template: u64,
     pub withdrawn: u64,
+    /// Withdrawals not applied (received over UDP).
+    pub withdrawals_ignored: u64,
     pub refused: u64,
 }
 
@@ -131,7 +133,20 @@ impl Domain {
     }
 
     /// Decodes one message (a whole UDP datagram) against this domain's templates.
+    /// Template withdrawals are applied only when `withdrawals` (a reliable transport);
+    /// over UDP an exporter does not send them (RFC 7011 section 8.4: templates end by
+    /// expiry there), and one with a spoofed source would suppress a real A-ER's counts.
     pub fn decode(&mut self, msg: &[u8], now: Instant, max_templates: usize) -> Result<Decoded, String> {
+        self.decode_with(msg, now, max_templates, false)
+    }
+
+    pub fn decode_with(
+        &mut self,
+        msg: &[u8],
+        now: Instant,
+        max_templates: usize,
+        withdrawals: bool,
+    ) -> Result<Decoded, String> {
         let (protocol, _) = header(msg)?;
         let mut out = Decoded::default();
         let body = match protocol {
@@ -154,7 +169,7 @@ impl Domain {
             }
             let (set, next) = rest.split_at(len);
             rest = next;
-            self.set(v9, id, set, now, max_templates, &mut out)?;
+            self.set(v9, id, set, now, max_templates, withdrawals, &mut out)?;
         }
         // A v9 export may end in padding; an IPFIX message may not end inside a set header.
         if !rest.is_empty() && (!v9 || rest.iter().any(|b| *b != 0)) {
@@ -163,6 +178,7 @@ impl Domain {
         Ok(out)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn set(
         &mut self,
         v9: bool,
@@ -170,17 +186,18 @@ impl Domain {
         set: &[u8],
         now: Instant,
         max: usize,
+        withdrawals: bool,
         out: &mut Decoded,
     ) -> Result<(), String> {
         let template_set = if v9 { V9_TEMPLATE_SET } else { IPFIX_TEMPLATE_SET };
         let options_set = if v9 { V9_OPTIONS_SET } else { IPFIX_OPTIONS_SET };
         if id == template_set {
-            return self.templates_in(v9, false, &set[4..], now, max, out);
+            return self.templates_in(v9, false, &set[4..], now, max, withdrawals, out);
         }
         if id == options_set {
             // Options templates describe exporter metadata (sampling, statistics); they are
             // kept so that their data sets decode, within the same bound.
-            return self.templates_in(v9, true, &set[4..], now, max, out);
+            return self.templates_in(v9, true, &set[4..], now, max, withdrawals, out);
         }
         if id < 256 {
             return Err(format!("set ID {id} is reserved"));
@@ -213,6 +230,7 @@ impl Domain {
     /// The records of a (options) template set, one at a time: a record with a field count
     /// of 0 is a withdrawal (IPFIX only; the set's own ID withdraws every template of its
     /// kind), the others go to the codec.
+    #[allow(clippy::too_many_arguments)]
     fn templates_in(
         &mut self,
         v9: bool,
@@ -220,6 +238,7 @@ impl Domain {
         mut rest: &[u8],
         now: Instant,
         max: usize,
+        withdrawals: bool,
         out: &mut Decoded,
     ) -> Result<(), String> {
         while rest.len() >= 4 && rest.iter().any(|b| *b != 0) {
@@ -229,7 +248,9 @@ impl Domain {
                 if v9 {
                     return Err(format!("template {id} has no field"));
                 }
-                if id == IPFIX_TEMPLATE_SET || id == IPFIX_OPTIONS_SET {
+                if !withdrawals {
+                    out.withdrawals_ignored += 1;
+                } else if id == IPFIX_TEMPLATE_SET || id == IPFIX_OPTIONS_SET {
                     let all: Vec<u16> = self
                         .ipfix
                         .iter()
@@ -357,12 +378,15 @@ mod tests {
         let mut d = Domain::default();
         d.decode(&ipfix(0, &template_300()), Instant::now(), 16).unwrap();
         assert_eq!(d.templates(), 1);
+        // Over UDP, ignored.
         let out = d.decode(&ipfix(0, &[0, 2, 0, 8, 1, 44, 0, 0]), Instant::now(), 16).unwrap();
+        assert_eq!((out.withdrawn, out.withdrawals_ignored, d.templates()), (0, 1, 1));
+        let out = d.decode_with(&ipfix(0, &[0, 2, 0, 8, 1, 44, 0, 0]), Instant::now(), 16, true).unwrap();
         assert_eq!((out.withdrawn, d.templates()), (1, 0));
         let out = d.decode(&ipfix(0, &data_300([1, 1, 1, 1], [2, 2, 2, 2], 1, 1)), Instant::now(), 16).unwrap();
         assert_eq!(out.without_template, 1);
         d.decode(&ipfix(0, &template_300()), Instant::now(), 16).unwrap();
-        let out = d.decode(&ipfix(0, &[0, 2, 0, 8, 0, 2, 0, 0]), Instant::now(), 16).unwrap();
+        let out = d.decode_with(&ipfix(0, &[0, 2, 0, 8, 0, 2, 0, 0]), Instant::now(), 16, true).unwrap();
         assert_eq!((out.withdrawn, d.templates()), (1, 0));
     }
 

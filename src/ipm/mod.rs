@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod flow;
+pub mod learn;
 pub mod rpc;
 pub mod select;
 pub mod stamp;
@@ -82,6 +83,9 @@ pub struct Meter {
     pub last: Option<Interval>,
     /// Load Indexes of completed intervals, oldest first (the capacity estimator's window).
     history: VecDeque<f64>,
+    /// The users' feedback on the last complete interval (load-feedback), taken at the next
+    /// boundary.
+    feedback: Option<f64>,
 }
 
 /// Where a site's Capacity Index comes from.
@@ -138,7 +142,7 @@ pub struct Stats {
     pub without_template: AtomicU64,
     pub records: AtomicU64,
     pub matched_records: AtomicU64,
-    pub templates_withdrawn: AtomicU64,
+    pub withdrawals_ignored: AtomicU64,
     pub templates_expired: AtomicU64,
     pub templates_refused: AtomicU64,
 }
@@ -166,6 +170,10 @@ struct Inner {
     /// Application Bound Group Routers: ingress routers per application.
     groups: HashMap<IpAddr, BTreeMap<String, Member>>,
     interval_start: Option<(Instant, DateTime<Utc>)>,
+    learner: learn::Learner,
+    fit: Option<learn::Fit>,
+    /// The weights the last interval's Load Index was computed with.
+    weights_in_use: Option<[f64; 4]>,
 }
 
 /// The IP-layer metrics of seed 000.
@@ -252,7 +260,24 @@ impl Ipm {
     fn roll(&self, now: Instant) {
         let mut g = lock(&self.inner);
         let Some((_, start)) = g.interval_start else { return };
-        let weights = g.config.weights;
+        // Feedback on the interval that completed last goes to the learner first.
+        let forgetting = g.config.learning.map_or(1.0, |(_, f)| f);
+        let mut samples = Vec::new();
+        for m in g.meters.values_mut() {
+            if let (Some(y), Some(l)) = (m.feedback.take(), m.last) {
+                let c = l.counts;
+                samples.push(([c.to_packets, c.from_packets, c.to_bytes, c.from_bytes].map(|v| v as f64), y));
+            }
+        }
+        for (x, y) in samples {
+            g.learner.add(x, y, forgetting);
+        }
+        g.fit = g.learner.fit();
+        let weights = match (g.config.learning, g.fit) {
+            (Some((min, _)), Some(f)) if g.learner.samples >= min => f.weights,
+            _ => g.config.weights,
+        };
+        g.weights_in_use = Some(weights);
         let cap = history_cap(&g.config);
         for m in g.meters.values_mut() {
             let counts = std::mem::take(&mut m.current);
@@ -328,7 +353,7 @@ impl Ipm {
         self.stats.messages.fetch_add(1, Ordering::Relaxed);
         self.stats.records.fetch_add(d.records, Ordering::Relaxed);
         self.stats.without_template.fetch_add(d.without_template, Ordering::Relaxed);
-        self.stats.templates_withdrawn.fetch_add(d.withdrawn, Ordering::Relaxed);
+        self.stats.withdrawals_ignored.fetch_add(d.withdrawals_ignored, Ordering::Relaxed);
         self.stats.templates_refused.fetch_add(d.refused, Ordering::Relaxed);
         let mut matched = 0;
         for f in &d.flows {
@@ -446,6 +471,45 @@ impl Ipm {
             }
         }
         Ok(())
+    }
+
+    /// Records `value` as the users' feedback on the last complete interval of a site.
+    pub fn feedback(&self, app: IpAddr, site: &str, value: f64, start: Option<&str>) -> Result<(), RpcError> {
+        let mut g = lock(&self.inner);
+        let m = g.meters.get_mut(&(app, site.to_owned())).ok_or_else(|| {
+            RpcError::application(
+                ErrorTag::InvalidValue,
+                format!("application {app} has no site '{site}' in ip-metrics"),
+            )
+            .with_bad_element("site-id")
+        })?;
+        let Some(last) = m.last else {
+            return Err(RpcError::application(
+                ErrorTag::OperationFailed,
+                format!("site '{site}' of {app} has no complete measurement interval to give feedback on yet"),
+            ));
+        };
+        if let Some(s) = start {
+            let want = chrono::DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).ok();
+            if want.is_none_or(|t| (t - last.start).num_milliseconds().abs() > 0) {
+                return Err(RpcError::application(
+                    ErrorTag::OperationFailed,
+                    format!(
+                        "the last complete interval of site '{site}' started at {}, not {s}",
+                        crate::datastore::tree::yang_time(last.start)
+                    ),
+                ));
+            }
+        }
+        m.feedback = Some(value);
+        Ok(())
+    }
+
+    /// The learner's fit, its sample count and whether the Load Index uses it.
+    pub fn learning(&self) -> (Option<learn::Fit>, u64, bool) {
+        let g = lock(&self.inner);
+        let in_use = g.config.learning.is_some_and(|(min, _)| g.learner.samples >= min) && g.fit.is_some();
+        (g.fit, g.learner.samples, in_use)
     }
 
     /// The members of `app`'s group now (the expired ones removed).

@@ -173,6 +173,24 @@ impl AppRpc for IpmRpcs {
                 }
                 Ok(output(w, group.as_deref(), &ranked))
             }
+            ("cats-ip-metrics", "load-feedback") => {
+                let leaf = |name: &str| {
+                    t.find_path(&format!("/cats-ip-metrics:load-feedback/{name}"))
+                        .ok()
+                        .and_then(|n| n.value_canonical())
+                };
+                let a = leaf("application-id").unwrap_or_default();
+                let app = a.parse::<IpAddr>().map_err(|_| invalid("application-id", format!("'{a}'")))?.to_canonical();
+                let v = leaf("value").unwrap_or_default();
+                let value: f64 = v.parse().map_err(|_| invalid("value", format!("'{v}'")))?;
+                self.ipm.feedback(
+                    app,
+                    &leaf("site-id").unwrap_or_default(),
+                    value,
+                    leaf("interval-start").as_deref(),
+                )?;
+                Ok(String::new())
+            }
             _ => Err(RpcError::protocol(ErrorTag::OperationNotSupported, format!("{module}:{name} is not served"))
                 .with_bad_element(name)),
         }

@@ -173,7 +173,8 @@ pub struct ReflectorConfig {
 #[derive(Default)]
 pub struct Sender {
     pub rtts: HashMap<IpAddr, Rtt>,
-    outstanding: HashMap<u32, (IpAddr, Instant)>,
+    /// Probes in flight: sequence number → (A-ER, when sent, the T1 written in it).
+    outstanding: HashMap<u32, (IpAddr, Instant, u64)>,
     seq: u32,
 }
 
@@ -183,7 +184,7 @@ impl Sender {
     pub fn due(&mut self, targets: &[IpAddr], c: &SenderConfig, now: Instant) -> Vec<(IpAddr, [u8; PACKET])> {
         self.rtts.retain(|a, _| targets.contains(a));
         let rtts = &mut self.rtts;
-        self.outstanding.retain(|_, (a, sent)| {
+        self.outstanding.retain(|_, (a, sent, _)| {
             if now.duration_since(*sent) < c.timeout {
                 return true;
             }
@@ -200,22 +201,30 @@ impl Sender {
             }
             r.next = Some(now + c.interval);
             r.sent += 1;
+            let (seq, t1) = (self.seq, ntp_now());
             self.seq = self.seq.wrapping_add(1);
-            self.outstanding.insert(self.seq, (*a, now));
-            out.push((*a, sender_packet(self.seq, ntp_now())));
+            self.outstanding.insert(seq, (*a, now, t1));
+            out.push((*a, sender_packet(seq, t1)));
         }
         out
     }
 
     /// A reflected packet from `from`; false when it answers nothing in flight (late,
-    /// duplicated, or not ours).
+    /// duplicated, or not ours: another source, or a T1 other than the one sent, which an
+    /// off-path spoofer cannot guess).
     pub fn reflected(&mut self, from: IpAddr, b: &[u8], c: &SenderConfig, now: Instant) -> bool {
         let Ok(r) = parse_reflected(b) else { return false };
-        let Some((a, sent)) = self.outstanding.get(&r.sender_seq).copied() else { return false };
-        if a != from.to_canonical() {
+        let Some((a, sent, t1)) = self.outstanding.get(&r.sender_seq).copied() else { return false };
+        if a != from.to_canonical() || r.sender_timestamp != t1 {
             return false;
         }
         self.outstanding.remove(&r.sender_seq);
+        if now.duration_since(sent) >= c.timeout {
+            if let Some(x) = self.rtts.get_mut(&a) {
+                x.lost += 1;
+            }
+            return false;
+        }
         let us = rtt(now.duration_since(sent), &r).as_micros().min(u128::from(u32::MAX)) as u32;
         if let Some(x) = self.rtts.get_mut(&a) {
             x.sample(us.max(1), c.window);
@@ -367,6 +376,12 @@ pub async fn reflector(
         let src = from.ip().to_canonical();
         if !c.clients.is_empty() && !c.clients.iter().any(|p| p.contains(&src)) {
             stats.not_allowed.fetch_add(1, Ordering::Relaxed);
+            crate::mgmt::audit::event(crate::mgmt::audit::Category::InputRefused)
+                .outcome("failure")
+                .source(from)
+                .transport("stamp")
+                .field("reason", "the source is outside stamp/reflector/client-prefix")
+                .emit_aggregated(format!("stamp/{src}"));
             continue;
         }
         if !bucket.take(c.max_rate, Instant::now()) {

@@ -72,7 +72,7 @@ impl StateProvider for IpmState {
                 ("without-template", &s.without_template),
                 ("records", &s.records),
                 ("matched-records", &s.matched_records),
-                ("templates-withdrawn", &s.templates_withdrawn),
+                ("withdrawals-ignored", &s.withdrawals_ignored),
                 ("templates-expired", &s.templates_expired),
                 ("templates-refused", &s.templates_refused),
             ] {
@@ -91,6 +91,23 @@ impl StateProvider for IpmState {
             ] {
                 set(tree, &format!("{st}/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()))?;
             }
+        }
+        let (fit, samples, in_use) = self.ipm.learning();
+        if self.ipm.with(|c, _, _| c.learning.is_some()) || samples > 0 {
+            let f = format!("{ROOT}/load-index/learning/fit");
+            set(tree, &format!("{f}/samples"), Some(&samples.to_string()))?;
+            if let Some(fit) = fit {
+                for (k, w) in fit.weights.iter().enumerate() {
+                    set(tree, &format!("{f}/w{}", k + 1), Some(&super::decimal(*w, 6)))?;
+                }
+                let r2 = if fit.r_squared < 0.0 {
+                    format!("-{}", super::decimal(-fit.r_squared, 6))
+                } else {
+                    super::decimal(fit.r_squared, 6)
+                };
+                set(tree, &format!("{f}/r-squared"), Some(&r2))?;
+            }
+            set(tree, &format!("{f}/in-use"), Some(if in_use { "true" } else { "false" }))?;
         }
         let apps: Vec<std::net::IpAddr> = self.ipm.with(|c, _, _| c.applications.iter().map(|a| a.id).collect());
         let members: std::collections::HashMap<_, _> = apps.iter().map(|a| (*a, self.ipm.members(*a))).collect();
