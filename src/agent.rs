@@ -84,7 +84,7 @@ impl Agent {
             .map_err(|e| format!("C-PS signing key / nonces in {}: {e}", state.path.display()))?;
         let cps = start_cps(&datastores, &server, &engine, keys)?;
         let bgp = start_bgp(&datastores, &server, &engine, &cps)?;
-        let ipm = start_ipm(&datastores, &server)?;
+        let ipm = start_ipm(&datastores, &server, &engine)?;
         // Configured subscriptions (RFC 8639 section 2.5) once the engine feeds on-change.
         let configured = datastores
             .with_tree(crate::datastore::Datastore::Running, |t| crate::push::configured::Configured::start(&server, t))
@@ -411,8 +411,12 @@ fn start_bgp(
 }
 
 /// Seed 000: the IPFIX / NetFlow v9 collector, the indexes and the select-site RPC.
-fn start_ipm(datastores: &Arc<Datastores>, server: &Arc<crate::mgmt::Core>) -> Result<Arc<crate::ipm::Ipm>, String> {
-    let ipm = crate::ipm::Ipm::new();
+fn start_ipm(
+    datastores: &Arc<Datastores>,
+    server: &Arc<crate::mgmt::Core>,
+    engine: &crate::engine::Engine,
+) -> Result<Arc<crate::ipm::Ipm>, String> {
+    let ipm = crate::ipm::Ipm::new(Some(engine.changes.clone()));
     let consumer = datastores
         .with_tree(crate::datastore::Datastore::Running, |t| crate::ipm::config::IpmConsumer::load(ipm.clone(), t))
         .map_err(|e| e.to_string())?;

@@ -550,3 +550,65 @@ async fn seed000_3_2_learned_weights_follow_user_feedback() {
     let r = nc.call(&fb("1").replace("<site-id>s1</site-id>", "<site-id>s9</site-id>")).await;
     assert!(r.contains("<error-tag>invalid-value</error-tag>"), "{r}");
 }
+
+/// The next NETCONF 1.1 message of a session, keeping what follows it for the next call.
+async fn next_message(nc: &mut Nc, buf: &mut Vec<u8>) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut tmp = [0u8; 65536];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\n##\n") {
+            let msg: Vec<u8> = buf.drain(..end + 4).collect();
+            return common::decode_chunks(&msg);
+        }
+        let n = tokio::time::timeout(Duration::from_secs(30), nc.s.stream.read(&mut tmp))
+            .await
+            .expect("a message from the agent")
+            .expect("read");
+        assert!(n > 0, "session closed");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+/// RFC 8641 on-change for the IP-layer metrics: a subscription to `ip-metrics` in
+/// operational gets a push-change-update with a site's measurement when an interval with
+/// new counts completes, and one with a group member when an ingress router joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed000_rfc8641_on_change_pushes_measurements_and_group_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(dir.path(), &[]);
+    let mut nc = Nc::open(&agent).await;
+    let r = nc.edit(&config(1, ["0.25", "0.25", "0.25", "0.25"], [1, 1])).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let port = port(&mut nc).await;
+    let mut sub = Nc::open(&agent).await;
+    let r = sub
+        .call(&format!(
+            "<establish-subscription xmlns=\"urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications\" \
+             xmlns:yp=\"urn:ietf:params:xml:ns:yang:ietf-yang-push\" xmlns:ds=\"urn:ietf:params:xml:ns:yang:ietf-datastores\">\
+             <yp:datastore>ds:operational</yp:datastore><yp:datastore-subtree-filter><cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\">\
+             <ip-metrics xmlns=\"{IPM}\"><application/></ip-metrics></cats-sma></yp:datastore-subtree-filter>\
+             <yp:on-change><yp:dampening-period>0</yp:dampening-period></yp:on-change></establish-subscription>"
+        ))
+        .await;
+    assert!(r.contains("<id"), "{r}");
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.send_to(&ipfix_record([198, 51, 100, 1], [192, 0, 2, 10], 7, 700), ("127.0.0.1", port)).unwrap();
+    let mut buf = Vec::new();
+    // 0.25 * (7 + 700) = 176.75
+    loop {
+        let m = next_message(&mut sub, &mut buf).await;
+        if m.contains("push-change-update") && m.contains("<load-index>176.75</load-index>") {
+            assert!(m.contains("<to-packets>7</to-packets>") && m.contains("<site-id>s1</site-id>"), "{m}");
+            break;
+        }
+    }
+    let r = nc.call(&select_site(&[("127.0.0.1", 1000)], "<ingress>ir-7</ingress>")).await;
+    assert!(!r.contains("<rpc-error>"), "{r}");
+    loop {
+        let m = next_message(&mut sub, &mut buf).await;
+        if m.contains("push-change-update") && m.contains("<ingress>ir-7</ingress>") {
+            assert!(m.contains("<requests>1</requests>"), "{m}");
+            break;
+        }
+    }
+}

@@ -35,6 +35,10 @@ pub enum StateChange {
     Sci { csci_id: String, leaves: Option<Leaves> },
     /// `/cats-sma/services/service[cs-id]`; `None` when the service is gone.
     Service { cs_id: String, leaves: Option<Leaves> },
+    /// Any other object of the operational state (the IP-layer metrics, `ipm`): the node at
+    /// the schema path `path` (with its keys) with the leaves at the relative paths of
+    /// `leaves` after the change; `None` when it is gone.
+    Subtree { path: String, leaves: Option<Vec<(String, String)>> },
 }
 
 /// The sending half, owned by the engine loop; cheap to clone.

@@ -185,12 +185,15 @@ pub struct Ipm {
     pub reflector_stats: Arc<stamp::ReflectorStats>,
     sender: Mutex<stamp::Sender>,
     sender_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// On-change YANG-Push (the engine's typed change stream) and what was last pushed.
+    changes: Option<crate::engine::changes::ChangeTap>,
+    published: Mutex<HashMap<String, Vec<(String, String)>>>,
     /// Wakes the interval task when the measurement interval changes.
     reconfigured: Arc<tokio::sync::Notify>,
 }
 
 impl Ipm {
-    pub fn new() -> Arc<Ipm> {
+    pub fn new(changes: Option<crate::engine::changes::ChangeTap>) -> Arc<Ipm> {
         let ipm = Arc::new(Ipm {
             inner: Mutex::new(Inner::default()),
             stats: Stats::default(),
@@ -199,6 +202,8 @@ impl Ipm {
             reflector_stats: Arc::default(),
             sender: Mutex::default(),
             sender_task: Mutex::default(),
+            changes,
+            published: Mutex::default(),
             reconfigured: Arc::new(tokio::sync::Notify::new()),
         });
         tokio::spawn(intervals(Arc::downgrade(&ipm), ipm.reconfigured.clone()));
@@ -512,6 +517,39 @@ impl Ipm {
         (g.fit, g.learner.samples, in_use)
     }
 
+    /// Pushes the on-change objects (`state::objects`) that changed since the last push, and
+    /// the deletion of those that are gone, to on-change subscriptions. Called at each
+    /// interval boundary (measurements, rankings, the fit, expired group members) and after
+    /// a join. Nothing is built while nobody listens.
+    pub fn publish(&self) {
+        use crate::engine::changes::{ChangeSet, StateChange};
+        let Some(tap) = &self.changes else { return };
+        if tap.receiver_count() == 0 {
+            // A subscriber that comes later starts from a full snapshot: forget what was
+            // pushed so that every object is compared afresh.
+            lock(&self.published).clear();
+            return;
+        }
+        let now: HashMap<String, Vec<(String, String)>> = state::objects(self).into_iter().collect();
+        let mut published = lock(&self.published);
+        let mut changes: Vec<StateChange> = now
+            .iter()
+            .filter(|(p, l)| published.get(*p) != Some(*l))
+            .map(|(p, l)| StateChange::Subtree { path: p.clone(), leaves: Some(l.clone()) })
+            .collect();
+        changes.extend(
+            published
+                .keys()
+                .filter(|p| !now.contains_key(*p))
+                .map(|p| StateChange::Subtree { path: p.clone(), leaves: None }),
+        );
+        *published = now;
+        drop(published);
+        if !changes.is_empty() {
+            let _ = tap.send(Arc::new(ChangeSet { started: tokio::time::Instant::now(), changes }));
+        }
+    }
+
     /// The members of `app`'s group now (the expired ones removed).
     pub fn members(&self, app: IpAddr) -> Vec<(String, Member, Duration)> {
         let mut g = lock(&self.inner);
@@ -699,6 +737,7 @@ async fn intervals(ipm: std::sync::Weak<Ipm>, reconfigured: Arc<tokio::sync::Not
                     _ = tokio::time::sleep_until(due.into()) => {
                         let Some(i) = ipm.upgrade() else { return };
                         i.roll(Instant::now());
+                        i.publish();
                     }
                     _ = notified => {}
                 }

@@ -170,6 +170,7 @@ impl AppRpc for IpmRpcs {
                 let (w, group, ranked) = select(&self.ipm, i.app, i.source, i.group.as_deref(), &i.rtt)?;
                 if let Some(ingress) = &i.ingress {
                     self.ipm.join(i.app, ingress, &i.rtt)?;
+                    self.ipm.publish();
                 }
                 Ok(output(w, group.as_deref(), &ranked))
             }

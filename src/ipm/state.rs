@@ -15,44 +15,132 @@ pub struct IpmState {
     pub ipm: Arc<Ipm>,
 }
 
-fn counts(tree: &mut DataTree<'static>, base: &str, c: &super::Counts) -> Result<(), RpcError> {
+/// The leaves of one `ranked-site` entry, relative to the list's parent.
+fn ranked(out: &mut Vec<(String, String)>, list: &str, r: &super::select::Ranked) {
+    let c = &r.candidate;
+    let base = format!("{list}[site-id={}]", quote(&c.site_id));
+    let mut push = |leaf: &str, v: String| out.push((format!("{base}/{leaf}"), v));
+    push("rank", r.rank.to_string());
+    if let Some(v) = r.cost {
+        push("cost", super::decimal(v, 6));
+    }
+    push("wins", r.wins.to_string());
+    if let Some(v) = c.load {
+        push("load-index", index_value(v));
+    }
+    if let Some(v) = c.capacity {
+        push("capacity-index", index_value(v));
+    }
+    push("preference-index", (c.preference.round() as u64).to_string());
+    if let Some(v) = c.delay {
+        push("delay", v.to_string());
+    }
+    if let Some(i) = r.incomplete {
+        push("incomplete", i.yang().to_owned());
+    }
+}
+
+fn counts_into(out: &mut Vec<(String, String)>, base: &str, c: &super::Counts) {
     for (leaf, v) in [
         ("to-packets", c.to_packets),
         ("from-packets", c.from_packets),
         ("to-bytes", c.to_bytes),
         ("from-bytes", c.from_bytes),
     ] {
-        set(tree, &format!("{base}/{leaf}"), Some(&v.to_string()))?;
+        out.push((format!("{base}{leaf}"), v.to_string()));
     }
-    Ok(())
 }
 
-/// One `ranked-site` entry under `list` (a `site` list path without its key).
-fn ranked(tree: &mut DataTree<'static>, list: &str, r: &super::select::Ranked) -> Result<(), RpcError> {
-    let c = &r.candidate;
-    let base = format!("{list}[site-id={}]", quote(&c.site_id));
-    let mut leaves: Vec<(&str, String)> = vec![("rank", r.rank.to_string())];
-    if let Some(v) = r.cost {
-        leaves.push(("cost", super::decimal(v, 6)));
+/// The on-change objects of the IP-layer metrics (RFC 8641): each as its path and its
+/// leaves (relative paths, canonical values). The state renders them, and `Ipm::publish`
+/// pushes those that changed.
+pub fn objects(ipm: &Ipm) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    let (fit, samples, in_use) = ipm.learning();
+    if ipm.with(|c, _, _| c.learning.is_some()) || samples > 0 {
+        let mut l = vec![("samples".to_owned(), samples.to_string())];
+        if let Some(fit) = fit {
+            for (k, w) in fit.weights.iter().enumerate() {
+                l.push((format!("w{}", k + 1), super::decimal(*w, 6)));
+            }
+            let r2 = if fit.r_squared < 0.0 {
+                format!("-{}", super::decimal(-fit.r_squared, 6))
+            } else {
+                super::decimal(fit.r_squared, 6)
+            };
+            l.push(("r-squared".into(), r2));
+        }
+        l.push(("in-use".into(), in_use.to_string()));
+        out.push((format!("{ROOT}/load-index/learning/fit"), l));
     }
-    leaves.push(("wins", r.wins.to_string()));
-    if let Some(v) = c.load {
-        leaves.push(("load-index", index_value(v)));
-    }
-    if let Some(v) = c.capacity {
-        leaves.push(("capacity-index", index_value(v)));
-    }
-    leaves.push(("preference-index", (c.preference.round() as u64).to_string()));
-    if let Some(v) = c.delay {
-        leaves.push(("delay", v.to_string()));
-    }
-    if let Some(i) = r.incomplete {
-        leaves.push(("incomplete", i.yang().to_owned()));
-    }
-    for (leaf, v) in leaves {
-        set(tree, &format!("{base}/{leaf}"), Some(&v))?;
-    }
-    Ok(())
+    let apps: Vec<std::net::IpAddr> = ipm.with(|c, _, _| c.applications.iter().map(|a| a.id).collect());
+    let members: std::collections::HashMap<_, _> = apps.iter().map(|a| (*a, ipm.members(*a))).collect();
+    ipm.with(|c, meters, _| {
+        for app in &c.applications {
+            let app_base = format!("{ROOT}/application[application-id={}]", quote(&app.id.to_string()));
+            for site in &app.sites {
+                let m = meters.get(&(app.id, site.id.clone()));
+                let mut l = Vec::new();
+                if let Some(m) = m {
+                    counts_into(&mut l, "total/", &m.total);
+                    if let Some(li) = &m.last {
+                        l.push(("last-interval/start".into(), yang_time(li.start)));
+                        counts_into(&mut l, "last-interval/", &li.counts);
+                        l.push(("last-interval/load-index".into(), index_value(li.load)));
+                    }
+                }
+                let cap = Ipm::capacity(c, site.capacity, m);
+                if let Some(v) = cap.value() {
+                    l.push(("capacity-index".into(), index_value(v)));
+                }
+                l.push(("capacity-source".into(), cap.yang().into()));
+                if let Some(m) = m {
+                    l.push(("history-intervals".into(), m.history_len().to_string()));
+                }
+                for a in &site.a_ers {
+                    let Some(r) = ipm.rtt(*a) else { continue };
+                    let rb = format!("rtt[a-er={}]", quote(&a.to_string()));
+                    if let (Some(v), Some(min), Some(mean)) = (r.latest, r.min(), r.mean()) {
+                        l.push((format!("{rb}/latest"), v.to_string()));
+                        l.push((format!("{rb}/min"), min.to_string()));
+                        l.push((format!("{rb}/mean"), mean.to_string()));
+                    }
+                    if let Some(t) = r.at {
+                        l.push((format!("{rb}/measured-at"), yang_time(t)));
+                    }
+                    l.push((format!("{rb}/sent"), r.sent.to_string()));
+                    l.push((format!("{rb}/received"), r.received.to_string()));
+                    l.push((format!("{rb}/lost"), r.lost.to_string()));
+                }
+                if let Some(d) = ipm.measured_delay(&site.a_ers) {
+                    l.push(("delay".into(), d.to_string()));
+                }
+                out.push((format!("{app_base}/site[site-id={}]/measurement", quote(&site.id)), l));
+            }
+            let prefs = super::preferences(c, app.id, None);
+            let none = std::collections::HashMap::new();
+            let sites = super::rpc::candidates(ipm, c, meters, app, &prefs, &none);
+            let mut l = Vec::new();
+            for r in super::select::rank(c.w, &sites) {
+                ranked(&mut l, "site", &r);
+            }
+            out.push((format!("{app_base}/selection"), l));
+            for (ingress, m, left) in members.get(&app.id).map(Vec::as_slice).unwrap_or_default() {
+                let mut l = vec![
+                    ("joined".to_owned(), yang_time(m.joined)),
+                    ("last-request".to_owned(), yang_time(m.last)),
+                    ("expires-in".to_owned(), left.as_secs().to_string()),
+                    ("requests".to_owned(), m.requests.to_string()),
+                ];
+                let sites = super::rpc::candidates(ipm, c, meters, app, &prefs, &m.rtt);
+                for r in super::select::rank(c.w, &sites) {
+                    ranked(&mut l, "site", &r);
+                }
+                out.push((format!("{app_base}/group/member[ingress={}]", quote(ingress)), l));
+            }
+        }
+    });
+    out
 }
 
 impl StateProvider for IpmState {
@@ -92,26 +180,7 @@ impl StateProvider for IpmState {
                 set(tree, &format!("{st}/{leaf}"), Some(&v.load(Ordering::Relaxed).to_string()))?;
             }
         }
-        let (fit, samples, in_use) = self.ipm.learning();
-        if self.ipm.with(|c, _, _| c.learning.is_some()) || samples > 0 {
-            let f = format!("{ROOT}/load-index/learning/fit");
-            set(tree, &format!("{f}/samples"), Some(&samples.to_string()))?;
-            if let Some(fit) = fit {
-                for (k, w) in fit.weights.iter().enumerate() {
-                    set(tree, &format!("{f}/w{}", k + 1), Some(&super::decimal(*w, 6)))?;
-                }
-                let r2 = if fit.r_squared < 0.0 {
-                    format!("-{}", super::decimal(-fit.r_squared, 6))
-                } else {
-                    super::decimal(fit.r_squared, 6)
-                };
-                set(tree, &format!("{f}/r-squared"), Some(&r2))?;
-            }
-            set(tree, &format!("{f}/in-use"), Some(if in_use { "true" } else { "false" }))?;
-        }
-        let apps: Vec<std::net::IpAddr> = self.ipm.with(|c, _, _| c.applications.iter().map(|a| a.id).collect());
-        let members: std::collections::HashMap<_, _> = apps.iter().map(|a| (*a, self.ipm.members(*a))).collect();
-        self.ipm.with(|c, meters, exporters| {
+        self.ipm.with(|c, _, exporters| {
             if c.collector.is_some() {
                 for ((from, domain), e) in exporters {
                     let base = format!(
@@ -125,73 +194,14 @@ impl StateProvider for IpmState {
                     set(tree, &format!("{base}/last-message"), Some(&yang_time(e.last)))?;
                 }
             }
-            for app in &c.applications {
-                for site in &app.sites {
-                    let m = meters.get(&(app.id, site.id.clone()));
-                    let base = format!(
-                        "{ROOT}/application[application-id={}]/site[site-id={}]/measurement",
-                        quote(&app.id.to_string()),
-                        quote(&site.id)
-                    );
-                    if let Some(m) = m {
-                        counts(tree, &format!("{base}/total"), &m.total)?;
-                        if let Some(l) = &m.last {
-                            let li = format!("{base}/last-interval");
-                            set(tree, &format!("{li}/start"), Some(&yang_time(l.start)))?;
-                            counts(tree, &li, &l.counts)?;
-                            set(tree, &format!("{li}/load-index"), Some(&index_value(l.load)))?;
-                        }
-                        set(tree, &format!("{base}/history-intervals"), Some(&m.history_len().to_string()))?;
-                    }
-                    let cap = Ipm::capacity(c, site.capacity, m);
-                    if let Some(v) = cap.value() {
-                        set(tree, &format!("{base}/capacity-index"), Some(&index_value(v)))?;
-                    }
-                    set(tree, &format!("{base}/capacity-source"), Some(cap.yang()))?;
-                    for a in &site.a_ers {
-                        let Some(r) = self.ipm.rtt(*a) else { continue };
-                        let rb = format!("{base}/rtt[a-er={}]", quote(&a.to_string()));
-                        let mut leaves = vec![
-                            ("sent", r.sent.to_string()),
-                            ("received", r.received.to_string()),
-                            ("lost", r.lost.to_string()),
-                        ];
-                        if let (Some(l), Some(min), Some(mean)) = (r.latest, r.min(), r.mean()) {
-                            leaves.push(("latest", l.to_string()));
-                            leaves.push(("min", min.to_string()));
-                            leaves.push(("mean", mean.to_string()));
-                        }
-                        if let Some(t) = r.at {
-                            leaves.push(("measured-at", yang_time(t)));
-                        }
-                        for (leaf, v) in leaves {
-                            set(tree, &format!("{rb}/{leaf}"), Some(&v))?;
-                        }
-                    }
-                    if let Some(d) = self.ipm.measured_delay(&site.a_ers) {
-                        set(tree, &format!("{base}/delay"), Some(&d.to_string()))?;
-                    }
-                }
-                let app_base = format!("{ROOT}/application[application-id={}]", quote(&app.id.to_string()));
-                let prefs = super::preferences(c, app.id, None);
-                let none = std::collections::HashMap::new();
-                let sites = super::rpc::candidates(&self.ipm, c, meters, app, &prefs, &none);
-                for r in super::select::rank(c.w, &sites) {
-                    ranked(tree, &format!("{app_base}/selection/site"), &r)?;
-                }
-                for (ingress, m, left) in members.get(&app.id).map(Vec::as_slice).unwrap_or_default() {
-                    let mb = format!("{app_base}/group/member[ingress={}]", quote(ingress));
-                    set(tree, &format!("{mb}/joined"), Some(&yang_time(m.joined)))?;
-                    set(tree, &format!("{mb}/last-request"), Some(&yang_time(m.last)))?;
-                    set(tree, &format!("{mb}/expires-in"), Some(&left.as_secs().to_string()))?;
-                    set(tree, &format!("{mb}/requests"), Some(&m.requests.to_string()))?;
-                    let sites = super::rpc::candidates(&self.ipm, c, meters, app, &prefs, &m.rtt);
-                    for r in super::select::rank(c.w, &sites) {
-                        ranked(tree, &format!("{mb}/site"), &r)?;
-                    }
-                }
+            Ok::<(), RpcError>(())
+        })?;
+        for (path, leaves) in objects(&self.ipm) {
+            set(tree, &path, None)?;
+            for (leaf, v) in leaves {
+                set(tree, &format!("{path}/{leaf}"), Some(&v))?;
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }

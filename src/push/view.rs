@@ -134,6 +134,7 @@ impl DatastoreView {
         let (base, list, key, id, leaves) = match change {
             StateChange::Sci { csci_id, leaves } => ("metric-cache/entry", "entry", "csci-id", csci_id, leaves),
             StateChange::Service { cs_id, leaves } => ("services/service", "service", "cs-id", cs_id, leaves),
+            StateChange::Subtree { .. } => return None,
         };
         let mut target = format!("{ROOT}/{base}=");
         percent_encode(id, &mut target);
@@ -157,14 +158,15 @@ impl DatastoreView {
     }
 
     /// The edit of an engine change written directly as XML (the fast path).
-    fn direct_edit(change: &StateChange) -> Edit {
+    fn direct_edit(change: &StateChange) -> Option<Edit> {
         let (base, list, key, id, leaves) = match change {
             StateChange::Sci { csci_id, leaves } => ("metric-cache/entry", "entry", "csci-id", csci_id, leaves),
             StateChange::Service { cs_id, leaves } => ("services/service", "service", "cs-id", cs_id, leaves),
+            StateChange::Subtree { .. } => return None,
         };
         let mut target = format!("{ROOT}/{base}=");
         percent_encode(id, &mut target);
-        let Some(leaves) = leaves else { return Edit { target, op: EditOp::Delete, value: None } };
+        let Some(leaves) = leaves else { return Some(Edit { target, op: EditOp::Delete, value: None }) };
         let mut v = String::with_capacity(64 + leaves.len() * 40);
         let _ = write!(v, "<{list} xmlns=\"{NS_CATS}\"><{key}>{}</{key}>", escape_text(id));
         for (name, value) in leaves {
@@ -179,7 +181,7 @@ impl DatastoreView {
             }
         }
         let _ = write!(v, "</{list}>");
-        Edit { target, op: EditOp::Replace, value: Some(v) }
+        Some(Edit { target, op: EditOp::Replace, value: Some(v) })
     }
 
     /// NACM, then the selection filter (which so sees only what the receiver may read).
@@ -202,6 +204,18 @@ impl DatastoreView {
     fn engine_edit(&self, change: &StateChange) -> Option<Edit> {
         let ctx = crate::yang::context();
         let mut tree = DataTree::new(ctx);
+        if let StateChange::Subtree { path, leaves } = change {
+            set(&mut tree, path, None).ok()?;
+            return match leaves {
+                Some(leaves) => {
+                    for (name, v) in leaves {
+                        set(&mut tree, &format!("{path}/{name}"), Some(v)).ok()?;
+                    }
+                    self.edit(tree, path, EditOp::Replace)
+                }
+                None => self.edit(tree, path, EditOp::Delete),
+            };
+        }
         let (base, leaves) = match change {
             StateChange::Sci { csci_id, leaves } => {
                 (format!("{ROOT}/metric-cache/entry[csci-id={}]", quote(csci_id)), leaves)
@@ -209,6 +223,7 @@ impl DatastoreView {
             StateChange::Service { cs_id, leaves } => {
                 (format!("{ROOT}/services/service[cs-id={}]", quote(cs_id)), leaves)
             }
+            StateChange::Subtree { .. } => return None,
         };
         set(&mut tree, &base, None).ok()?;
         match leaves {
@@ -263,9 +278,10 @@ impl View for DatastoreView {
                         let whole = match c {
                             StateChange::Sci { .. } => self.whole.0,
                             StateChange::Service { .. } => self.whole.1,
+                            StateChange::Subtree { .. } => false,
                         };
                         if whole && unrestricted && self.encoding == Encoding::Xml {
-                            Some(Self::direct_edit(c))
+                            Self::direct_edit(c)
                         } else if whole && unrestricted {
                             Self::direct_edit_json(c).or_else(|| self.engine_edit(c))
                         } else {
@@ -321,6 +337,9 @@ pub fn selects_on_change_objects(selection: &Filter, datastore: Datastore) -> bo
         ok &= set(&mut tree, &format!("{service}/{leaf}"), Some(v)).is_ok();
     }
     ok &= set(&mut tree, &stats, Some("0")).is_ok();
+    // The IP-layer metrics pushed on change (`ipm::changes`).
+    let ipm = format!("{ROOT}/cats-ip-metrics:ip-metrics/application[application-id='192.0.2.1']/site[site-id='probe']/measurement/last-interval/load-index");
+    ok &= set(&mut tree, &ipm, Some("0")).is_ok();
     if !ok {
         return true;
     }
@@ -329,7 +348,7 @@ pub fn selects_on_change_objects(selection: &Filter, datastore: Datastore) -> bo
     let has = |p: &str| selected.find_path(p).is_ok();
     // Metric data is on-change capable; a selection of only the engine's counters is not
     // (they change with every report). Anything else (configuration) is.
-    has(&entry) || has(&service) || !has(&stats)
+    has(&entry) || has(&service) || has(&ipm) || !has(&stats)
 }
 
 /// Whether a selection takes every metric-cache entry and every service whole (all their
@@ -387,7 +406,7 @@ mod tests {
             ("flags", "smoothed gas-zeroed".to_owned()),
         ];
         let sci = StateChange::Sci { csci_id: "1.2.3.4:80".into(), leaves: Some(leaves) };
-        assert_eq!(DatastoreView::direct_edit(&sci), v.engine_edit(&sci).unwrap());
+        assert_eq!(DatastoreView::direct_edit(&sci), v.engine_edit(&sci));
         let service = StateChange::Service {
             cs_id: "AR1".into(),
             leaves: Some(vec![
@@ -396,9 +415,9 @@ mod tests {
                 ("cats-sma-policy:reported-gas", "9".to_owned()),
             ]),
         };
-        assert_eq!(DatastoreView::direct_edit(&service), v.engine_edit(&service).unwrap());
+        assert_eq!(DatastoreView::direct_edit(&service), v.engine_edit(&service));
         let gone = StateChange::Sci { csci_id: "a,b".into(), leaves: None };
-        assert_eq!(DatastoreView::direct_edit(&gone), v.engine_edit(&gone).unwrap());
+        assert_eq!(DatastoreView::direct_edit(&gone), v.engine_edit(&gone));
     }
 
     #[test]
@@ -457,7 +476,7 @@ mod tests {
         // What a YANG-Push on-change subscriber receives is what libyang prints for them.
         let v = view(None);
         let service = StateChange::Service { cs_id: "AR1".into(), leaves: Some(leaves) };
-        assert_eq!(DatastoreView::direct_edit(&service), v.engine_edit(&service).unwrap());
+        assert_eq!(DatastoreView::direct_edit(&service), v.engine_edit(&service));
         let leaves = crate::engine::changes::sci_leaves(&core, "pod-1").unwrap();
         assert!(leaves.iter().any(|(n, v)| *n == "discovered-by" && v == "pods"), "{leaves:?}");
         assert!(leaves.iter().any(|(n, _)| *n == "discovered-at"), "{leaves:?}");
@@ -465,7 +484,7 @@ mod tests {
         let leaves =
             leaves.into_iter().filter(|(n, _)| !matches!(*n, "timestamp" | "discovered-at" | "last-state-change"));
         let sci = StateChange::Sci { csci_id: "pod-1".into(), leaves: Some(leaves.collect()) };
-        assert_eq!(DatastoreView::direct_edit(&sci), v.engine_edit(&sci).unwrap());
+        assert_eq!(DatastoreView::direct_edit(&sci), v.engine_edit(&sci));
     }
 
     #[test]
