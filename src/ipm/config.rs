@@ -236,6 +236,9 @@ fn application(n: &DataNodeRef<'_, 'static>) -> Result<AppConfig, String> {
     let id_text = m.get("application-id").cloned().unwrap_or_default();
     let path = format!("ip-metrics/application[{id_text}]");
     let id = addr(&path, &id_text)?;
+    if matches!(id_text.parse::<IpAddr>(), Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_some()) {
+        return Err(format!("{path}: write an IPv4-mapped IPv6 application-id in its IPv4 form, {id}"));
+    }
     let mut app = AppConfig { id, sites: Vec::new(), groups: Vec::new() };
     for c in n.children() {
         match c.schema().name() {

@@ -24,6 +24,11 @@ const IPFIX_TEMPLATE_SET: u16 = 2;
 const IPFIX_OPTIONS_SET: u16 = 3;
 const V9_TEMPLATE_SET: u16 = 0;
 const V9_OPTIONS_SET: u16 = 1;
+/// Fields of one template (exporters use a few dozen; the codec would take 16 383).
+pub const MAX_FIELDS: usize = 128;
+/// Field values one data set may decode to: a set of many tiny records of a wide template
+/// would otherwise allocate gigabytes from one datagram.
+pub const MAX_VALUES: usize = 1 << 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -107,6 +112,37 @@ impl Domain {
         } else {
             self.ipfix.remove(&id);
         }
+    }
+
+    /// (fields, smallest record length) of template `id`: a variable-length field counts 1.
+    fn shape(&self, v9: bool, id: u16) -> Option<(usize, usize, bool)> {
+        let len = |l: u16| if l == 65535 { 1 } else { usize::from(l) };
+        if v9 {
+            let t = self.v9.get(&id)?;
+            let lens: Vec<u16> = t
+                .scope_fields_specs
+                .iter()
+                .map(|f| f.length())
+                .chain(t.fields_specs.iter().map(|f| f.length()))
+                .collect();
+            Some((lens.len(), lens.iter().map(|l| len(*l)).sum(), lens.contains(&0)))
+        } else {
+            let t = self.ipfix.get(&id)?;
+            let lens: Vec<u16> = t.scope_fields_specs.iter().chain(t.fields_specs.iter()).map(|f| f.length()).collect();
+            Some((lens.len(), lens.iter().map(|l| len(*l)).sum(), lens.contains(&0)))
+        }
+    }
+
+    /// Refuses a template with too many fields or a field of length 0.
+    fn check_template(&self, v9: bool, id: u16) -> Result<(), String> {
+        let Some((fields, _, zero)) = self.shape(v9, id) else { return Ok(()) };
+        if fields > MAX_FIELDS {
+            return Err(format!("{fields} fields, more than {MAX_FIELDS}"));
+        }
+        if zero {
+            return Err("a field of length 0".into());
+        }
+        Ok(())
     }
 
     fn has(&self, v9: bool, id: u16) -> bool {
@@ -202,9 +238,15 @@ impl Domain {
         if id < 256 {
             return Err(format!("set ID {id} is reserved"));
         }
-        if !self.has(v9, id) {
+        let Some((fields, min_len, _)) = self.shape(v9, id) else {
             out.without_template += 1;
             return Ok(());
+        };
+        if min_len > 0 && (set.len() - 4) / min_len * fields > MAX_VALUES {
+            return Err(format!(
+                "data set {id}: {} octets of {fields}-field records exceed {MAX_VALUES} values",
+                set.len()
+            ));
         }
         let mut r = SliceReader::new(set);
         if v9 {
@@ -241,9 +283,15 @@ impl Domain {
         withdrawals: bool,
         out: &mut Decoded,
     ) -> Result<(), String> {
-        while rest.len() >= 4 && rest.iter().any(|b| *b != 0) {
+        while rest.len() >= 4 {
             let id = u16::from_be_bytes([rest[0], rest[1]]);
             let fields = u16::from_be_bytes([rest[2], rest[3]]);
+            // No template has ID 0: zeros from here are the set's padding (checked once, so
+            // a long set costs one pass).
+            if id == 0 && rest.iter().all(|b| *b == 0) {
+                rest = &[];
+                break;
+            }
             if fields == 0 && !(v9 && options) {
                 if v9 {
                     return Err(format!("template {id} has no field"));
@@ -286,6 +334,10 @@ impl Domain {
             };
             parsed.map_err(|e| format!("template {id}: {e}"))?;
             rest = &rest[r.offset()..];
+            if let Err(e) = self.check_template(v9, id) {
+                self.forget((v9, id));
+                return Err(format!("template {id}: {e}"));
+            }
             self.learned(v9, id, existed, now, max, out);
         }
         // RFC 7011 section 3.3.1: a set may end in padding.
@@ -426,6 +478,30 @@ mod tests {
         let mut long = ipfix(0, &[]);
         long[2..4].copy_from_slice(&100u16.to_be_bytes());
         assert!(d.decode(&long, Instant::now(), 16).is_err());
+    }
+
+    #[test]
+    fn hostile_templates_and_sets_are_refused_before_they_cost() {
+        let mut d = Domain::default();
+        // A template of 200 fields.
+        let mut t = vec![0, 2, 0, 0, 1, 44, 0, 200];
+        for _ in 0..200 {
+            t.extend([0, 8, 0, 4]);
+        }
+        let n = t.len() as u16;
+        t[2..4].copy_from_slice(&n.to_be_bytes());
+        assert!(d.decode(&ipfix(0, &t), Instant::now(), 16).is_err());
+        assert_eq!(d.templates(), 0);
+        // A field of length 0 (interfaceName, a string).
+        let t0 = [0, 2, 0, 12, 1, 44, 0, 2, 0, 82, 0, 0, 0, 8, 0, 4];
+        assert!(d.decode(&ipfix(0, &t0[..]), Instant::now(), 16).is_err());
+        assert_eq!(d.templates(), 0);
+        // Padding after a template, and a long run of zeros, cost one pass.
+        let mut padded = template_300();
+        padded[2..4].copy_from_slice(&(24u16 + 4000).to_be_bytes());
+        padded.extend(std::iter::repeat_n(0u8, 4000));
+        assert!(d.decode(&ipfix(0, &padded), Instant::now(), 16).is_ok());
+        assert_eq!(d.templates(), 1);
     }
 
     #[test]

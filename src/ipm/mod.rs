@@ -34,6 +34,8 @@ pub const ROOT: &str = "/cats-sma:cats-sma/cats-ip-metrics:ip-metrics";
 pub const NS: &str = "urn:cats-sma:yang:cats-ip-metrics";
 /// Exporter template states kept at once (YANG `exporter` max-elements).
 pub const MAX_DOMAINS: usize = 4096;
+/// Template states (transport session and domain) per exporter address.
+pub const MAX_DOMAINS_PER_EXPORTER: usize = 16;
 /// Completed intervals kept per site for the capacity estimator.
 pub const MAX_HISTORY: usize = 10_000;
 
@@ -86,6 +88,8 @@ pub struct Meter {
     /// The users' feedback on the last complete interval (load-feedback), taken at the next
     /// boundary.
     feedback: Option<f64>,
+    /// The capacity estimate, computed when the history or its parameters change.
+    estimated: Option<f64>,
 }
 
 /// Where a site's Capacity Index comes from.
@@ -183,6 +187,8 @@ pub struct Ipm {
     collector: Listener,
     reflector: Listener,
     pub reflector_stats: Arc<stamp::ReflectorStats>,
+    /// The reflector's settings, read per packet without the `inner` lock.
+    reflector_config: Arc<Mutex<Option<stamp::ReflectorConfig>>>,
     sender: Mutex<stamp::Sender>,
     sender_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// On-change YANG-Push (the engine's typed change stream) and what was last pushed.
@@ -200,6 +206,7 @@ impl Ipm {
             collector: Listener::default(),
             reflector: Listener::default(),
             reflector_stats: Arc::default(),
+            reflector_config: Arc::default(),
             sender: Mutex::default(),
             sender_task: Mutex::default(),
             changes,
@@ -249,6 +256,12 @@ impl Ipm {
             while m.history.len() > cap {
                 m.history.pop_front();
             }
+            m.estimated = m.estimate(c.estimate.percentile, c.estimate.min_intervals);
+            if interval_changed {
+                // The counts so far belong to an interval of the old length: they stay in
+                // the totals, not in the new interval.
+                m.current = Counts::default();
+            }
         }
         g.index = index;
         g.a_ers = a_ers;
@@ -293,6 +306,10 @@ impl Ipm {
                 m.history.pop_front();
             }
         }
+        let (p, min) = (g.config.estimate.percentile, g.config.estimate.min_intervals);
+        for m in g.meters.values_mut() {
+            m.estimated = m.estimate(p, min);
+        }
         g.interval_start = Some((now, Utc::now()));
         let lifetime = g.config.collector.as_ref().map(|c| c.template_lifetime);
         if let Some(lifetime) = lifetime {
@@ -327,9 +344,19 @@ impl Ipm {
         let Some((lifetime, max)) = g.config.collector.as_ref().map(|c| (c.template_lifetime, c.max_templates)) else {
             return;
         };
-        if !g.exporters.contains_key(&(from, domain)) && g.exporters.len() >= MAX_DOMAINS {
-            if let Some(k) = g.exporters.iter().min_by_key(|(_, e)| e.last_instant).map(|(k, _)| *k) {
-                g.exporters.remove(&k);
+        if !g.exporters.contains_key(&(from, domain)) {
+            // New template state: exporters silent for a template lifetime make room; beyond
+            // the bounds a new one is refused (evicting would let a spoofer who rotates
+            // ports push a real A-ER's templates out).
+            if g.exporters.len() >= MAX_DOMAINS {
+                g.exporters.retain(|_, e| now.duration_since(e.last_instant) < lifetime);
+            }
+            let same_ip = g.exporters.keys().filter(|(a, _)| a.ip() == from.ip()).count();
+            if g.exporters.len() >= MAX_DOMAINS || same_ip >= MAX_DOMAINS_PER_EXPORTER {
+                drop(g);
+                self.stats.templates_refused.fetch_add(1, Ordering::Relaxed);
+                refused(from, "too many exporter sessions and observation domains");
+                return;
             }
         }
         let e = g.exporters.entry((from, domain)).or_insert_with(|| Exporter {
@@ -377,12 +404,10 @@ impl Ipm {
     }
 
     /// The Capacity Index of a site in force.
-    pub fn capacity(c: &IpmConfig, configured: Option<u32>, m: Option<&Meter>) -> Capacity {
+    pub fn capacity(_c: &IpmConfig, configured: Option<u32>, m: Option<&Meter>) -> Capacity {
         match configured {
             Some(v) => Capacity::Configured(v),
-            None => m
-                .and_then(|m| m.estimate(c.estimate.percentile, c.estimate.min_intervals))
-                .map_or(Capacity::None, Capacity::Estimated),
+            None => m.and_then(|m| m.estimated).map_or(Capacity::None, Capacity::Estimated),
         }
     }
 
@@ -414,10 +439,11 @@ impl Ipm {
         let weak = Arc::downgrade(self);
         self.collector
             .apply(collect_at, sockets.collector, "IPFIX / NetFlow v9 collector", |s| tokio::spawn(collect(weak, s)));
-        let weak = Arc::downgrade(self);
+        *lock(&self.reflector_config) = lock(&self.inner).config.reflector.clone();
+        let snapshot = self.reflector_config.clone();
         let stats = self.reflector_stats.clone();
         self.reflector.apply(reflect_at, sockets.reflector, "STAMP session-reflector", move |s| {
-            let config = move || weak.upgrade().and_then(|i| lock(&i.inner).config.reflector.clone());
+            let config = move || lock(&snapshot).clone();
             tokio::spawn(stamp::reflector(s, config, stats))
         });
         let mut sender = lock(&self.sender_task);
@@ -447,6 +473,13 @@ impl Ipm {
     /// Joins `ingress` to the group of `app` or refreshes its membership (section 5), with
     /// the RTTs it reported (kept when it reported none).
     pub fn join(&self, app: IpAddr, ingress: &str, rtt: &HashMap<IpAddr, u32>) -> Result<(), RpcError> {
+        if ingress.contains('\'') && ingress.contains('"') {
+            return Err(RpcError::application(
+                ErrorTag::InvalidValue,
+                "an ingress name may hold single or double quotes, not both",
+            )
+            .with_bad_element("ingress"));
+        }
         let mut g = lock(&self.inner);
         let now = Instant::now();
         let (timeout, max) = (g.config.group_timeout, g.config.max_members);
@@ -530,8 +563,10 @@ impl Ipm {
             lock(&self.published).clear();
             return;
         }
-        let now: HashMap<String, Vec<(String, String)>> = state::objects(self).into_iter().collect();
+        // Computed, compared and sent under `published`, so that two publishers (the interval
+        // task, a join) cannot send an older snapshot after a newer one.
         let mut published = lock(&self.published);
+        let now: HashMap<String, Vec<(String, String)>> = state::objects(self).into_iter().collect();
         let mut changes: Vec<StateChange> = now
             .iter()
             .filter(|(p, l)| published.get(*p) != Some(*l))
@@ -544,7 +579,6 @@ impl Ipm {
                 .map(|p| StateChange::Subtree { path: p.clone(), leaves: None }),
         );
         *published = now;
-        drop(published);
         if !changes.is_empty() {
             let _ = tap.send(Arc::new(ChangeSet { started: tokio::time::Instant::now(), changes }));
         }
@@ -646,7 +680,10 @@ async fn send_probes(ipm: std::sync::Weak<Ipm>) {
     loop {
         tokio::select! {
             r = sock.recv_from(&mut buf) => {
-                let Ok((n, from)) = r else { continue };
+                let Ok((n, from)) = r else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
                 let Some(i) = ipm.upgrade() else { return };
                 let Some(c) = lock(&i.inner).config.sender.clone() else { continue };
                 lock(&i.sender).reflected(from.ip().to_canonical(), &buf[..n], &c, Instant::now());
