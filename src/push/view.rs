@@ -498,3 +498,16 @@ mod tests {
         assert_eq!(view(x("/cats-sma:cats-sma/metric-cache/entry[gas='0']")).whole, (false, false));
     }
 }
+
+#[cfg(test)]
+mod on_change_probe_tests {
+    use super::*;
+
+    #[test]
+    fn rfc8641_on_change_probe_accepts_ip_metrics_and_still_refuses_statistics_only() {
+        let stats = Filter::XPath("/cats-sma:cats-sma/statistics".into());
+        assert!(!selects_on_change_objects(&stats, Datastore::Operational));
+        let ipm = Filter::XPath("/cats-sma:cats-sma/cats-ip-metrics:ip-metrics/application".into());
+        assert!(selects_on_change_objects(&ipm, Datastore::Operational));
+    }
+}
