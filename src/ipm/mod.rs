@@ -287,10 +287,13 @@ impl Ipm {
                 samples.push(([c.to_packets, c.from_packets, c.to_bytes, c.from_bytes].map(|v| v as f64), y));
             }
         }
-        for (x, y) in samples {
-            g.learner.add(x, y, forgetting);
+        // The fit changes only with new samples.
+        if !samples.is_empty() {
+            for (x, y) in samples {
+                g.learner.add(x, y, forgetting);
+            }
+            g.fit = g.learner.fit();
         }
-        g.fit = g.learner.fit();
         let weights = match (g.config.learning, g.fit) {
             (Some((min, _)), Some(f)) if g.learner.samples >= min => f.weights,
             _ => g.config.weights,
@@ -403,8 +406,8 @@ impl Ipm {
         f(&g.config, &g.meters, &g.exporters)
     }
 
-    /// The Capacity Index of a site in force.
-    pub fn capacity(_c: &IpmConfig, configured: Option<u32>, m: Option<&Meter>) -> Capacity {
+    /// The Capacity Index of a site in force (the estimate is computed at interval boundaries).
+    pub fn capacity(configured: Option<u32>, m: Option<&Meter>) -> Capacity {
         match configured {
             Some(v) => Capacity::Configured(v),
             None => m.and_then(|m| m.estimated).map_or(Capacity::None, Capacity::Estimated),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use yang2::data::{Data, DataTree};
 
-use super::config::{AppConfig, IpmConfig};
+use super::config::AppConfig;
 use super::select::{rank, Candidate, Ranked};
 use super::{decimal, index_value, Ipm, Meter, SiteKey, NS};
 use crate::error::{ErrorTag, RpcError};
@@ -66,7 +66,6 @@ fn input(t: &DataTree<'static>) -> Result<Input, RpcError> {
 /// in `rtt`, or the ones the agent measured when `rtt` is empty.
 pub fn candidates(
     ipm: &Ipm,
-    c: &IpmConfig,
     meters: &HashMap<SiteKey, Meter>,
     a: &AppConfig,
     prefs: &BTreeMap<String, u32>,
@@ -81,7 +80,7 @@ pub fn candidates(
                 // An idle site's Load Index of 0 counts as 1 (one packet's worth), so that its
                 // ratios stay finite while it still wins the load term.
                 load: m.and_then(|m| m.last.map(|l| l.load.max(1.0))),
-                capacity: Ipm::capacity(c, s.capacity, m).value(),
+                capacity: Ipm::capacity(s.capacity, m).value(),
                 preference: f64::from(prefs.get(&s.id).copied().unwrap_or(s.preference)),
                 delay: if rtt.is_empty() {
                     ipm.measured_delay(&s.a_ers)
@@ -116,7 +115,7 @@ pub fn select(
             None => source.and_then(|s| a.group_of(s)),
         };
         let prefs = super::preferences(c, app, group.map(|g| g.name.as_str()));
-        let sites = candidates(ipm, c, meters, a, &prefs, rtt);
+        let sites = candidates(ipm, meters, a, &prefs, rtt);
         Ok((c.w, group.map(|g| g.name.clone()), rank(c.w, &sites)))
     })
 }

@@ -89,7 +89,7 @@ pub fn objects(ipm: &Ipm) -> Vec<(String, Vec<(String, String)>)> {
                         l.push(("last-interval/load-index".into(), index_value(li.load)));
                     }
                 }
-                let cap = Ipm::capacity(c, site.capacity, m);
+                let cap = Ipm::capacity(site.capacity, m);
                 if let Some(v) = cap.value() {
                     l.push(("capacity-index".into(), index_value(v)));
                 }
@@ -119,7 +119,7 @@ pub fn objects(ipm: &Ipm) -> Vec<(String, Vec<(String, String)>)> {
             }
             let prefs = super::preferences(c, app.id, None);
             let none = std::collections::HashMap::new();
-            let sites = super::rpc::candidates(ipm, c, meters, app, &prefs, &none);
+            let sites = super::rpc::candidates(ipm, meters, app, &prefs, &none);
             let mut l = Vec::new();
             for r in super::select::rank(c.w, &sites) {
                 ranked(&mut l, "site", &r);
@@ -132,7 +132,7 @@ pub fn objects(ipm: &Ipm) -> Vec<(String, Vec<(String, String)>)> {
                     ("expires-in".to_owned(), left.as_secs().to_string()),
                     ("requests".to_owned(), m.requests.to_string()),
                 ];
-                let sites = super::rpc::candidates(ipm, c, meters, app, &prefs, &m.rtt);
+                let sites = super::rpc::candidates(ipm, meters, app, &prefs, &m.rtt);
                 for r in super::select::rank(c.w, &sites) {
                     ranked(&mut l, "site", &r);
                 }
