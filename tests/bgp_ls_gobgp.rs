@@ -25,13 +25,16 @@ use tokio_util::codec::Decoder;
 
 /// Where gobgpd writes its MRT dump for a test whose directory is `dir`. gobgpd passes the
 /// name through Go's time formatting (it forces a rotation interval), which rewrites the
-/// digits 1-6 of a temporary directory's name: this path has none. Removed on drop.
+/// digits of a temporary directory's name and the layout words in it (`pm`, `Jan`, `Mon`,
+/// `MST`, `PM`, `Z07`…): this path is spelt from lowercase letters without `p`, so none can
+/// form. Removed on drop.
 fn mrt_file(dir: &Path) -> std::path::PathBuf {
     use std::hash::{Hash, Hasher};
+    const ALPHABET: &[u8; 16] = b"abcdefghijklnoqr";
     let mut h = std::collections::hash_map::DefaultHasher::new();
     dir.hash(&mut h);
     let letters: String =
-        format!("{:x}", h.finish()).chars().map(|c| (b'g' + c.to_digit(16).unwrap() as u8) as char).collect();
+        format!("{:x}", h.finish()).chars().map(|c| ALPHABET[c.to_digit(16).unwrap() as usize] as char).collect();
     std::path::PathBuf::from(format!("/tmp/cats-sma-bgp-{letters}/updates.mrt"))
 }
 
