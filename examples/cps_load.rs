@@ -100,6 +100,7 @@ async fn run(n: u64, services: usize, batch: usize, gzip: bool, grpc: bool) -> (
         backoff_max: Duration::from_millis(100),
         encoding: cats_sma::cps::codec::Encoding::Json,
         granularity: cats_sma::cps::wire::Granularity::Site,
+        source_id: None,
     };
     if grpc {
         let endpoint = GrpcEndpoint::parse(&settings.url).unwrap();

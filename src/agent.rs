@@ -358,7 +358,42 @@ fn start_cps(
         .map_err(|e| e.to_string())?;
     datastores.register_consumer(Arc::new(consumer));
     datastores.register_state_provider(Arc::new(crate::cps::state::CpsState { adapters: adapters.clone() }));
+    start_overload(datastores, server, &adapters)?;
     Ok(adapters)
+}
+
+/// Overload control (seed 003): its settings from running and later commits, its state in
+/// the operational view, `overload-state-change` on the stream.
+fn start_overload(
+    datastores: &Arc<Datastores>,
+    server: &Arc<crate::mgmt::Core>,
+    cps: &Arc<crate::cps::Adapters>,
+) -> Result<(), String> {
+    use crate::overload::{config::OverloadConsumer, state::OverloadState, Transition};
+    let overload = cps.registry.overload.clone();
+    let weak = Arc::downgrade(server);
+    overload.set_hook(Arc::new(move |t: &Transition| {
+        let body = format!(
+            "<overload-state-change xmlns=\"urn:cats-sma:yang:cats-sma-overload\"><direction>{}</direction>\
+             <peer>{}</peer><overloaded>{}</overloaded><cause>{}</cause><sequence-number>{}</sequence-number>\
+             <reduction-percentage>{}</reduction-percentage></overload-state-change>",
+            t.direction.yang(),
+            crate::text::xml(&t.peer),
+            t.overloaded,
+            t.cause,
+            t.sequence,
+            t.reduction
+        );
+        if let Some(s) = weak.upgrade() {
+            s.events.publish("cats-sma-overload", "overload-state-change", body);
+        }
+    }));
+    let consumer = datastores
+        .with_tree(crate::datastore::Datastore::Running, |t| OverloadConsumer::load(overload.clone(), t))
+        .map_err(|e| e.to_string())?;
+    datastores.register_consumer(Arc::new(consumer));
+    datastores.register_state_provider(Arc::new(OverloadState { registry: cps.registry.clone() }));
+    Ok(())
 }
 
 /// The BGP-LS speaker, fed by the update controller like the C-PS adapters.

@@ -21,6 +21,7 @@ pub mod mgmt;
 pub mod nacm;
 pub mod netconf;
 pub mod notif;
+pub mod overload;
 pub mod push;
 pub mod restconf;
 pub mod routing;

@@ -137,18 +137,51 @@ impl NonceSource {
 /// The reply header with the C-PS's HMAC over its reply (PSK mode).
 pub const H_REPLY_SIGNATURE: &str = "x-cats-reply-signature";
 
-fn reply_mac(secret: &[u8], status: u16, csma_id: &str, request_nonce: u64, body: &[u8]) -> HmacSha256 {
+fn reply_mac(
+    secret: &[u8],
+    status: u16,
+    csma_id: &str,
+    request_nonce: u64,
+    oc: &ReplyOc<'_>,
+    body: &[u8],
+) -> HmacSha256 {
     let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key length");
     m.update(format!("reply\n{status}\n{csma_id}\n{request_nonce}\n").as_bytes());
+    // The overload AVPs (seed 003) ride in headers: covered when present, so a report can
+    // be neither forged, changed nor removed; a reply without them signs as before.
+    if oc.supported.is_some() || oc.olr.is_some() {
+        m.update(format!("oc\n{}\n{}\n", oc.supported.unwrap_or(""), oc.olr.unwrap_or("")).as_bytes());
+    }
     m.update(body);
     m
 }
 
+/// The overload headers of a reply (`x-cats-oc-supported-features`, `x-cats-oc-olr`), as
+/// the reply signature covers them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReplyOc<'a> {
+    pub supported: Option<&'a str>,
+    pub olr: Option<&'a str>,
+}
+
 /// The C-PS's reply signature: an HMAC under the request's key over the status, the C-SMA
-/// id, the nonce of the request it answers and the reply body. The nonce binds the reply to
-/// its request, so an old reply replayed (or one to another request) does not verify.
+/// id, the nonce of the request it answers, the overload headers when present and the
+/// reply body. The nonce binds the reply to its request, so an old reply replayed (or one
+/// to another request) does not verify.
 pub fn sign_reply(secret: &[u8], status: u16, csma_id: &str, request_nonce: u64, body: &[u8]) -> String {
-    hex(&reply_mac(secret, status, csma_id, request_nonce, body).finalize().into_bytes())
+    sign_reply_oc(secret, status, csma_id, request_nonce, &ReplyOc::default(), body)
+}
+
+/// [`sign_reply`] of a reply that carries overload headers.
+pub fn sign_reply_oc(
+    secret: &[u8],
+    status: u16,
+    csma_id: &str,
+    request_nonce: u64,
+    oc: &ReplyOc<'_>,
+    body: &[u8],
+) -> String {
+    hex(&reply_mac(secret, status, csma_id, request_nonce, oc, body).finalize().into_bytes())
 }
 
 fn stream_mac(secret: &[u8], csma_id: &str, hello_nonce: u64, counter: u64, body: &[u8]) -> HmacSha256 {
@@ -185,11 +218,12 @@ pub fn verify_reply(
     csma_id: &str,
     request_nonce: u64,
     presented: Option<&str>,
+    oc: &ReplyOc<'_>,
     body: &[u8],
 ) -> Result<(), AuthError> {
     let sig = unhex(presented.ok_or(AuthError::MissingHeader(H_REPLY_SIGNATURE))?)
         .ok_or(AuthError::MalformedHeader(H_REPLY_SIGNATURE))?;
-    reply_mac(secret, status, csma_id, request_nonce, body).verify_slice(&sig).map_err(|_| AuthError::BadSignature)
+    reply_mac(secret, status, csma_id, request_nonce, oc, body).verify_slice(&sig).map_err(|_| AuthError::BadSignature)
 }
 
 impl Default for NonceSource {
@@ -429,22 +463,47 @@ mod tests {
     fn seed_cps_authentication_replies_are_bound_to_their_request() {
         let k = b"0123456789abcdef";
         let sig = sign_reply(k, 200, "c1", 42, b"{\"acked-sequence\":9}");
-        assert_eq!(verify_reply(k, 200, "c1", 42, Some(&sig), b"{\"acked-sequence\":9}"), Ok(()));
+        assert_eq!(verify_reply(k, 200, "c1", 42, Some(&sig), &ReplyOc::default(), b"{\"acked-sequence\":9}"), Ok(()));
         assert_eq!(
-            verify_reply(k, 200, "c1", 43, Some(&sig), b"{\"acked-sequence\":9}"),
+            verify_reply(k, 200, "c1", 43, Some(&sig), &ReplyOc::default(), b"{\"acked-sequence\":9}"),
             Err(AuthError::BadSignature),
             "another request's reply"
         );
         assert_eq!(
-            verify_reply(k, 200, "c1", 42, Some(&sig), b"{\"acked-sequence\":99}"),
+            verify_reply(k, 200, "c1", 42, Some(&sig), &ReplyOc::default(), b"{\"acked-sequence\":99}"),
             Err(AuthError::BadSignature)
         );
-        assert_eq!(verify_reply(k, 404, "c1", 42, Some(&sig), b"{\"acked-sequence\":9}"), Err(AuthError::BadSignature));
         assert_eq!(
-            verify_reply(b"another-key-here", 200, "c1", 42, Some(&sig), b"{\"acked-sequence\":9}"),
+            verify_reply(k, 404, "c1", 42, Some(&sig), &ReplyOc::default(), b"{\"acked-sequence\":9}"),
             Err(AuthError::BadSignature)
         );
-        assert!(matches!(verify_reply(k, 200, "c1", 42, None, b""), Err(AuthError::MissingHeader(_))));
+        assert_eq!(
+            verify_reply(
+                b"another-key-here",
+                200,
+                "c1",
+                42,
+                Some(&sig),
+                &ReplyOc::default(),
+                b"{\"acked-sequence\":9}"
+            ),
+            Err(AuthError::BadSignature)
+        );
+        assert!(matches!(
+            verify_reply(k, 200, "c1", 42, None, &ReplyOc::default(), b""),
+            Err(AuthError::MissingHeader(_))
+        ));
+        // Seed 003: the overload headers are covered; a reply stripped of them, or with one
+        // added or changed, does not verify.
+        let oc = ReplyOc {
+            supported: Some("feature-vector=17;peer-algo=1;source-id=cps"),
+            olr: Some("sequence=1;report-type=2;reduction=50;source-id=cps"),
+        };
+        let sig = sign_reply_oc(k, 200, "c1", 42, &oc, b"{}");
+        assert_eq!(verify_reply(k, 200, "c1", 42, Some(&sig), &oc, b"{}"), Ok(()));
+        assert!(verify_reply(k, 200, "c1", 42, Some(&sig), &ReplyOc::default(), b"{}").is_err());
+        let changed = ReplyOc { olr: Some("sequence=1;report-type=2;reduction=90;source-id=cps"), ..oc };
+        assert!(verify_reply(k, 200, "c1", 42, Some(&sig), &changed, b"{}").is_err());
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
             backoff_max: d.backoff_max,
             encoding: Encoding::Json,
             granularity: Granularity::Site,
+            source_id: None,
         };
         let mut tls = None;
         let mut timeout = Duration::from_millis(5000);
@@ -180,6 +181,8 @@ pub fn peers(t: &DataTree<'static>) -> Result<Vec<PeerConfig>, String> {
                 s.backoff_initial.as_millis()
             ));
         }
+        // Seed 003: the C-PS's reports are believed from the identity TLS verified.
+        s.source_id = tls.as_ref().and_then(|t: &TlsFiles| t.server_name.clone());
         out.push(PeerConfig { settings: s, tls, timeout, policy_user, rest_only });
     }
     Ok(out)

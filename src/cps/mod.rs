@@ -21,6 +21,7 @@ pub mod codec;
 pub mod config;
 pub mod current;
 pub mod grpc;
+pub mod overload;
 pub mod queue;
 pub mod reference;
 pub mod selection;
@@ -92,6 +93,18 @@ impl Adapters {
     ) -> Arc<Adapters> {
         let registry = Registry::new(identity);
         let dispatcher = tokio::spawn(dispatch(registry.clone(), advertisements, hooks.clone()));
+        // Overload reports expire on their own (RFC 7683 section 5.5.2): checked every second
+        // (validities are whole seconds).
+        let weak = Arc::downgrade(&registry);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(r) = weak.upgrade() else { break };
+                overload::expire(&r);
+            }
+        });
         Arc::new(Adapters {
             registry,
             hooks,
@@ -115,6 +128,10 @@ impl Adapters {
             let _ = peer.grpc.set(link.counters());
         }
         if let Some(old) = old {
+            // The overload state outlives a change of the peer's settings (RFC 7683 section
+            // 5.5.2: it is kept per peer until the report expires or is replaced).
+            *lock(&peer.overload) = lock(&old.overload).clone();
+            lock(&peer.overload).reconnected();
             let mut from = lock(&old.queue);
             let mut to = lock(&peer.queue);
             to.dropped = from.dropped;
@@ -217,9 +234,7 @@ async fn dispatch(registry: Arc<Registry>, mut rx: broadcast::Receiver<Arc<Adver
         match rx.recv().await {
             Ok(ad) => {
                 lock(&registry.current).fold(&ad);
-                for peer in registry.peers() {
-                    peer.offer(&ad);
-                }
+                overload::dispatch_one(&registry, &ad);
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 // Missed deltas: every peer's view may be wrong; a full snapshot settles it.

@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::auth::{sign, verify_reply, NonceSource, Psk, Signed, H_REPLY_SIGNATURE};
+use super::auth::{sign, verify_reply, NonceSource, Psk, ReplyOc, Signed, H_REPLY_SIGNATURE};
 use super::codec::Encoding;
 use super::current::SiteView;
 use super::grpc::{self, GrpcLink};
@@ -39,7 +39,10 @@ use super::wire::{
     H_TIMESTAMP, KEEPALIVE_PATH, METRICS_PATH, ROOT_ACK, ROOT_BATCH, ROOT_ERROR, ROOT_KEEPALIVE, ROOT_SCI, ROOT_SITE,
 };
 use crate::backoff::Backoff;
-use crate::engine::update::{Advertisement, AdvertisementKind, Trigger};
+use crate::engine::update::{Advertisement, AdvertisementKind, Priority, Trigger};
+use crate::overload::react::PeerOverload;
+use crate::overload::wire::{Olr, Supported, H_OC_OLR, H_OC_SUPPORTED};
+use crate::overload::Overload;
 
 /// How long a session waits for a requested full snapshot before asking again.
 const FULL_SYNC_RETRY: Duration = Duration::from_secs(10);
@@ -68,6 +71,26 @@ pub struct PeerSettings {
     pub encoding: Encoding,
     /// Site aggregate, per-SCI rows, or both (YANG `granularity`).
     pub granularity: Granularity,
+    /// The identity the session authenticates the C-PS as: the TLS server name when one is
+    /// configured (None: the url's host, which TLS verifies otherwise). A peer overload
+    /// report is believed only with this SourceID (seed 003).
+    pub source_id: Option<String>,
+}
+
+impl PeerSettings {
+    /// The C-PS's expected SourceID: the configured TLS server name, else the url's host.
+    pub fn source_id(&self) -> String {
+        if let Some(s) = &self.source_id {
+            return s.clone();
+        }
+        let rest = self.url.split_once("://").map_or(self.url.as_str(), |(_, r)| r);
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if let Some(v6) = host.strip_prefix('[') {
+            return v6.split(']').next().unwrap_or("").to_owned();
+        }
+        host.rsplit_once(':').map_or(host, |(h, _)| h).to_owned()
+    }
 }
 
 /// Who this C-SMA is, in every request.
@@ -131,6 +154,12 @@ pub struct Peer {
     pub accepting: AtomicBool,
     /// A gRPC peer's stream counters (set when its session starts).
     pub grpc: std::sync::OnceLock<Arc<grpc::Counters>>,
+    /// Peer overload control (seed 003), the C-SMA as reacting node towards this C-PS.
+    pub overload: Mutex<PeerOverload>,
+    /// A fallback that is active only to take updates diverted from an overloaded primary
+    /// (seed 003, section 3.1.2): it takes those, its own snapshots and the updates that are
+    /// never abated, not every routine update.
+    pub divert_only: AtomicBool,
 }
 
 impl Peer {
@@ -143,6 +172,8 @@ impl Peer {
             status: Mutex::new(SessionStatus::default()),
             accepting: AtomicBool::new(accepting),
             grpc: std::sync::OnceLock::new(),
+            overload: Mutex::new(PeerOverload::default()),
+            divert_only: AtomicBool::new(false),
         }
     }
 
@@ -151,21 +182,42 @@ impl Peer {
     }
 
     /// The dispatcher's entry: queue `ad` if it is for this peer and has something it may
-    /// see. Never blocks on the network.
-    pub fn offer(&self, ad: &Arc<Advertisement>) {
+    /// see; true if queued. Never blocks on the network.
+    pub fn offer(&self, ad: &Arc<Advertisement>) -> bool {
+        self.offer_as(ad, false)
+    }
+
+    /// Queues an update diverted here from an overloaded peer (seed 003, section 3.1.2).
+    pub fn offer_diverted(&self, ad: &Arc<Advertisement>) -> bool {
+        self.offer_as(ad, true)
+    }
+
+    fn offer_as(&self, ad: &Arc<Advertisement>, diverted: bool) -> bool {
         if !ad.is_for(&self.settings.name) || !self.accepting.load(Ordering::Acquire) {
-            return;
+            return false;
+        }
+        if !diverted && self.divert_only.load(Ordering::Acquire) && abatable(ad) {
+            return false;
         }
         if MetricReport::for_peer_at(ad, &|c| self.allowed(c), self.settings.granularity).is_none() {
-            return;
+            return false;
         }
         lock(&self.queue).push(ad.clone());
         self.notify.notify_one();
+        true
     }
 
     pub fn state(&self) -> SessionState {
         lock(&self.status).state
     }
+}
+
+/// Whether an update may be abated towards an overloaded C-PS (seed 003 by way of seed 004's
+/// trigger priorities): heartbeats and routine metric or policy changes addressed to every
+/// peer. Health changes, failures, withdrawals, resyncs, discoveries and a snapshot
+/// addressed to one peer never are.
+pub fn abatable(ad: &Advertisement) -> bool {
+    matches!(ad.audience, crate::engine::update::Audience::All) && ad.priority() <= Priority::Routine
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -180,6 +232,19 @@ pub struct Registry {
     pub changed: watch::Sender<u64>,
     /// The site as last advertised (what a C-PS's query is answered from).
     pub current: Mutex<SiteView>,
+    /// Overload control settings and notifications (seed 003).
+    pub overload: Arc<Overload>,
+}
+
+/// Why a fallback peer is active.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FallbackMode {
+    Standby,
+    /// Every primary (and every fallback before it) is down: it takes everything.
+    Failover,
+    /// A primary is overloaded and this is the first fallback that is neither overloaded
+    /// nor down: it takes what is diverted to it (seed 003, section 3.1.2).
+    Divert,
 }
 
 impl Registry {
@@ -189,6 +254,7 @@ impl Registry {
             identity: RwLock::new(identity),
             changed: watch::Sender::new(0),
             current: Mutex::new(SiteView::default()),
+            overload: Overload::new(),
         })
     }
 
@@ -200,8 +266,55 @@ impl Registry {
         self.identity.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn bump(&self) {
+    pub fn bump(&self) {
         self.changed.send_modify(|g| *g += 1);
+    }
+
+    /// How the fallback peer `name` is to be used: for failover (see
+    /// [`Registry::fallback_active`]), to take updates diverted from an overloaded primary,
+    /// or not.
+    pub fn fallback_mode(&self, name: &str) -> FallbackMode {
+        if self.fallback_active(name) {
+            return FallbackMode::Failover;
+        }
+        // Active while every fallback before it is overloaded or down, whether or not it is
+        // down itself (a down one retries in backoff rather than flapping to standby).
+        let now = Instant::now();
+        let Some(candidates) = self.divert_candidates(now) else { return FallbackMode::Standby };
+        for p in candidates {
+            if p.settings.name == name {
+                return FallbackMode::Divert;
+            }
+            if !lock(&p.status).down {
+                break;
+            }
+        }
+        FallbackMode::Standby
+    }
+
+    /// The fallbacks that are not overloaded, in (`priority`, `name`) order, while
+    /// divert-before-throttle is on and some primary is overloaded.
+    fn divert_candidates(&self, now: Instant) -> Option<Vec<Arc<Peer>>> {
+        let cfg = self.overload.settings();
+        if !cfg.reacting() || !cfg.divert {
+            return None;
+        }
+        let peers = self.peers();
+        let overloaded = |p: &Arc<Peer>| lock(&p.overload).overloaded(now);
+        if !peers.iter().any(|p| p.settings.role == Role::Primary && overloaded(p)) {
+            return None;
+        }
+        let mut fallbacks: Vec<Arc<Peer>> =
+            peers.into_iter().filter(|p| p.settings.role == Role::Fallback && !overloaded(p)).collect();
+        fallbacks.sort_by(|a, b| (a.settings.priority, &a.settings.name).cmp(&(b.settings.priority, &b.settings.name)));
+        Some(fallbacks)
+    }
+
+    /// Where updates abated towards an overloaded primary go (seed 003, section 3.1.2): the
+    /// first fallback in (`priority`, `name`) order that is neither overloaded nor down,
+    /// while divert-before-throttle is on and some primary is overloaded. None: throttle.
+    pub fn divert_target(&self, now: Instant) -> Option<Arc<Peer>> {
+        self.divert_candidates(now)?.into_iter().find(|p| !lock(&p.status).down && p.accepting.load(Ordering::Acquire))
     }
 
     /// Whether the fallback peer `name` is to be used (seed 004: fall back to an
@@ -329,13 +442,26 @@ impl Session {
                 break;
             }
             if s.role == Role::Fallback {
-                let active = self.registry.fallback_active(&s.name);
+                let mode = self.registry.fallback_mode(&s.name);
+                let active = mode != FallbackMode::Standby;
+                let was_divert_only = self.peer.divert_only.swap(mode == FallbackMode::Divert, Ordering::AcqRel);
                 match (&phase, active) {
                     (Phase::Standby, true) => {
-                        tracing::warn!(c_ps = %s.name, "no primary C-PS reachable: using fallback C-PS");
+                        if mode == FallbackMode::Divert {
+                            tracing::warn!(c_ps = %s.name, "a primary C-PS is overloaded: diverting to fallback C-PS");
+                        } else {
+                            tracing::warn!(c_ps = %s.name, "no primary C-PS reachable: using fallback C-PS");
+                        }
                         self.peer.accepting.store(true, Ordering::Release);
                         first_contact = true;
                         phase = Phase::Connecting;
+                    }
+                    // Diverting, it took only a share of the routine updates; taking over
+                    // for failed primaries it needs the complete set.
+                    (Phase::Connected, true) if was_divert_only && mode == FallbackMode::Failover => {
+                        tracing::warn!(c_ps = %s.name, "no primary C-PS reachable: fallback C-PS takes every update");
+                        self.request_full(&mut awaiting_full, &mut view);
+                        full_asked_at = Instant::now();
                     }
                     (Phase::Standby, false) => {}
                     (_, false) => {
@@ -823,6 +949,9 @@ impl Session {
             headers.push((H_KEY_ID, psk.key_id.clone()));
             headers.push((H_SIGNATURE, sign(&psk.secret, &signed, &body)));
         }
+        if let Some(a) = super::overload::announcement(&self.registry) {
+            headers.push((H_OC_SUPPORTED, a.to_string()));
+        }
         if let Some(key) = &self.signing {
             let binding = RequestBinding {
                 method: method.into(),
@@ -838,13 +967,20 @@ impl Session {
             return Err(DeliveryError::BadReply(method, "a gRPC peer makes no REST request".into()));
         };
         let resp = transport.send(Request { method, path, headers, body }).await?;
+        let oc = ReplyOc { supported: resp.header(H_OC_SUPPORTED), olr: resp.header(H_OC_OLR) };
         if let Some(psk) = &s.psk {
             // Seed 004, C-PS Authentication: in PSK mode the C-PS proves its replies too. A
             // reply that does not verify is a failed request: nothing in it (acknowledged
             // sequence, full-sync request, the site's state) is believed.
-            if let Err(e) =
-                verify_reply(&psk.secret, resp.status, &id.csma_id, nonce, resp.header(H_REPLY_SIGNATURE), &resp.body)
-            {
+            if let Err(e) = verify_reply(
+                &psk.secret,
+                resp.status,
+                &id.csma_id,
+                nonce,
+                resp.header(H_REPLY_SIGNATURE),
+                &oc,
+                &resp.body,
+            ) {
                 // A C-PS cannot sign its refusal of a request it could not authenticate (a
                 // wrong key): an error reply is reported with its unverified reason, as a
                 // refusal; a success reply that does not verify is an impostor's.
@@ -863,6 +999,9 @@ impl Session {
                 });
             }
         }
+        // Seed 003: the C-PS's answer to our announcement and its overload report, from a
+        // reply that authenticated (TLS, and the reply signature in PSK mode).
+        super::overload::take(&self.peer, &self.registry, oc.supported.map(Supported::decode), oc.olr.map(Olr::decode));
         Ok(resp)
     }
 }
@@ -981,6 +1120,7 @@ pub(crate) mod tests {
             backoff_max: Duration::from_secs(60),
             encoding: Encoding::Json,
             granularity: Granularity::Site,
+            source_id: None,
         }
     }
 

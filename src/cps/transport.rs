@@ -42,7 +42,8 @@ pub struct Request {
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
-    /// The reply headers the adapter reads (names in lowercase): the reply signature.
+    /// The reply headers the adapter reads (names in lowercase): the reply signature, the
+    /// content type and the overload headers (seed 003).
     pub headers: Vec<(String, String)>,
 }
 
@@ -237,12 +238,15 @@ impl HttpTransport {
         let request = b.body(Full::new(Bytes::from(req.body))).map_err(|e| TransportError::Http(e.to_string()))?;
         let resp = sender.send_request(request).await.map_err(|e| TransportError::Http(e.to_string()))?;
         let status = resp.status().as_u16();
-        let headers = [crate::cps::auth::H_REPLY_SIGNATURE, "content-type"]
-            .iter()
-            .filter_map(|h| {
-                resp.headers().get(*h).and_then(|v| v.to_str().ok()).map(|v| ((*h).to_owned(), v.to_owned()))
-            })
-            .collect();
+        let headers = [
+            crate::cps::auth::H_REPLY_SIGNATURE,
+            "content-type",
+            crate::overload::wire::H_OC_SUPPORTED,
+            crate::overload::wire::H_OC_OLR,
+        ]
+        .iter()
+        .filter_map(|h| resp.headers().get(*h).and_then(|v| v.to_str().ok()).map(|v| ((*h).to_owned(), v.to_owned())))
+        .collect();
         let limit = reply_limit();
         let declared =
             resp.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());

@@ -213,6 +213,7 @@ pub fn settings(name: &str, addr: SocketAddr, role: Role, buffer: usize) -> Peer
         backoff_max: Duration::from_millis(200),
         encoding: Encoding::Json,
         granularity: Granularity::Site,
+        source_id: None,
     }
 }
 

@@ -443,9 +443,11 @@ impl GrpcLink {
             .max_encoding_message_size(super::wire::MAX_BODY);
         let (tx, rx) = mpsc::channel(OUTBOUND);
         let id = ctx.registry.identity();
-        let hello = ctx
-            .signer
-            .seal(pb::csma_body::Kind::Hello(pb::Hello { csma_id: id.csma_id.clone(), site_id: id.site_id.clone() }));
+        let hello = ctx.signer.seal(pb::csma_body::Kind::Hello(pb::Hello {
+            csma_id: id.csma_id.clone(),
+            site_id: id.site_id.clone(),
+            oc_supported: crate::cps::overload::announcement(&ctx.registry).as_ref().map(wire::pb_supported),
+        }));
         let hello_nonce = hello.nonce;
         let _ = tx.try_send(hello);
         grpc.ready().await.map_err(|e| closed(format!("HTTP/2: {e}")))?;
@@ -523,7 +525,13 @@ impl Reader {
                 Ok(None) => break "the C-PS ended the stream".to_owned(),
                 Err(s) => break format!("the stream ended: {}", status_text(&s)),
             };
-            let sent = match wire::decode(&bytes, &mut v) {
+            let decoded = wire::decode_with_oc(&bytes, &mut v).map(|(event, oc)| {
+                // Seed 003: the answer and the report, from a message that authenticated.
+                crate::cps::overload::take(&self.ctx.peer, &self.ctx.registry, oc.supported, oc.olr);
+                event
+            });
+            let sent = match decoded {
+                Ok(CpsEvent::Overload) => true,
                 Ok(CpsEvent::FullSync { reason }) => {
                     tracing::info!(c_ps = %name, %reason, "C-PS asked for a full sync over its stream");
                     Counters::bump(&c.full_sync_requests);

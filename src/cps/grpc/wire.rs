@@ -9,6 +9,7 @@ use super::pb;
 use crate::cps::auth::verify_stream;
 use crate::cps::wire::{Ack, MetricReport, ReportKind, SciRow, ServiceMetrics};
 use crate::engine::model::Health;
+use crate::overload::wire::{Olr, Supported, WireError, MAX_SOURCE_ID, MAX_VALIDITY};
 
 /// The one call, and what the JWS / PSK MAC of a C-SMA message bind as method and path.
 pub const SESSION_PATH: &str = "/cats.sma.v1.CpsLink/Session";
@@ -123,6 +124,8 @@ pub enum CpsEvent {
         query_id: u64,
         cs_id: Option<String>,
     },
+    /// A peer overload report on its own (its content is in [`OcParts`]).
+    Overload,
 }
 
 /// Why a C-PS message was not taken (the `Rejected.reason` sent back and the counter).
@@ -164,9 +167,63 @@ fn text(s: &str) -> String {
     crate::text::printable(s, MAX_TEXT)
 }
 
+/// The overload AVPs a C-PS message carried (seed 003), each checked.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OcParts {
+    pub supported: Option<Result<Supported, WireError>>,
+    pub olr: Option<Result<Olr, WireError>>,
+}
+
+fn source_id(s: &str) -> Result<String, WireError> {
+    if s.is_empty() || s.len() > MAX_SOURCE_ID || s.chars().any(char::is_control) {
+        return Err(WireError::Value(crate::text::printable(s, 64), "source-id"));
+    }
+    Ok(s.to_owned())
+}
+
+pub fn supported_of(s: &pb::OcSupportedFeatures) -> Result<Supported, WireError> {
+    Ok(Supported { feature_vector: s.feature_vector, peer_algo: s.peer_algo, source_id: source_id(&s.source_id)? })
+}
+
+pub fn olr_of(o: &pb::OverloadReport) -> Result<Olr, WireError> {
+    let reduction = u8::try_from(o.reduction_percentage)
+        .ok()
+        .filter(|r| *r <= 100)
+        .ok_or_else(|| WireError::Value(o.reduction_percentage.to_string(), "reduction"))?;
+    if let Some(v) = o.validity_duration.filter(|v| *v > MAX_VALIDITY) {
+        return Err(WireError::Value(v.to_string(), "validity"));
+    }
+    Ok(Olr {
+        sequence: o.sequence,
+        report_type: o.report_type,
+        reduction,
+        validity: o.validity_duration,
+        source_id: source_id(&o.source_id)?,
+    })
+}
+
+pub fn pb_supported(s: &Supported) -> pb::OcSupportedFeatures {
+    pb::OcSupportedFeatures { feature_vector: s.feature_vector, peer_algo: s.peer_algo, source_id: s.source_id.clone() }
+}
+
+pub fn pb_olr(o: &Olr) -> pb::OverloadReport {
+    pb::OverloadReport {
+        sequence: o.sequence,
+        report_type: o.report_type,
+        reduction_percentage: u32::from(o.reduction),
+        validity_duration: o.validity,
+        source_id: o.source_id.clone(),
+    }
+}
+
 /// Decodes and checks one C-PS message. The counter moves only for a message whose MAC
 /// verified, so a forged message cannot push the genuine ones out.
 pub fn decode(bytes: &[u8], v: &mut Verifier) -> Result<CpsEvent, DecodeError> {
+    decode_with_oc(bytes, v).map(|(e, _)| e)
+}
+
+/// [`decode`], with the overload AVPs the message carried.
+pub fn decode_with_oc(bytes: &[u8], v: &mut Verifier) -> Result<(CpsEvent, OcParts), DecodeError> {
     let m = pb::CpsMessage::decode(bytes).map_err(|e| DecodeError::Malformed(format!("CpsMessage: {e}")))?;
     if m.counter <= v.last_counter {
         return Err(DecodeError::Replayed { counter: m.counter, last: v.last_counter });
@@ -181,22 +238,34 @@ pub fn decode(bytes: &[u8], v: &mut Verifier) -> Result<CpsEvent, DecodeError> {
     v.last_counter = m.counter;
     let b = pb::CpsBody::decode(m.body.as_slice()).map_err(|e| DecodeError::Malformed(format!("CpsBody: {e}")))?;
     use pb::cps_body::Kind;
-    Ok(match b.kind.ok_or_else(|| DecodeError::Malformed("CpsBody without a kind".into()))? {
-        Kind::Welcome(w) => CpsEvent::Welcome(Welcome {
-            acked_sequence: w.acked_sequence,
-            full_sync_requested: w.full_sync_requested,
-            keepalive: w.keepalive,
-            entry_ttl: hint(w.entry_ttl),
-            refresh_interval: hint(w.refresh_interval),
+    let mut oc = OcParts::default();
+    let event = match b.kind.ok_or_else(|| DecodeError::Malformed("CpsBody without a kind".into()))? {
+        Kind::Overload(o) => {
+            oc.olr = Some(olr_of(&o));
+            CpsEvent::Overload
+        }
+        Kind::Welcome(w) => CpsEvent::Welcome({
+            oc.supported = w.oc_supported.as_ref().map(supported_of);
+            oc.olr = w.olr.as_ref().map(olr_of);
+            Welcome {
+                acked_sequence: w.acked_sequence,
+                full_sync_requested: w.full_sync_requested,
+                keepalive: w.keepalive,
+                entry_ttl: hint(w.entry_ttl),
+                refresh_interval: hint(w.refresh_interval),
+            }
         }),
-        Kind::Ack(a) => CpsEvent::Ack(Ack {
-            acked_sequence: a.acked_sequence,
-            applied: a.applied,
-            stale: a.stale,
-            full_sync_requested: a.full_sync_requested,
-            keepalive: a.keepalive,
-            entry_ttl: hint(a.entry_ttl),
-            refresh_interval: hint(a.refresh_interval),
+        Kind::Ack(a) => CpsEvent::Ack({
+            oc.olr = a.olr.as_ref().map(olr_of);
+            Ack {
+                acked_sequence: a.acked_sequence,
+                applied: a.applied,
+                stale: a.stale,
+                full_sync_requested: a.full_sync_requested,
+                keepalive: a.keepalive,
+                entry_ttl: hint(a.entry_ttl),
+                refresh_interval: hint(a.refresh_interval),
+            }
         }),
         Kind::Refusal(r) => {
             if r.reason.is_empty() {
@@ -228,7 +297,8 @@ pub fn decode(bytes: &[u8], v: &mut Verifier) -> Result<CpsEvent, DecodeError> {
             };
             CpsEvent::Query { query_id: q.query_id, cs_id }
         }
-    })
+    };
+    Ok((event, oc))
 }
 
 /// Seals a C-PS body the way a C-PS does (the reference C-PS and tests).

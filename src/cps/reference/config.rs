@@ -60,6 +60,23 @@ pub struct CpsConfig {
     /// C-PS, for tests and load experiments); 0 by default.
     #[serde(default)]
     pub ack_delay_ms: u64,
+    /// Seed 003: this C-PS's SourceID in its overload answers and reports: the name its
+    /// C-SMAs authenticate it as (their TLS server name, else their url's host). Default:
+    /// the listen address's IP.
+    #[serde(default)]
+    pub source_id: Option<String>,
+    /// Seed 003: /cats requests per second above which this C-PS reports overload to the
+    /// C-SMAs that announced the peer report; the reduction asked is the share above it
+    /// (1 - threshold / load). 0 (the default): only a forced report (tests).
+    #[serde(default)]
+    pub overload_threshold: f64,
+    /// Validity of its overload reports, seconds (RFC 7683 default 30).
+    #[serde(default = "default_overload_validity")]
+    pub overload_validity: u32,
+}
+
+fn default_overload_validity() -> u32 {
+    30
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -131,6 +148,9 @@ impl Default for CpsConfig {
             rated_load: default_rated_load(),
             grpc_listen: None,
             ack_delay_ms: 0,
+            source_id: None,
+            overload_threshold: 0.0,
+            overload_validity: default_overload_validity(),
         }
     }
 }
@@ -156,6 +176,12 @@ impl CpsConfig {
             if !(d.ms >= 0.0 && d.ms.is_finite()) {
                 return Err(format!("delay {} -> {}: ms must be zero or more", d.ingress, d.site));
             }
+        }
+        if !(self.overload_threshold >= 0.0 && self.overload_threshold.is_finite()) {
+            return Err("overload_threshold must be zero or more".into());
+        }
+        if self.overload_validity > crate::overload::wire::MAX_VALIDITY {
+            return Err("overload_validity is at most 86400".into());
         }
         if !(self.rated_load > 0.0 && self.rated_load.is_finite()) {
             return Err("rated_load must be positive".into());

@@ -40,6 +40,8 @@ struct Peer {
     hello_nonce: u64,
     /// The PSK its Hello was proven with.
     psk: Option<Vec<u8>>,
+    /// Seed 003: what its Hello announced.
+    announced: Option<crate::overload::wire::Supported>,
 }
 
 /// The open streams by site, and what the C-SMAs answered.
@@ -246,14 +248,25 @@ impl Service {
                     }
                 }
                 drop(c);
+                let announced = h.oc_supported.as_ref().and_then(|s| crate::cps::grpc::wire::supported_of(s).ok());
+                let (oc_supported, olr) = state.overload_answer(announced.as_ref(), Some(&h.csma_id));
                 let w = pb::Welcome {
                     acked_sequence: held.as_ref().map_or(0, |s| s.acked_sequence),
                     full_sync_requested: held.as_ref().is_some_and(|s| s.full_sync_requested),
                     keepalive: state.config.keepalive,
                     entry_ttl: state.config.entry_ttl,
                     refresh_interval: state.config.refresh_interval(state.load()).unwrap_or(0),
+                    oc_supported: oc_supported.as_ref().map(crate::cps::grpc::wire::pb_supported),
+                    olr: olr.as_ref().map(crate::cps::grpc::wire::pb_olr),
                 };
-                let peer = Peer { tx: tx.clone(), counter: 0, csma: h.csma_id.clone(), hello_nonce: msg.nonce, psk };
+                let peer = Peer {
+                    tx: tx.clone(),
+                    counter: 0,
+                    csma: h.csma_id.clone(),
+                    hello_nonce: msg.nonce,
+                    psk,
+                    announced,
+                };
                 lock(&self.streams.peers).insert(h.site_id.clone(), peer);
                 self.streams.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 *site = Some(h.site_id.clone());
@@ -278,7 +291,7 @@ impl Service {
                 let s = site.clone().unwrap_or_default();
                 let r = lock(&state.cst).keepalive(&s, &csma, k.sequence);
                 let answer = match r {
-                    Ok(a) if state.config.keepalive => CpsKind::Ack(self.hints(a)),
+                    Ok(a) if state.config.keepalive => CpsKind::Ack(self.hints(a, &s)),
                     Ok(_) => refusal("not-offered", "this C-PS takes no keepalive"),
                     Err(e) => self.refusal_of(e),
                 };
@@ -314,10 +327,16 @@ impl Service {
         }
     }
 
-    fn hints(&self, mut a: Ack) -> pb::Ack {
+    fn hints(&self, mut a: Ack, site: &str) -> pb::Ack {
         let state = &self.state;
         a.keepalive = state.config.keepalive;
+        let (announced, csma) = match lock(&self.streams.peers).get(site) {
+            Some(p) => (p.announced.clone(), p.csma.clone()),
+            None => (None, String::new()),
+        };
+        let (_, olr) = state.overload_answer(announced.as_ref(), Some(&csma));
         pb::Ack {
+            olr: olr.as_ref().map(crate::cps::grpc::wire::pb_olr),
             acked_sequence: a.acked_sequence,
             applied: a.applied,
             stale: a.stale,
@@ -365,7 +384,7 @@ impl Service {
         };
         drop(c);
         match r {
-            Ok(a) => CpsKind::Ack(self.hints(a)),
+            Ok(a) => CpsKind::Ack(self.hints(a, site)),
             Err(e) => self.refusal_of(e),
         }
     }

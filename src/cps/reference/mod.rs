@@ -10,6 +10,7 @@ pub mod bgp;
 pub mod config;
 pub mod cst;
 pub mod grpc;
+pub mod overload;
 pub mod server;
 
 pub use bgp::RefBgp;

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::config::CpsConfig;
 use super::cst::{Cst, CstError};
-use crate::cps::auth::{sign_reply, AuthError, Presented, Verifier, H_REPLY_SIGNATURE};
+use crate::cps::auth::{sign_reply_oc, AuthError, Presented, ReplyOc, Verifier, H_REPLY_SIGNATURE};
 use crate::cps::codec::Encoding;
 use crate::cps::session::decode_segment;
 use crate::cps::signing::{JwsVerifier, H_JWS};
@@ -28,6 +28,7 @@ use crate::cps::wire::{
     H_SEQUENCE, H_SIGNATURE, H_SITE_ID, H_TIMESTAMP, KEEPALIVE_PATH, MAX_BODY, METRICS_PATH, ROOT_ACK, ROOT_BATCH,
     ROOT_ERROR, ROOT_KEEPALIVE, ROOT_SCI, ROOT_SCI_STATE, ROOT_SITE,
 };
+use crate::overload::wire::{Supported, H_OC_OLR, H_OC_SUPPORTED};
 
 /// What the C-PS keeps; shared so a test can restart the server keeping it (a partition) or
 /// start with a fresh one (a restart that lost state).
@@ -43,6 +44,8 @@ pub struct CpsState {
     /// /cats requests in the current and the previous 10-second window (the load behind
     /// the refresh hint).
     load: Mutex<(std::time::Instant, u64, u64)>,
+    /// Seed 003: the overload report this C-PS sends (`overload.rs`).
+    pub(crate) overload: Mutex<super::overload::RefOverload>,
     pub config: CpsConfig,
 }
 
@@ -60,6 +63,7 @@ impl CpsState {
             refused: Mutex::new(BTreeMap::new()),
             requests: Default::default(),
             load: Mutex::new((std::time::Instant::now(), 0, 0)),
+            overload: Mutex::new(Default::default()),
             config,
         }))
     }
@@ -356,12 +360,22 @@ async fn handle(state: &CpsState, req: Request<Incoming>) -> Reply {
     };
     let mut reply_key = None;
     let reply = route(state, &parts, &raw, &mut reply_key);
-    let Some(k) = reply_key else { return reply };
+    // Seed 003: the answer to the C-SMA's overload announcement and the report in force.
+    let announced = header(&parts.headers, H_OC_SUPPORTED).and_then(|a| Supported::decode(a).ok());
+    let (supported, olr) = state.overload_answer(announced.as_ref(), header(&parts.headers, H_CSMA_ID));
+    let (supported, olr) = (supported.map(|s| s.to_string()), olr.map(|o| o.to_string()));
+    let (mut head, body) = reply.into_parts();
+    for (name, v) in [(H_OC_SUPPORTED, &supported), (H_OC_OLR, &olr)] {
+        if let Some(v) = v.as_deref().and_then(|v| hyper::header::HeaderValue::from_str(v).ok()) {
+            head.headers.insert(name, v);
+        }
+    }
+    let Some(k) = reply_key else { return Response::from_parts(head, body) };
     // Seed 004, C-PS Authentication: in PSK mode the C-PS authenticates its replies, bound
     // to the request they answer by its nonce.
-    let (mut head, body) = reply.into_parts();
     let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let sig = sign_reply(&k.secret, head.status.as_u16(), &k.csma, k.nonce, &bytes);
+    let oc = ReplyOc { supported: supported.as_deref(), olr: olr.as_deref() };
+    let sig = sign_reply_oc(&k.secret, head.status.as_u16(), &k.csma, k.nonce, &oc, &bytes);
     if let Ok(v) = hyper::header::HeaderValue::from_str(&sig) {
         head.headers.insert(H_REPLY_SIGNATURE, v);
     }

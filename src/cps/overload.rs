@@ -1,0 +1,172 @@
+//! The C-SMA as DOIC reacting node towards its C-PSes (seed 003; RFC 8581 sections 5.1.1,
+//! 5.2.3, 5.2.5): the announcement in every request, the answer and reports taken from
+//! authenticated replies (REST headers, gRPC Welcome / Ack / OverloadReport), and the loss
+//! algorithm with divert-before-throttle in the dispatcher.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::session::{abatable, lock, Peer, Registry};
+use crate::engine::update::Advertisement;
+use crate::overload::react::Outcome;
+use crate::overload::wire::{Olr, Supported, WireError};
+use crate::overload::{Direction, Transition};
+
+/// The OC-Supported-Features this C-SMA puts in every request while it takes the reacting
+/// role (RFC 8581 section 5.1.1: the peer report and the algorithms it supports, with its
+/// own identity as SourceID); None otherwise.
+pub fn announcement(registry: &Registry) -> Option<Supported> {
+    let cfg = registry.overload.settings();
+    cfg.reacting().then(|| Supported::announce(cfg.algorithms, &registry.identity().csma_id))
+}
+
+/// Takes the OC AVPs of an authenticated reply (or stream message) from `peer`.
+pub fn take(
+    peer: &Peer,
+    registry: &Registry,
+    supported: Option<Result<Supported, WireError>>,
+    olr: Option<Result<Olr, WireError>>,
+) {
+    let cfg = registry.overload.settings();
+    if !cfg.reacting() || (supported.is_none() && olr.is_none()) {
+        return;
+    }
+    let expected = peer.settings.source_id();
+    let name = &peer.settings.name;
+    let now = Instant::now();
+    let mut transition = None;
+    let mut changed = false;
+    {
+        let mut o = lock(&peer.overload);
+        match supported {
+            Some(Ok(s)) => {
+                let refused = o.answered(&s, &expected, &cfg).is_err();
+                if refused && o.counters.ignored_source.is_power_of_two() {
+                    tracing::warn!(c_ps = %name, source_id = %s.source_id, expected = %expected,
+                        "C-PS answered the overload announcement with another node's SourceID; ignored");
+                }
+            }
+            Some(Err(e)) => {
+                o.counters.malformed += 1;
+                tracing::debug!(c_ps = %name, "malformed OC-Supported-Features from the C-PS: {e}");
+            }
+            None => {}
+        }
+        match olr {
+            Some(Ok(r)) => {
+                let before = o.reduction(now);
+                let outcome = o.receive(&r, &expected, &cfg, now);
+                let after = o.reduction(now);
+                changed = before != after;
+                match outcome {
+                    Outcome::Started | Outcome::Ended => {
+                        transition = Some(Transition {
+                            direction: Direction::FromCps,
+                            peer: name.clone(),
+                            overloaded: outcome == Outcome::Started,
+                            cause: outcome.name(),
+                            sequence: r.sequence,
+                            reduction: after,
+                        })
+                    }
+                    Outcome::SourceMismatch if o.counters.ignored_source.is_power_of_two() => {
+                        tracing::warn!(c_ps = %name, source_id = %r.source_id, expected = %expected,
+                            "peer overload report from a node that is not the adjacent C-PS; ignored (seed 003, agent chains)");
+                    }
+                    Outcome::NotNegotiated | Outcome::NotPeerReport | Outcome::Stale => {
+                        tracing::debug!(c_ps = %name, outcome = outcome.name(), "peer overload report ignored");
+                    }
+                    _ => {}
+                }
+            }
+            Some(Err(e)) => {
+                o.counters.malformed += 1;
+                tracing::debug!(c_ps = %name, "malformed OC-OLR from the C-PS: {e}");
+            }
+            None => {}
+        }
+    }
+    if let Some(t) = transition {
+        registry.overload.transition(t);
+    }
+    if changed {
+        registry.bump();
+    }
+}
+
+/// Removes the reports whose validity ran out (RFC 7683 section 5.5.2), with their
+/// notifications; the adapters call it every second.
+pub fn expire(registry: &Registry) {
+    let now = Instant::now();
+    let mut any = false;
+    for p in registry.peers() {
+        let expired = {
+            let mut o = lock(&p.overload);
+            let seq = o.report.as_ref().map(|r| r.sequence);
+            o.expire(now).then_some(seq.unwrap_or(0))
+        };
+        if let Some(sequence) = expired {
+            any = true;
+            registry.overload.transition(Transition {
+                direction: crate::overload::Direction::FromCps,
+                peer: p.settings.name.clone(),
+                overloaded: false,
+                cause: "expired",
+                sequence,
+                reduction: 0,
+            });
+        }
+    }
+    if any {
+        registry.bump();
+    }
+}
+
+/// The dispatcher's step for one advertisement (RFC 8581 section 5.2.5 with the loss
+/// algorithm): every peer gets it unless it is overloaded and the loss algorithm picks this
+/// update; a picked update goes to the divert target (the first fallback neither overloaded
+/// nor down, seed 003 section 3.1.2) or, with none, is dropped. Updates that are never
+/// abated ([`abatable`]) go to every peer as before.
+pub fn dispatch_one(registry: &Registry, ad: &Arc<Advertisement>) {
+    let peers = registry.peers();
+    let cfg = registry.overload.settings();
+    if !cfg.reacting() || !abatable(ad) {
+        for p in &peers {
+            p.offer(ad);
+        }
+        return;
+    }
+    let now = Instant::now();
+    let mut queued: Vec<&str> = Vec::new();
+    let mut divert_from: Vec<&Arc<Peer>> = Vec::new();
+    for p in &peers {
+        if !ad.is_for(&p.settings.name) || !p.accepting.load(std::sync::atomic::Ordering::Acquire) {
+            continue;
+        }
+        if lock(&p.overload).abate(now) {
+            divert_from.push(p);
+            continue;
+        }
+        if p.offer(ad) {
+            queued.push(&p.settings.name);
+        }
+    }
+    if divert_from.is_empty() {
+        return;
+    }
+    let target = registry.divert_target(now);
+    if let Some(t) = &target {
+        // A target that took the update anyway (it serves as failover too) needs no copy.
+        if !queued.contains(&t.settings.name.as_str()) {
+            t.offer_diverted(ad);
+        }
+    }
+    for p in divert_from {
+        let mut o = lock(&p.overload);
+        match &target {
+            Some(_) => o.counters.diverted += 1,
+            None => o.counters.throttled += 1,
+        }
+    }
+}
