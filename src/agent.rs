@@ -358,7 +358,7 @@ fn start_cps(
         .map_err(|e| e.to_string())?;
     datastores.register_consumer(Arc::new(consumer));
     datastores.register_state_provider(Arc::new(crate::cps::state::CpsState { adapters: adapters.clone() }));
-    start_overload(datastores, server, &adapters)?;
+    start_overload(datastores, server, &adapters, engine)?;
     Ok(adapters)
 }
 
@@ -368,11 +368,12 @@ fn start_overload(
     datastores: &Arc<Datastores>,
     server: &Arc<crate::mgmt::Core>,
     cps: &Arc<crate::cps::Adapters>,
+    engine: &crate::engine::Engine,
 ) -> Result<(), String> {
     use crate::overload::{config::OverloadConsumer, state::OverloadState, Transition};
     let overload = cps.registry.overload.clone();
     let weak = Arc::downgrade(server);
-    overload.set_hook(Arc::new(move |t: &Transition| {
+    let hook = Arc::new(move |t: &Transition| {
         let body = format!(
             "<overload-state-change xmlns=\"urn:cats-sma:yang:cats-sma-overload\"><direction>{}</direction>\
              <peer>{}</peer><overloaded>{}</overloaded><cause>{}</cause><sequence-number>{}</sequence-number>\
@@ -387,12 +388,20 @@ fn start_overload(
         if let Some(s) = weak.upgrade() {
             s.events.publish("cats-sma-overload", "overload-state-change", body);
         }
-    }));
+    });
+    overload.set_hook(hook.clone());
+    engine.doic.set_hook(hook);
     let consumer = datastores
-        .with_tree(crate::datastore::Datastore::Running, |t| OverloadConsumer::load(overload.clone(), t))
+        .with_tree(crate::datastore::Datastore::Running, |t| {
+            OverloadConsumer::load(overload.clone(), engine.doic.clone(), t)
+        })
         .map_err(|e| e.to_string())?;
     datastores.register_consumer(Arc::new(consumer));
-    datastores.register_state_provider(Arc::new(OverloadState { registry: cps.registry.clone() }));
+    datastores.register_state_provider(Arc::new(OverloadState {
+        registry: cps.registry.clone(),
+        reporting: engine.doic.clone(),
+    }));
+    tokio::spawn(crate::overload::report::run_sampler(engine.clone()));
     Ok(())
 }
 

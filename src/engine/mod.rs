@@ -64,6 +64,20 @@ pub struct Engine {
     /// Slots for collector messages queued to the engine task: a message waits for one,
     /// so a flood waits at its own connection instead of growing the queue.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Seed 003: the C-SMA as reporting node towards its SCIs (the collectors put its
+    /// answers and reports in theirs).
+    pub doic: Arc<crate::overload::report::ReportingNode>,
+}
+
+/// What [`Engine::load_sample`] measures.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadSample {
+    /// Reports the engine took (accepted or refused) so far.
+    pub received: u64,
+    /// Percent of the ingest queue's slots in use.
+    pub queue: f64,
+    /// How long a job waited for the engine task.
+    pub lag: Duration,
 }
 
 /// A collector message's slot in the engine queue, released when its job has run.
@@ -173,7 +187,16 @@ impl Engine {
                 feed.record_accepted(core.stats.accepted);
             }
         });
-        Engine { jobs: tx, updates, auth: Default::default(), changes, limits: Arc::new(limits), ingress, slots }
+        Engine {
+            jobs: tx,
+            updates,
+            auth: Default::default(),
+            changes,
+            limits: Arc::new(limits),
+            ingress,
+            slots,
+            doic: crate::overload::report::ReportingNode::new(),
+        }
     }
 
     /// Wakes the engine loop for one round with no work of its own, so it acts on what its
@@ -206,6 +229,17 @@ impl Engine {
             f(core);
             drop(slot);
         });
+    }
+
+    /// The engine's load now (seed 003, reporting node): the queue's occupancy, the time a
+    /// job waits for the engine task, and the reports it took so far.
+    pub async fn load_sample(&self) -> Option<LoadSample> {
+        let capacity = self.limits.collector_queue.max(1);
+        let used = capacity.saturating_sub(self.slots.available_permits());
+        let queue = 100.0 * used as f64 / capacity as f64;
+        let asked = tokio::time::Instant::now();
+        let received = self.query(|core| core.stats.received).await?;
+        Some(LoadSample { received, queue, lag: asked.elapsed() })
     }
 
     /// Runs `f` on the engine's state and returns its result.

@@ -1,9 +1,11 @@
 //! Configuration in: `overload-control` (YANG `cats-sma-overload`) from datastore commits.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use yang2::data::{Data, DataTree};
 
+use super::report::{ReportingNode, ReportingSettings};
 use super::wire::OLR_DEFAULT_ALGO;
 use super::{Overload, Role, Settings};
 use crate::datastore::tree::leaf;
@@ -42,16 +44,48 @@ pub fn settings(t: &DataTree<'static>) -> Settings {
     }
 }
 
-/// Takes `overload-control` from every commit that touches it.
+/// `overload-control/reporting` (the YANG defaults where nothing is configured).
+pub fn reporting(t: &DataTree<'static>) -> ReportingSettings {
+    let l = |p: &str| leaf(t, &format!("{OVERLOAD}/reporting/{p}"));
+    let n = |p: &str| l(p).and_then(|v| v.parse::<u64>().ok());
+    let d = ReportingSettings::default();
+    ReportingSettings {
+        interval: n("evaluation-interval").map_or(d.interval, Duration::from_millis),
+        rate_threshold: n("rate-threshold").map_or(d.rate_threshold, |v| v.min(u64::from(u32::MAX)) as u32),
+        queue_threshold: n("queue-threshold").map_or(d.queue_threshold, |v| v.min(100) as u8),
+        lag_threshold: n("lag-threshold").map_or(d.lag_threshold, Duration::from_millis),
+        cpu_threshold: n("cpu-threshold").map_or(d.cpu_threshold, |v| v.min(100) as u8),
+        reduction_limit: n("reduction-limit").map_or(d.reduction_limit, |v| v.min(100) as u8),
+        validity: n("validity-duration").map_or(d.validity, |v| v.min(u64::from(super::wire::MAX_VALIDITY)) as u32),
+        mqtt_control_topic: l("mqtt-control-topic").unwrap_or(d.mqtt_control_topic),
+    }
+}
+
+/// Takes `overload-control` from every commit that touches it, for both roles.
 pub struct OverloadConsumer {
+    /// The reacting node's (the C-PS adapters').
     pub overload: Arc<Overload>,
+    /// The reporting node's (the collectors').
+    pub reporting: Arc<ReportingNode>,
 }
 
 impl OverloadConsumer {
     /// The consumer, with the settings of the running configuration applied.
-    pub fn load(overload: Arc<Overload>, running: &DataTree<'static>) -> OverloadConsumer {
-        overload.set_settings(settings(running));
-        OverloadConsumer { overload }
+    pub fn load(
+        overload: Arc<Overload>,
+        reporting: Arc<ReportingNode>,
+        running: &DataTree<'static>,
+    ) -> OverloadConsumer {
+        let c = OverloadConsumer { overload, reporting };
+        c.take(running);
+        c
+    }
+
+    fn take(&self, t: &DataTree<'static>) {
+        let s = settings(t);
+        self.overload.set_settings(s.clone());
+        self.reporting.set_settings(s, reporting(t));
+        self.reporting.set_csma_id(&crate::cps::config::identity(t).csma_id);
     }
 }
 
@@ -65,8 +99,9 @@ impl ConfigConsumer for OverloadConsumer {
     }
 
     fn apply(&self, tx: &Transaction<'_>) {
-        if tx.changes_under(OVERLOAD).next().is_some() {
-            self.overload.set_settings(settings(tx.config));
+        if tx.changes_under(OVERLOAD).next().is_some() || tx.changes_under("/cats-sma:cats-sma/agent").next().is_some()
+        {
+            self.take(tx.config);
         }
     }
 }

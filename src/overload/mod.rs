@@ -7,13 +7,17 @@
 //!   request, keeps per C-PS the report in force, and abates routine updates by the loss
 //!   algorithm — diverted to a non-overloaded fallback C-PS first, dropped when there is
 //!   none.
-//! - Towards the SCIs it is a **reporting node**: not built yet (see `docs/overload.md`).
+//! - Towards the SCIs it is a **reporting node** (`report.rs`, driven by a sampler of the
+//!   engine's load and by the collectors): it answers the SCIs' announcements and, while
+//!   overloaded, asks them for a reduction that follows its load.
 //!
 //! Reports are hop by hop: a report is believed only when its SourceID is the identity the
 //! session with that peer authenticated, never a field the peer merely claims.
 
 pub mod config;
 pub mod react;
+pub mod report;
+pub mod sci;
 pub mod state;
 pub mod wire;
 

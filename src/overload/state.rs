@@ -7,6 +7,7 @@ use yang2::data::DataTree;
 
 use super::config::OVERLOAD;
 use super::react::algorithm_names;
+use super::report::ReportingNode;
 use super::Direction;
 use crate::cps::session::{lock, Registry};
 use crate::datastore::tree::{quote, set, yang_time};
@@ -15,6 +16,7 @@ use crate::error::RpcError;
 
 pub struct OverloadState {
     pub registry: Arc<Registry>,
+    pub reporting: Arc<ReportingNode>,
 }
 
 fn algorithm(v: u64) -> Option<String> {
@@ -79,6 +81,47 @@ impl StateProvider for OverloadState {
                 ("throttled", c.throttled),
             ] {
                 set(tree, &format!("{base}/counters/{leaf}"), Some(&v.to_string()))?;
+            }
+        }
+        self.render_reporting(tree)
+    }
+}
+
+impl OverloadState {
+    /// The reporting node: the report it sends, what it measured, the SCIs that announced.
+    fn render_reporting(&self, tree: &mut DataTree<'static>) -> Result<(), RpcError> {
+        let local = self.reporting.local();
+        let b = format!("{OVERLOAD}/state/local-report");
+        let current = self.reporting.current();
+        set(tree, &format!("{b}/overloaded"), Some(if local.reduction > 0 { "true" } else { "false" }))?;
+        set(tree, &format!("{b}/reduction-percentage"), Some(&local.reduction.to_string()))?;
+        if let Some(r) = &current {
+            set(tree, &format!("{b}/sequence-number"), Some(&r.sequence.to_string()))?;
+            set(tree, &format!("{b}/validity-duration"), Some(&r.validity.unwrap_or(0).to_string()))?;
+        }
+        if let Some(t) = local.since {
+            set(tree, &format!("{b}/since"), Some(&yang_time(t)))?;
+        }
+        let l = &local.load;
+        set(tree, &format!("{b}/load/ingest-rate"), Some(&(l.rate.round() as u64).to_string()))?;
+        set(tree, &format!("{b}/load/queue-occupancy"), Some(&(l.queue.round().clamp(0.0, 100.0) as u8).to_string()))?;
+        set(tree, &format!("{b}/load/engine-lag"), Some(&(l.lag.as_millis() as u64).to_string()))?;
+        set(tree, &format!("{b}/load/cpu"), Some(&(l.cpu.round().clamp(0.0, 100.0) as u8).to_string()))?;
+        let worst = if local.worst.0.is_empty() { "none" } else { local.worst.0 };
+        set(tree, &format!("{b}/load/worst-indicator"), Some(worst))?;
+        set(tree, &format!("{b}/evaluations"), Some(&local.evaluations.to_string()))?;
+        for (csci, p) in self.reporting.scis() {
+            let base = format!("{OVERLOAD}/state/peer[direction='{}'][name={}]", Direction::ToSci.yang(), quote(&csci));
+            set(tree, &format!("{base}/source-id"), Some(&csci))?;
+            set(tree, &format!("{base}/transport"), Some(p.transport))?;
+            set(tree, &format!("{base}/capability/peer-report"), Some("true"))?;
+            if let Some(a) = algorithm(p.algorithm) {
+                set(tree, &format!("{base}/capability/algorithm"), Some(&a))?;
+            }
+            set(tree, &format!("{base}/capability/negotiated-at"), Some(&yang_time(p.at)))?;
+            set(tree, &format!("{base}/counters/reports-sent"), Some(&p.reports_sent.to_string()))?;
+            if p.last_sequence > 0 {
+                set(tree, &format!("{base}/counters/last-sequence-sent"), Some(&p.last_sequence.to_string()))?;
             }
         }
         Ok(())

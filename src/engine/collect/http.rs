@@ -121,6 +121,12 @@ async fn handle_report(
     };
     let proof =
         req.headers().get(hyper::header::AUTHORIZATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // Seed 003: an SCI that takes the C-SMA's peer overload reports announces it.
+    let announced = req
+        .headers()
+        .get(crate::overload::wire::H_OC_SUPPORTED)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| crate::overload::wire::Supported::decode(v).ok());
     let body_timeout = permit.limits().body_read_timeout();
     let body = match tokio::time::timeout(body_timeout, Limited::new(req.into_body(), max_body).collect()).await {
         Ok(Ok(b)) => b.to_bytes(),
@@ -170,6 +176,8 @@ async fn handle_report(
         address: Some(peer.ip()),
         ..Sender::default()
     };
+    let raw_ids: Vec<String> =
+        if announced.is_some() { raws.iter().map(|r| r.csci_id.clone()).collect() } else { Vec::new() };
     let results = match engine.ingest_message(raws, proof.as_deref(), &body, sender).await {
         Ok(r) => r,
         Err(f) => {
@@ -201,7 +209,31 @@ async fn handle_report(
         })
         .collect();
     let status = if accepted == 0 && !rejected.is_empty() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
-    (reply(status, json!({"accepted": accepted, "rejected": rejected})), accepted)
+    let mut r = reply(status, json!({"accepted": accepted, "rejected": rejected}));
+    if let Some(a) = &announced {
+        // Answered only for a CSCI-ID this message was accepted for (its authenticated
+        // identity), never for one it merely names.
+        let authenticated = raw_ids.iter().zip(&results).any(|(id, r)| r.is_ok() && *id == a.source_id);
+        if let Some((answer, report)) = authenticated.then(|| engine.doic.answer(&a.source_id, a, "http")).flatten() {
+            overload_headers(r.headers_mut(), &answer, report.as_ref());
+        }
+    }
+    (r, accepted)
+}
+
+/// The answer to an SCI's announcement and the report in force, as headers (seed 003).
+pub fn overload_headers(
+    h: &mut hyper::HeaderMap,
+    answer: &crate::overload::wire::Supported,
+    report: Option<&crate::overload::wire::Olr>,
+) {
+    use crate::overload::wire::{H_OC_OLR, H_OC_SUPPORTED};
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&answer.to_string()) {
+        h.insert(H_OC_SUPPORTED, v);
+    }
+    if let Some(v) = report.and_then(|r| hyper::header::HeaderValue::from_str(&r.to_string()).ok()) {
+        h.insert(H_OC_OLR, v);
+    }
 }
 
 async fn count(engine: &Engine, reason: Rejection) {

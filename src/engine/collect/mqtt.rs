@@ -30,6 +30,7 @@ use crate::engine::core::Sender;
 use crate::engine::report::{self, check_id, Encoding, IdKind};
 use crate::engine::validate::Rejection;
 use crate::engine::{Engine, Slot};
+use crate::overload::wire::{Supported, H_OC_OLR, H_OC_SUPPORTED, OLR_DEFAULT_ALGO};
 use crate::tls::client::{ClientFiles, Loader};
 
 /// A secret kept out of `Debug` output and logs.
@@ -261,8 +262,16 @@ async fn run(
 ) -> bool {
     let inflight = engine.limits.mqtt_inflight.max(1);
     let using = tls.clone();
-    // The collector's only requests are the subscription and the disconnect.
-    let (client, mut events) = AsyncClient::new(options(current, tls, inflight), 16);
+    // The collector's requests are the subscription, the disconnect and the control topic
+    // publishes (seed 003), which never wait for room.
+    let (client, mut events) = AsyncClient::new(options(current, tls, inflight), 256);
+    let (control_tx, mut control_rx) = tokio::sync::mpsc::channel::<String>(CONTROL_QUEUE);
+    let mut doic_changed = engine.doic.changed.subscribe();
+    // While a report is in force it is published again each half validity (SCIs that
+    // report rarely must not see it expire).
+    let mut refresh = tokio::time::interval(Duration::from_secs(5));
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_refresh = tokio::time::Instant::now();
     let filter = filter(current);
     let mut backlog: usize = 0;
     let broker = broker_ip(&current.host).await;
@@ -270,6 +279,25 @@ async fn run(
     info!(broker = %format!("{}:{}", current.host, current.port), filter, tls = using.is_some(), "SCI collection over MQTT starting");
     loop {
         tokio::select! {
+            Some(csci) = control_rx.recv() => publish_control(&client, engine, &csci),
+            r = doic_changed.changed() => {
+                if r.is_ok() {
+                    for csci in engine.doic.announced_over("mqtt") {
+                        publish_control(&client, engine, &csci);
+                    }
+                    last_refresh = tokio::time::Instant::now();
+                }
+            }
+            _ = refresh.tick() => {
+                let (_, r) = engine.doic.settings();
+                let due = last_refresh + Duration::from_secs(u64::from(r.validity.max(2) / 2));
+                if engine.doic.local().report.is_some() && tokio::time::Instant::now() >= due {
+                    for csci in engine.doic.announced_over("mqtt") {
+                        publish_control(&client, engine, &csci);
+                    }
+                    last_refresh = tokio::time::Instant::now();
+                }
+            }
             changed = settings.changed() => {
                 if changed.is_err() {
                     let _ = client.disconnect().await;
@@ -307,7 +335,7 @@ async fn run(
                     // the engine has a slot for this one.
                     let Some(slot) = engine.slot().await else { return false };
                     backlog += p.payload.len() + p.topic.len();
-                    ingest(engine, &current.topic, &p, broker, slot);
+                    ingest(engine, &current.topic, &p, broker, slot, &control_tx);
                     // The slots bound the messages queued for the engine; this bounds their
                     // bytes (peer_limits.mqtt_backlog_bytes).
                     if backlog >= engine.limits.mqtt_backlog_bytes {
@@ -354,13 +382,24 @@ async fn broker_ip(host: &str) -> Option<std::net::IpAddr> {
 }
 
 /// Hands one publish to the engine (its job holds `slot` until it has run).
-fn ingest(engine: &Engine, pattern: &str, p: &Publish, broker: Option<std::net::IpAddr>, slot: Slot) {
+fn ingest(
+    engine: &Engine,
+    pattern: &str,
+    p: &Publish,
+    broker: Option<std::net::IpAddr>,
+    slot: Slot,
+    control: &tokio::sync::mpsc::Sender<String>,
+) {
     let topic = String::from_utf8_lossy(&p.topic);
     let props = p.properties.as_ref();
     let cbor = props.and_then(|pr| pr.content_type.as_deref()) == Some("application/cbor");
     let proof = props.and_then(|pr| {
         pr.user_properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).map(|(_, v)| v.as_str())
     });
+    // Seed 003: an SCI that takes the C-SMA's peer overload reports announces it.
+    let announced = props
+        .and_then(|pr| pr.user_properties.iter().find(|(k, _)| k.eq_ignore_ascii_case(H_OC_SUPPORTED)))
+        .and_then(|(_, v)| Supported::decode(v).ok());
     let payload = &p.payload[..];
     // The topic is the broker's and the publisher's text: logged escaped, never raw.
     let shown = crate::text::printable(&topic, 300);
@@ -397,12 +436,59 @@ fn ingest(engine: &Engine, pattern: &str, p: &Publish, broker: Option<std::net::
             return;
         }
     };
+    let (doic, control) = (engine.doic.clone(), control.clone());
     engine.submit(move |core| {
-        for (reason, detail) in core.ingest_batch(&raws, &sender).into_iter().filter_map(Result::err) {
+        let results = core.ingest_batch(&raws, &sender);
+        if let Some(a) = announced {
+            // Answered only for a CSCI-ID a report of this message was accepted for, and
+            // published only when it is news to the SCI (the publisher sends the rest).
+            let accepted = raws.iter().zip(&results).any(|(r, res)| res.is_ok() && r.csci_id == a.source_id);
+            if accepted && doic.answer_news(&a.source_id, &a, "mqtt").is_some_and(|(_, _, news)| news) {
+                let _ = control.try_send(a.source_id.clone());
+            }
+        }
+        for (reason, detail) in results.into_iter().filter_map(Result::err) {
             debug!(topic = %shown, reason = reason.identity(), "MQTT report refused: {detail:?}");
         }
         drop(slot);
     });
+}
+
+/// SCIs waiting for the control topic publisher.
+const CONTROL_QUEUE: usize = 1024;
+
+/// Publishes the C-SMA's answer and report in force on one SCI's control topic (seed 003):
+/// MQTT v5 user properties `x-cats-oc-supported-features` and `x-cats-oc-olr`, the same in
+/// a JSON payload, retained (an SCI that subscribes later gets it). Never waits: a full
+/// request queue drops it (the next change or refresh sends it again).
+fn publish_control(client: &AsyncClient, engine: &Engine, csci: &str) {
+    use rumqttc::v5::mqttbytes::v5::PublishProperties;
+    let (settings, r) = engine.doic.settings();
+    if !settings.reporting() || csci.contains(['+', '#', '/', '\0']) {
+        return;
+    }
+    let topic = r.mqtt_control_topic.replacen('+', csci, 1);
+    let answer = Supported {
+        feature_vector: crate::overload::wire::OLR_PEER_REPORT | OLR_DEFAULT_ALGO,
+        peer_algo: OLR_DEFAULT_ALGO,
+        source_id: engine.doic.csma_id(),
+    }
+    .to_string();
+    let olr = engine.doic.current().map(|o| o.to_string());
+    let mut user = vec![(H_OC_SUPPORTED.to_owned(), answer.clone())];
+    if let Some(o) = &olr {
+        user.push((H_OC_OLR.to_owned(), o.clone()));
+    }
+    let body = serde_json::json!({ H_OC_SUPPORTED: answer, H_OC_OLR: olr }).to_string();
+    let props = PublishProperties {
+        user_properties: user,
+        content_type: Some("application/json".into()),
+        message_expiry_interval: Some(r.validity),
+        ..PublishProperties::default()
+    };
+    if let Err(e) = client.try_publish_with_properties(topic, QoS::AtLeastOnce, true, body, props) {
+        debug!(csci, "MQTT control publish dropped: {e}");
+    }
 }
 
 #[cfg(test)]

@@ -145,6 +145,22 @@ struct Collector {
     certified: Option<CsciId>,
 }
 
+/// Seed 003: what a call announced in its metadata (`x-cats-oc-supported-features`).
+fn announced<T>(req: &Request<T>) -> Option<crate::overload::wire::Supported> {
+    let v = req.metadata().get(crate::overload::wire::H_OC_SUPPORTED)?.to_str().ok()?;
+    crate::overload::wire::Supported::decode(v).ok()
+}
+
+/// Puts the C-SMA's answer and report in the verdict of an accepted report whose CSCI-ID
+/// is the SourceID the call announced (seed 003).
+fn answer(engine: &Engine, announced: Option<&crate::overload::wire::Supported>, csci_id: &str, v: &mut pb::Verdict) {
+    let Some(a) = announced.filter(|a| v.accepted && a.source_id == csci_id) else { return };
+    if let Some((answer, report)) = engine.doic.answer(csci_id, a, TRANSPORT) {
+        v.oc_supported_features = answer.to_string();
+        v.oc_olr = report.map(|r| r.to_string()).unwrap_or_default();
+    }
+}
+
 async fn count(engine: &Engine, reason: Rejection) {
     engine.submit_peer(move |core| core.count_rejection(reason, TRANSPORT)).await;
 }
@@ -181,7 +197,7 @@ impl Collector {
     }
 
     /// The verdict of one stream message.
-    async fn one(&self, msg: Bytes) -> pb::Verdict {
+    async fn one(&self, msg: Bytes, announced: Option<&crate::overload::wire::Supported>) -> pb::Verdict {
         let peer = self.permit.peer.ip();
         if let Err(wait) = self.engine.ingress.admit(peer, TRANSPORT) {
             let mut v =
@@ -207,7 +223,9 @@ impl Collector {
             Some(Ok(())) => {
                 // An accepted report authenticates the connection.
                 self.permit.establish();
-                pb::Verdict { accepted: true, ..v }
+                let mut v = pb::Verdict { accepted: true, ..v };
+                answer(&self.engine, announced, &id, &mut v);
+                v
             }
             Some(Err((reason, detail))) => {
                 let mut v = refused(v, reason, detail);
@@ -253,6 +271,7 @@ impl pb::sci_collector_server::SciCollector for Arc<Collector> {
             ));
         }
         let max = req.extensions().get::<MaxMessage>().map_or(0, |m| m.0);
+        let oc = announced(&req);
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(VERDICT_QUEUE);
         let me = self.clone();
@@ -270,7 +289,7 @@ impl pb::sci_collector_server::SciCollector for Arc<Collector> {
                         break;
                     }
                 };
-                let v = me.one(msg).await;
+                let v = me.one(msg, oc.as_ref()).await;
                 if tx.send(Ok(v)).await.is_err() {
                     break;
                 }
@@ -297,6 +316,7 @@ impl pb::sci_collector_server::SciCollector for Arc<Collector> {
                 return Err(Status::invalid_argument("the authorization metadata is not visible ASCII"));
             }
         };
+        let oc = announced(&req);
         let body = req.into_inner();
         let reports = match wire::decode_batch(&body) {
             Ok(r) => r,
@@ -324,6 +344,7 @@ impl pb::sci_collector_server::SciCollector for Arc<Collector> {
                 Ok(()) => {
                     v.accepted = true;
                     accepted += 1;
+                    answer(&self.engine, oc.as_ref(), &ids[i], v);
                 }
                 Err((reason, detail)) => {
                     *v = refused(std::mem::take(v), reason, detail);
