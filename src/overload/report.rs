@@ -100,6 +100,8 @@ pub struct Local {
     pub worst: (&'static str, f64),
     pub since: Option<DateTime<Utc>>,
     pub evaluations: u64,
+    /// The evaluation that last changed the reduction.
+    pub changed_at: Option<u64>,
 }
 
 pub struct ReportingNode {
@@ -270,8 +272,13 @@ impl ReportingNode {
             st.worst = worst;
             st.evaluations += 1;
             let old = f64::from(st.reduction) / 100.0;
+            // The window right after a change still holds reports sent before the SCIs
+            // heard of it: judged on it, the reduction would overshoot. It is skipped.
+            let settling = st.changed_at.is_some_and(|e| st.evaluations == e + 1);
             let target = if !s.reporting() {
                 0.0
+            } else if settling {
+                old
             } else if worst.1 > 1.0 {
                 1.0 - (1.0 - old) / worst.1
             } else if worst.1 < LOW_WATER {
@@ -285,6 +292,7 @@ impl ReportingNode {
             }
             let big_enough = new.abs_diff(st.reduction) >= STEP || (new == 0) != (st.reduction == 0);
             if new != st.reduction && big_enough {
+                st.changed_at = Some(st.evaluations);
                 let csma = self.csma_id();
                 let sequence = next_sequence(&mut st.last_sequence);
                 let was = st.reduction;
@@ -413,7 +421,9 @@ mod tests {
         n.evaluate(rate(300.0));
         let r = n.current().unwrap();
         assert_eq!((r.reduction, r.validity, r.report_type, r.source_id.as_str()), (67, Some(30), 2, "csma-1"));
-        // The SCIs back off to 99/s: the reduction holds, no new report.
+        // The window after the change is not judged; then the SCIs back off to 99/s: the
+        // reduction holds, no new report.
+        n.evaluate(rate(1000.0));
         n.evaluate(rate(99.0));
         assert_eq!(n.current().unwrap().sequence, r.sequence);
         // The SCIs' demand falls (30/s measured at 67 %): the reduction falls, a new report.
@@ -421,6 +431,7 @@ mod tests {
         let lower = n.current().unwrap();
         assert!(lower.reduction < 67 && lower.sequence > r.sequence, "{lower:?}");
         // Far under: the end, with validity 0.
+        n.evaluate(rate(1.0));
         n.evaluate(rate(1.0));
         n.evaluate(rate(1.0));
         let end = n.current().unwrap();
