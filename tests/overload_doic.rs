@@ -304,7 +304,9 @@ async fn seed003_3_1_3_agent_chain_report_from_another_source_id_is_ignored() {
 }
 
 /// RFC 7683 section 5.5.2 (validity): a report that is not renewed expires on its own, with
-/// its notification, and the default validity applies to one that carries none.
+/// its notification, and the default validity applies to one that carries none. Over the
+/// gRPC stream: the Welcome answers the Hello's announcement, the report comes as a control
+/// message (CpsBody.overload) while the agent has nothing to send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc7683_validity_expiry_and_default_validity_over_grpc() {
     let dir = tempfile::tempdir().unwrap();
@@ -325,11 +327,12 @@ async fn rfc7683_validity_expiry_and_default_validity_over_grpc() {
         ))
         .await;
     assert!(r.contains("<ok/>"), "{r}");
-    state.force_overload(40, None, None);
     post(sci, 1, 100, "HEALTHY").await;
-    // The Welcome answers the Hello's announcement and carries the report.
-    let r =
-        wait_state(&mut s, "report over gRPC", |r| r.contains("<reduction-percentage>40</reduction-percentage>")).await;
+    let r = wait_state(&mut s, "negotiated over gRPC", |r| r.contains("<peer-report>true</peer-report>")).await;
+    assert!(!peer_state(&r, "ref").contains("<report>"), "{r}");
+    // With nothing more to send, the report comes as a control message on the stream.
+    state.force_overload(40, None, None);
+    let r = wait_state(&mut s, "report over gRPC", |r| r.contains("<reduction-percentage>40</reduction-percentage>")).await;
     let p = peer_state(&r, "ref");
     assert!(
         p.contains("<peer-report>true</peer-report>") && p.contains("<validity-duration>2</validity-duration>"),

@@ -77,6 +77,16 @@ impl Streams {
         p.tx.try_send(Ok(pb::CpsMessage { body, counter: p.counter, mac })).is_ok()
     }
 
+    /// Seed 003: sends `olr` as a control message (CpsBody.overload) on every stream whose
+    /// Hello announced the peer report (RFC 8581 section 5.1.2: only to those).
+    fn push_overload(&self, olr: &crate::overload::wire::Olr) {
+        let sites: Vec<String> =
+            lock(&self.peers).iter().filter(|(_, p)| p.announced.is_some()).map(|(s, _)| s.clone()).collect();
+        for site in sites {
+            self.send(&site, CpsKind::Overload(crate::cps::grpc::wire::pb_olr(olr)));
+        }
+    }
+
     /// Whether the site has a stream open.
     pub fn is_open(&self, site: &str) -> bool {
         lock(&self.peers).get(site).is_some_and(|p| !p.tx.is_closed())
@@ -436,6 +446,29 @@ impl RefGrpc {
             };
             svc.oneshot(req)
         };
+        // Seed 003: a new report goes out at once as a control message, not only in the
+        // next Ack (a C-SMA with nothing to send would not hear of it before it expired).
+        {
+            let (state, streams, mut stop_rx) = (state.clone(), streams.clone(), stop.subscribe());
+            tokio::spawn(async move {
+                let mut last = None;
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = stop_rx.changed() => break,
+                    }
+                    let olr = state.overload_report();
+                    let seq = olr.as_ref().map(|o| o.sequence);
+                    if seq.is_some() && seq != last {
+                        if let Some(o) = &olr {
+                            streams.push_overload(o);
+                        }
+                    }
+                    last = seq;
+                }
+            });
+        }
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
