@@ -127,7 +127,8 @@ async fn main() {
     let high = Duration::from_secs_f64(args.scis as f64 / (2.0 * f64::from(args.threshold)));
     let low = high * 4;
     let period_ns = Arc::new(AtomicU64::new(high.as_nanos() as u64));
-    let (offered, sent, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let (offered, sent, stop) =
+        (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
     let reduction_sum = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for i in 0..args.scis {

@@ -332,7 +332,8 @@ async fn rfc7683_validity_expiry_and_default_validity_over_grpc() {
     assert!(!peer_state(&r, "ref").contains("<report>"), "{r}");
     // With nothing more to send, the report comes as a control message on the stream.
     state.force_overload(40, None, None);
-    let r = wait_state(&mut s, "report over gRPC", |r| r.contains("<reduction-percentage>40</reduction-percentage>")).await;
+    let r =
+        wait_state(&mut s, "report over gRPC", |r| r.contains("<reduction-percentage>40</reduction-percentage>")).await;
     let p = peer_state(&r, "ref");
     assert!(
         p.contains("<peer-report>true</peer-report>") && p.contains("<validity-duration>2</validity-duration>"),
