@@ -489,3 +489,14 @@ STAMP_REFLECTED = (struct.pack(">IQH", 1, 0xE8000000_80000000, 0x1601) + bytes(2
 write("stamp_packet", "test", STAMP_TEST)
 write("stamp_packet", "reflected", STAMP_REFLECTED)
 write("stamp_packet", "padded", STAMP_TEST + bytes(56))
+
+
+# overload_wire: the DOIC AVPs of a peer report in their text form (seed 003, RFC 8581
+# section 6, src/overload/wire.rs), one header value (no selector; both decoders run on it).
+write("overload_wire", "supported", "feature-vector=17;peer-algo=1;source-id=csma-1")
+write("overload_wire", "supported-hex", "feature-vector=0x10; source-id=x; future=1")
+write("overload_wire", "olr", "sequence=1764806400000;report-type=2;reduction=30;validity=30;source-id=cps-1")
+write("overload_wire", "olr-ends", "sequence=2;report-type=2;reduction=0;validity=0;source-id=cps-1")
+write("overload_wire", "olr-no-validity", "Sequence=7; Report-Type=2; Reduction=100; Source-ID=cps-2")
+write("overload_wire", "source-id-encoded", "feature-vector=17;peer-algo=1;source-id=csma%3B%201%3D%C3%A9")
+write("overload_wire", "malformed", "sequence=1;sequence=2;report-type=2;reduction=101;validity=86401;source-id=%ff;junk")

@@ -14,14 +14,14 @@ cd "$(dirname "$0")/.."
 
 ALL="framing xml_message subtree_filter xpath_filter restconf_decoders restconf_request yang_patch
 sci_report sci_grpc cps_grpc sse_event sci_auth cps_wire push_params policy rpc client_cert notif_decoders
-bgp_message grasp_message flow_message stamp_packet"
+bgp_message grasp_message flow_message stamp_packet overload_wire"
 
 # -max_len per target: a little above the largest realistic input of that decoder.
 max_len() {
     case $1 in
         framing | xml_message | rpc | cps_wire) echo 8192 ;;
         xpath_filter | restconf_decoders | policy) echo 1024 ;;
-        sci_auth) echo 2048 ;;
+        sci_auth | overload_wire) echo 2048 ;;
         bgp_message) echo 16384 ;;
         *) echo 4096 ;;
     esac
@@ -39,6 +39,7 @@ dict() {
         grasp_message) echo grasp ;;
         flow_message) echo flow ;;
         stamp_packet) echo stamp ;;
+        overload_wire) echo overload ;;
         sci_report | cps_wire | yang_patch | restconf_request | notif_decoders) echo json ;;
         *) echo xml ;;
     esac

@@ -344,9 +344,11 @@ pub fn sci_grpc(data: &[u8]) {
 /// C-PS messages of the gRPC stream (`proto/cats/sma/v1/cps.proto`, `CpsMessage`), as the
 /// stream's reader decodes them: bit 0 of the first byte selects a PSK peer (the MAC is
 /// checked with the key `fuzz-psk`, C-SMA `csma-1`, Hello nonce 7). A message taken moves
-/// the counter to its own; one refused leaves it.
+/// the counter to its own; one refused leaves it. The overload AVPs a message taken carries
+/// (seed 003, `decode_with_oc`) are checked as `overload_wire` checks them, and convert back
+/// to the same protobuf messages.
 pub fn cps_grpc(data: &[u8]) {
-    use crate::cps::grpc::wire::{decode, Verifier};
+    use crate::cps::grpc::wire::{decode_with_oc, olr_of, pb_olr, pb_supported, supported_of, Verifier};
     let Some((&sel, body)) = data.split_first() else { return };
     if body.len() > MAX_INPUT {
         return;
@@ -354,8 +356,18 @@ pub fn cps_grpc(data: &[u8]) {
     let psk = (sel & 1 == 1).then(|| b"fuzz-psk".to_vec());
     let mut v = Verifier { psk, csma_id: "csma-1".into(), hello_nonce: 7, last_counter: 0 };
     let before = v.last_counter;
-    match decode(body, &mut v) {
-        Ok(_) => assert!(v.last_counter > before, "a message taken moves the counter"),
+    match decode_with_oc(body, &mut v) {
+        Ok((_, oc)) => {
+            assert!(v.last_counter > before, "a message taken moves the counter");
+            if let Some(Ok(s)) = &oc.supported {
+                check_supported(s);
+                assert_eq!(supported_of(&pb_supported(s)).as_ref(), Ok(s), "protobuf round trip");
+            }
+            if let Some(Ok(o)) = &oc.olr {
+                check_olr(o);
+                assert_eq!(olr_of(&pb_olr(o)).as_ref(), Ok(o), "protobuf round trip");
+            }
+        }
         Err(e) => {
             let _ = e.reason();
         }
@@ -844,4 +856,49 @@ pub fn stamp_packet(data: &[u8]) {
     let counted = s.reflected(a, data, &c, now + Duration::from_millis(1));
     assert_eq!(counted, s.rtts[&a].received == 1);
     assert!(!s.reflected(a, data, &c, now + Duration::from_millis(2)) || !counted);
+}
+
+/// The overload AVPs of a peer report (seed 003) in their text form, as HTTP headers, gRPC
+/// metadata and MQTT user properties carry them (`overload::wire`): the input, lossily
+/// UTF-8, goes through both `Supported::decode` and `Olr::decode`. A value decoded is
+/// within the bounds (reduction at most 100, validity at most 86 400 s, a SourceID of 1 to
+/// 255 bytes without control characters) and prints as text that decodes to itself.
+pub fn overload_wire(data: &[u8]) {
+    use crate::overload::wire::{Olr, Supported};
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    let s = String::from_utf8_lossy(data);
+    if let Ok(v) = Supported::decode(&s) {
+        check_supported(&v);
+    }
+    if let Ok(o) = Olr::decode(&s) {
+        check_olr(&o);
+    }
+}
+
+/// A SourceID as the decoders may take it: 1 to 255 bytes, no control character.
+fn check_source_id(id: &str) {
+    use crate::overload::wire::MAX_SOURCE_ID;
+    assert!(!id.is_empty() && id.len() <= MAX_SOURCE_ID, "source-id of {} bytes", id.len());
+    assert!(!id.chars().any(char::is_control), "control character in source-id {id:?}");
+}
+
+/// An OC-Supported-Features decoded from any transport: its SourceID is within bounds and
+/// its text form decodes to itself.
+fn check_supported(s: &crate::overload::wire::Supported) {
+    use crate::overload::wire::Supported;
+    check_source_id(&s.source_id);
+    let text = s.to_string();
+    assert_eq!(Supported::decode(&text).as_ref(), Ok(s), "text round trip of {text:?}");
+}
+
+/// An OC-OLR decoded from any transport: within bounds, and its text form decodes to itself.
+fn check_olr(o: &crate::overload::wire::Olr) {
+    use crate::overload::wire::{Olr, MAX_VALIDITY};
+    assert!(o.reduction <= 100, "reduction {}", o.reduction);
+    assert!(o.validity.is_none_or(|v| v <= MAX_VALIDITY), "validity {:?}", o.validity);
+    check_source_id(&o.source_id);
+    let text = o.to_string();
+    assert_eq!(Olr::decode(&text).as_ref(), Ok(o), "text round trip of {text:?}");
 }

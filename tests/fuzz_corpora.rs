@@ -95,6 +95,7 @@ corpus_tests!(
     grasp_message,
     flow_message,
     stamp_packet,
+    overload_wire,
     sci_auth,
     cps_wire,
     push_params,
