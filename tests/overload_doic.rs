@@ -64,6 +64,26 @@ async fn wait_state(s: &mut RawSession, what: &str, cond: impl Fn(&str) -> bool)
     }
 }
 
+/// Polls like [`wait_state`] until `cond` holds on two reads 300 ms apart that agree on
+/// `peer`'s counters (nothing is still on its way).
+async fn wait_settled(s: &mut RawSession, what: &str, peer: &str, cond: impl Fn(&str) -> bool) -> String {
+    let counters = |r: &str| {
+        leaf_after(peer_state(r, peer), "<counters>", "throttled").unwrap_or_default()
+            + "/"
+            + &leaf_after(peer_state(r, peer), "<counters>", "abatable-updates").unwrap_or_default()
+            + "/"
+            + &leaf_after(peer_state(r, peer), "<counters>", "diverted").unwrap_or_default()
+    };
+    loop {
+        let a = wait_state(s, what, &cond).await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let b = s.rpc11(&rpc(53, GET_OVERLOAD)).await;
+        if cond(&b) && counters(&a) == counters(&b) {
+            return b;
+        }
+    }
+}
+
 /// The state of one peer (`overload-control/state/peer`), as text.
 fn peer_state<'a>(r: &'a str, name: &str) -> &'a str {
     let start = r.find("<overload-control").unwrap_or_else(|| panic!("no overload state: {r}"));
@@ -158,7 +178,7 @@ async fn rfc8581_5_1_5_2_single_agent_3_1_1_loss_throttles_routine_updates_never
         post(sci, 3 + i, gas_step(i), "HEALTHY").await;
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     }
-    let r = wait_state(&mut s, "abatement counted", |r| counter(r, "ref", "abatable-updates") >= 8).await;
+    let r = wait_settled(&mut s, "abatement counted", "ref", |r| counter(r, "ref", "abatable-updates") >= 8).await;
     let (offered, throttled) = (counter(&r, "ref", "abatable-updates"), counter(&r, "ref", "throttled"));
     assert_eq!(throttled, offered / 2, "the loss algorithm at 50 %: {r}");
     assert_eq!(counter(&r, "ref", "diverted"), 0, "no fallback to divert to: {r}");
@@ -233,19 +253,26 @@ async fn seed003_3_1_2_redundant_agents_divert_before_throttle() {
     post(sci, 2, 130, "HEALTHY").await;
     // The fallback comes up (full sync) to take the diverted share.
     wait_for("the fallback synchronised", || !cst_services(&fallback).is_empty()).await;
-    let r = wait_state(&mut s, "divert", |r| r.contains("<abatement>divert</abatement>")).await;
+    let r = wait_settled(&mut s, "divert", "primary", |r| r.contains("<abatement>divert</abatement>")).await;
     assert!(r.contains("<state>connected</state>"), "{r}");
+    let (offered0, diverted0) = (counter(&r, "primary", "abatable-updates"), counter(&r, "primary", "diverted"));
+    let applied = |c: &CpsState| c.cst.lock().unwrap().sites.get(SITE).map_or(0, |e| e.applied.len() as u64);
+    let (at_primary0, at_fallback0) = (applied(&primary), applied(&fallback));
     for i in 0..10u64 {
         post(sci, 3 + i, gas_step(i), "HEALTHY").await;
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     }
-    let r = wait_state(&mut s, "diverted", |r| counter(r, "primary", "abatable-updates") >= 8).await;
-    let (offered, diverted) = (counter(&r, "primary", "abatable-updates"), counter(&r, "primary", "diverted"));
+    let r = wait_settled(&mut s, "diverted", "primary", |r| counter(r, "primary", "abatable-updates") >= offered0 + 8)
+        .await;
+    let offered = counter(&r, "primary", "abatable-updates") - offered0;
+    let diverted = counter(&r, "primary", "diverted") - diverted0;
     assert_eq!(diverted, offered / 2, "{r}");
     assert_eq!(counter(&r, "primary", "throttled"), 0, "nothing dropped while the fallback takes it: {r}");
-    // The fallback took the diverted updates (its own snapshot plus them).
-    let at_fallback = fallback.cst.lock().unwrap().sites[SITE].applied.len() as u64;
-    assert!(at_fallback > diverted / 2, "diverted updates reached the fallback: {at_fallback} of {diverted}");
+    // The primary got what was not diverted, the fallback what was (and nothing else: it
+    // does not take the routine updates the primary gets).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(applied(&primary) - at_primary0, offered - diverted, "the primary's share");
+    assert_eq!(applied(&fallback) - at_fallback0, diverted, "the diverted share reached the fallback, only it");
 
     // Both overloaded: the fallback's answer carries its report; nothing is left to divert
     // to, the agent throttles each by its own reduction.

@@ -129,9 +129,13 @@ impl Adapters {
         }
         if let Some(old) = old {
             // The overload state outlives a change of the peer's settings (RFC 7683 section
-            // 5.5.2: it is kept per peer until the report expires or is replaced).
-            *lock(&peer.overload) = lock(&old.overload).clone();
-            lock(&peer.overload).reconnected();
+            // 5.5.2: it is kept per peer until the report expires or is replaced) as long as
+            // the peer is the same node: another SourceID is another C-PS.
+            if old.settings.source_id() == peer.settings.source_id() {
+                let carried = lock(&old.overload).clone();
+                *lock(&peer.overload) = carried;
+                lock(&peer.overload).reconnected();
+            }
             let mut from = lock(&old.queue);
             let mut to = lock(&peer.queue);
             to.dropped = from.dropped;

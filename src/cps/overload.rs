@@ -33,6 +33,15 @@ pub fn take(
         return;
     }
     let expected = peer.settings.source_id();
+    // The C-PS's identity is a host name or address: compared without regard to case.
+    let same_case = |mut id: String| {
+        if id.eq_ignore_ascii_case(&expected) {
+            id.clone_from(&expected);
+        }
+        id
+    };
+    let supported = supported.map(|r| r.map(|s| Supported { source_id: same_case(s.source_id), ..s }));
+    let olr = olr.map(|r| r.map(|o| Olr { source_id: same_case(o.source_id), ..o }));
     let name = &peer.settings.name;
     let now = Instant::now();
     let mut transition = None;
@@ -40,13 +49,25 @@ pub fn take(
     {
         let mut o = lock(&peer.overload);
         match supported {
-            Some(Ok(s)) => {
-                let refused = o.answered(&s, &expected, &cfg).is_err();
-                if refused && o.counters.ignored_source.is_power_of_two() {
+            Some(Ok(s)) => match o.answered(&s, &expected, &cfg) {
+                Err(_) if o.counters.ignored_source.is_power_of_two() => {
                     tracing::warn!(c_ps = %name, source_id = %s.source_id, expected = %expected,
                         "C-PS answered the overload announcement with another node's SourceID; ignored");
                 }
-            }
+                // It no longer supports the peer report: its report in force ends with it.
+                Ok(Some(ended)) => {
+                    changed = true;
+                    transition = Some(Transition {
+                        direction: Direction::FromCps,
+                        peer: name.clone(),
+                        overloaded: false,
+                        cause: "ended",
+                        sequence: ended.sequence,
+                        reduction: 0,
+                    });
+                }
+                _ => {}
+            },
             Some(Err(e)) => {
                 o.counters.malformed += 1;
                 tracing::debug!(c_ps = %name, "malformed OC-Supported-Features from the C-PS: {e}");
@@ -58,7 +79,7 @@ pub fn take(
                 let before = o.reduction(now);
                 let outcome = o.receive(&r, &expected, &cfg, now);
                 let after = o.reduction(now);
-                changed = before != after;
+                changed |= before != after;
                 match outcome {
                     Outcome::Started | Outcome::Ended => {
                         transition = Some(Transition {
@@ -141,10 +162,9 @@ pub fn dispatch_one(registry: &Registry, ad: &Arc<Advertisement>) {
     let mut queued: Vec<&str> = Vec::new();
     let mut divert_from: Vec<&Arc<Peer>> = Vec::new();
     for p in &peers {
-        if !ad.is_for(&p.settings.name) || !p.accepting.load(std::sync::atomic::Ordering::Acquire) {
-            continue;
-        }
-        if lock(&p.overload).abate(now) {
+        // Only an update the peer would get counts against its reduction.
+        let overloaded = lock(&p.overload).overloaded(now);
+        if overloaded && p.would_take(ad) && lock(&p.overload).abate(now) {
             divert_from.push(p);
             continue;
         }

@@ -213,11 +213,23 @@ impl Peer {
 }
 
 /// Whether an update may be abated towards an overloaded C-PS (seed 003 by way of seed 004's
-/// trigger priorities): heartbeats and routine metric or policy changes addressed to every
-/// peer. Health changes, failures, withdrawals, resyncs, discoveries and a snapshot
-/// addressed to one peer never are.
+/// trigger priorities): routine metric or policy changes addressed to every peer. Health
+/// changes, failures, withdrawals, resyncs, discoveries, a snapshot addressed to one peer
+/// and heartbeats never are (a heartbeat, or the keepalive made of it, is what keeps the
+/// C-PS's entries from ageing out and lets it answer with the end of its overload).
 pub fn abatable(ad: &Advertisement) -> bool {
-    matches!(ad.audience, crate::engine::update::Audience::All) && ad.priority() <= Priority::Routine
+    matches!(ad.audience, crate::engine::update::Audience::All) && ad.priority() == Priority::Routine
+}
+
+impl Peer {
+    /// Whether [`Peer::offer`] would queue `ad` (the loss algorithm counts only updates the
+    /// peer would otherwise get).
+    pub fn would_take(&self, ad: &Advertisement) -> bool {
+        ad.is_for(&self.settings.name)
+            && self.accepting.load(Ordering::Acquire)
+            && !(self.divert_only.load(Ordering::Acquire) && abatable(ad))
+            && MetricReport::for_peer_at(ad, &|c| self.allowed(c), self.settings.granularity).is_some()
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -110,7 +110,15 @@ pub struct PeerOverload {
 impl PeerOverload {
     /// Takes the peer's answer to our announcement (RFC 8581 section 5.1.1): believed only
     /// when its SourceID is the adjacent peer's authenticated identity.
-    pub fn answered(&mut self, s: &Supported, expected_source: &str, cfg: &Settings) -> Result<(), Outcome> {
+    /// `Ok(Some(report))` when the answer withdrew the peer report: the report that was in
+    /// force ends with it (a later end could not be taken from a peer that no longer
+    /// negotiates it).
+    pub fn answered(
+        &mut self,
+        s: &Supported,
+        expected_source: &str,
+        cfg: &Settings,
+    ) -> Result<Option<Report>, Outcome> {
         if s.source_id != expected_source {
             self.counters.ignored_source += 1;
             return Err(Outcome::SourceMismatch);
@@ -122,7 +130,7 @@ impl PeerOverload {
         if self.negotiated.as_ref().map(|o| (o.algorithm, o.peer_report)) != Some((n.algorithm, n.peer_report)) {
             self.negotiated = Some(n);
         }
-        Ok(())
+        Ok(if ok { None } else { self.report.take() })
     }
 
     /// Maintains the OCS for a received report (RFC 8581 section 5.2.3; RFC 7683 section
@@ -261,6 +269,13 @@ mod tests {
         let s = Supported { feature_vector: OLR_PEER_REPORT | 2, peer_algo: 2, source_id: "cps".into() };
         p.answered(&s, "cps", &Settings::default()).unwrap();
         assert!(!p.negotiated.as_ref().unwrap().peer_report);
+        // Withdrawing the peer report ends the report in force.
+        let mut p = negotiated();
+        let now = Instant::now();
+        assert_eq!(p.receive(&olr(1, 10, None, "cps"), "cps", &Settings::default(), now), Outcome::Started);
+        let s = Supported { feature_vector: 1, peer_algo: 1, source_id: "cps".into() };
+        assert_eq!(p.answered(&s, "cps", &Settings::default()).unwrap().map(|r| r.sequence), Some(1));
+        assert!(p.report.is_none());
     }
 
     #[test]

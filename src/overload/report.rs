@@ -85,7 +85,13 @@ pub struct SciPeer {
     /// Answers that carried a report.
     pub reports_sent: u64,
     pub last_sequence: u64,
+    /// The SCI's last announcement; an SCI not heard from for [`SCI_PEER_IDLE`] (or three
+    /// validities, if longer) is forgotten.
+    pub last_heard: Instant,
 }
+
+/// How long an SCI's announcement is remembered without a new one, at least.
+pub const SCI_PEER_IDLE: Duration = Duration::from_secs(300);
 
 /// The report this C-SMA sends, and what it measured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -100,8 +106,12 @@ pub struct Local {
     pub worst: (&'static str, f64),
     pub since: Option<DateTime<Utc>>,
     pub evaluations: u64,
-    /// The evaluation that last changed the reduction.
-    pub changed_at: Option<u64>,
+    /// When the reduction last changed.
+    pub changed_at: Option<Instant>,
+    /// When the report in force was issued (it is issued again, with a new sequence
+    /// number, every half validity: RFC 7683 counts the validity from the first report
+    /// with a given sequence number).
+    pub issued: Option<Instant>,
 }
 
 pub struct ReportingNode {
@@ -224,12 +234,14 @@ impl ReportingNode {
                         at: Utc::now(),
                         reports_sent: 0,
                         last_sequence: 0,
+                        last_heard: Instant::now(),
                     }))
                 }
                 None => None,
             };
             if let Some(e) = entry {
                 e.transport = transport;
+                e.last_heard = Instant::now();
                 if let Some(r) = &report {
                     news |= e.last_sequence != r.sequence;
                     e.reports_sent += 1;
@@ -272,9 +284,12 @@ impl ReportingNode {
             st.worst = worst;
             st.evaluations += 1;
             let old = f64::from(st.reduction) / 100.0;
-            // The window right after a change still holds reports sent before the SCIs
-            // heard of it: judged on it, the reduction would overshoot. It is skipped.
-            let settling = st.changed_at.is_some_and(|e| st.evaluations == e + 1);
+            // The time right after a change still holds reports sent before the SCIs heard
+            // of it: judged on it, the reduction would overshoot. One and a half evaluation
+            // intervals, at least 2 s, are not judged (SCIs that report more rarely than
+            // that still make it overshoot, then come back down).
+            let hold = (r.interval * 3 / 2).max(Duration::from_secs(2));
+            let settling = st.changed_at.is_some_and(|t| Instant::now().saturating_duration_since(t) < hold);
             let target = if !s.reporting() {
                 0.0
             } else if settling {
@@ -291,8 +306,23 @@ impl ReportingNode {
                 new = 0;
             }
             let big_enough = new.abs_diff(st.reduction) >= STEP || (new == 0) != (st.reduction == 0);
+            let renew = new == st.reduction
+                && st.report.is_some()
+                && st.issued.is_some_and(|t| {
+                    Instant::now().saturating_duration_since(t) >= Duration::from_secs(u64::from(r.validity.max(2) / 2))
+                });
+            if renew {
+                let sequence = next_sequence(&mut st.last_sequence);
+                if let Some(rep) = st.report.as_mut() {
+                    rep.sequence = sequence;
+                    rep.validity = Some(r.validity);
+                }
+                st.issued = Some(Instant::now());
+                self.changed.send_modify(|g| *g += 1);
+            }
             if new != st.reduction && big_enough {
-                st.changed_at = Some(st.evaluations);
+                st.changed_at = Some(Instant::now());
+                st.issued = Some(Instant::now());
                 let csma = self.csma_id();
                 let sequence = next_sequence(&mut st.last_sequence);
                 let was = st.reduction;
@@ -320,6 +350,11 @@ impl ReportingNode {
                 }
                 self.changed.send_modify(|g| *g += 1);
             }
+        }
+        if self.local().evaluations.is_multiple_of(60) {
+            let idle = SCI_PEER_IDLE.max(Duration::from_secs(3 * u64::from(r.validity)));
+            let now = Instant::now();
+            lock(&self.scis).retain(|_, p| now.saturating_duration_since(p.last_heard) < idle);
         }
         if let Some((overloaded, cause, sequence, reduction)) = transition {
             let t = Transition {
@@ -412,8 +447,9 @@ mod tests {
         Load { rate: r, ..Load::default() }
     }
 
-    #[test]
-    fn rfc8581_5_2_2_the_reduction_follows_the_load_and_ends() {
+    #[tokio::test(start_paused = true)]
+    async fn rfc8581_5_2_2_the_reduction_follows_the_load_is_renewed_and_ends() {
+        let settle = || tokio::time::advance(Duration::from_secs(3));
         let n = node(100);
         n.evaluate(rate(50.0));
         assert!(n.current().is_none());
@@ -421,18 +457,25 @@ mod tests {
         n.evaluate(rate(300.0));
         let r = n.current().unwrap();
         assert_eq!((r.reduction, r.validity, r.report_type, r.source_id.as_str()), (67, Some(30), 2, "csma-1"));
-        // The window after the change is not judged; then the SCIs back off to 99/s: the
-        // reduction holds, no new report.
+        // Right after the change nothing is judged (reports sent before the SCIs heard).
         n.evaluate(rate(1000.0));
+        assert_eq!(n.current().unwrap(), r);
+        settle().await;
+        // The SCIs back off to 99/s: the reduction holds, no new report.
         n.evaluate(rate(99.0));
         assert_eq!(n.current().unwrap().sequence, r.sequence);
+        // Half the validity later the same report goes out again with a new sequence number.
+        tokio::time::advance(Duration::from_secs(15)).await;
+        n.evaluate(rate(99.0));
+        let renewed = n.current().unwrap();
+        assert_eq!(renewed.reduction, 67);
+        assert!(renewed.sequence > r.sequence);
         // The SCIs' demand falls (30/s measured at 67 %): the reduction falls, a new report.
         n.evaluate(rate(30.0));
         let lower = n.current().unwrap();
-        assert!(lower.reduction < 67 && lower.sequence > r.sequence, "{lower:?}");
+        assert!(lower.reduction < 67 && lower.sequence > renewed.sequence, "{lower:?}");
+        settle().await;
         // Far under: the end, with validity 0.
-        n.evaluate(rate(1.0));
-        n.evaluate(rate(1.0));
         n.evaluate(rate(1.0));
         let end = n.current().unwrap();
         assert_eq!((end.reduction, end.validity), (0, Some(0)));

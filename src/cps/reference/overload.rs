@@ -21,6 +21,10 @@ pub struct RefOverload {
     /// The end of overload being sent, until then.
     ending: Option<(Olr, Instant)>,
     last_sequence: u64,
+    /// When the report being sent was issued: it is issued again with a new sequence
+    /// number every half validity (the validity counts from the first report with a given
+    /// sequence number, RFC 7683 section 7.4).
+    issued: Option<Instant>,
 }
 
 impl CpsState {
@@ -87,7 +91,12 @@ impl CpsState {
                 let same = o.current.as_ref().is_some_and(|c| {
                     (c.reduction, c.validity, c.source_id.as_str()) == (reduction, validity, source_id.as_str())
                 });
-                if !same {
+                let half = std::time::Duration::from_secs(u64::from(
+                    validity.unwrap_or(crate::overload::wire::DEFAULT_VALIDITY).max(2) / 2,
+                ));
+                let stale = o.issued.is_none_or(|t| now.saturating_duration_since(t) >= half);
+                if !same || stale {
+                    o.issued = Some(now);
                     let sequence = next_sequence(&mut o.last_sequence);
                     o.current = Some(Olr { sequence, report_type: PEER_REPORT, reduction, validity, source_id });
                     o.ending = None;

@@ -263,15 +263,17 @@ async fn run(
     let inflight = engine.limits.mqtt_inflight.max(1);
     let using = tls.clone();
     // The collector's requests are the subscription, the disconnect and the control topic
-    // publishes (seed 003), which never wait for room.
+    // publishes (seed 003). The publishes come from their own task, which may wait for room
+    // in the request queue; this task, which drains it by polling, never waits: it
+    // subscribes and disconnects with the try_ calls and retries a subscription that found
+    // the queue full.
     let (client, mut events) = AsyncClient::new(options(current, tls, inflight), 256);
-    let (control_tx, mut control_rx) = tokio::sync::mpsc::channel::<String>(CONTROL_QUEUE);
+    let (control_tx, control_rx) = tokio::sync::mpsc::channel::<String>(CONTROL_QUEUE);
+    let publisher = AbortOnDrop(tokio::spawn(control_publisher(client.clone(), engine.clone(), control_rx)));
     let mut doic_changed = engine.doic.changed.subscribe();
-    // While a report is in force it is published again each half validity (SCIs that
-    // report rarely must not see it expire).
-    let mut refresh = tokio::time::interval(Duration::from_secs(5));
-    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_refresh = tokio::time::Instant::now();
+    let mut retry = tokio::time::interval(Duration::from_secs(1));
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut subscribe_pending = false;
     let filter = filter(current);
     let mut backlog: usize = 0;
     let broker = broker_ip(&current.host).await;
@@ -279,32 +281,29 @@ async fn run(
     info!(broker = %format!("{}:{}", current.host, current.port), filter, tls = using.is_some(), "SCI collection over MQTT starting");
     loop {
         tokio::select! {
-            Some(csci) = control_rx.recv() => publish_control(&client, engine, &csci),
+            // A new report, a renewal or an end: every SCI that announced over MQTT.
             r = doic_changed.changed() => {
                 if r.is_ok() {
                     for csci in engine.doic.announced_over("mqtt") {
-                        publish_control(&client, engine, &csci);
+                        if control_tx.try_send(csci).is_err() {
+                            debug!("MQTT control publishes queued to the limit; the rest wait for the next report");
+                            break;
+                        }
                     }
-                    last_refresh = tokio::time::Instant::now();
                 }
             }
-            _ = refresh.tick() => {
-                let (_, r) = engine.doic.settings();
-                let due = last_refresh + Duration::from_secs(u64::from(r.validity.max(2) / 2));
-                if engine.doic.local().report.is_some() && tokio::time::Instant::now() >= due {
-                    for csci in engine.doic.announced_over("mqtt") {
-                        publish_control(&client, engine, &csci);
-                    }
-                    last_refresh = tokio::time::Instant::now();
-                }
+            _ = retry.tick(), if subscribe_pending => {
+                subscribe_pending = client.try_subscribe(filter.clone(), QoS::AtLeastOnce).is_err();
             }
             changed = settings.changed() => {
                 if changed.is_err() {
-                    let _ = client.disconnect().await;
+                    let _ = client.try_disconnect();
+                    drop(publisher);
                     return false;
                 }
                 if *settings.borrow() != *current {
-                    let _ = client.disconnect().await;
+                    let _ = client.try_disconnect();
+                    drop(publisher);
                     return true;
                 }
             }
@@ -317,10 +316,8 @@ async fn run(
                         s.connected_since = Some(Utc::now());
                         s.last_success = s.connected_since;
                     });
-                    if let Err(e) = client.subscribe(filter.clone(), QoS::AtLeastOnce).await {
-                        warn!("MQTT subscribe failed: {e}");
-                        status.failed(Connection::Connecting, format!("subscribe: {e}"));
-                    }
+                    // The request queue may be full of control publishes: retried then.
+                    subscribe_pending = client.try_subscribe(filter.clone(), QoS::AtLeastOnce).is_err();
                 }
                 Ok(Event::Incoming(Packet::SubAck(ack))) => {
                     use rumqttc::v5::mqttbytes::v5::SubscribeReasonCode as C;
@@ -459,9 +456,24 @@ const CONTROL_QUEUE: usize = 1024;
 
 /// Publishes the C-SMA's answer and report in force on one SCI's control topic (seed 003):
 /// MQTT v5 user properties `x-cats-oc-supported-features` and `x-cats-oc-olr`, the same in
-/// a JSON payload, retained (an SCI that subscribes later gets it). Never waits: a full
-/// request queue drops it (the next change or refresh sends it again).
-fn publish_control(client: &AsyncClient, engine: &Engine, csci: &str) {
+/// a JSON payload, retained (an SCI that subscribes later gets it). Runs in the control
+/// publisher's task: it may wait for room in the request queue.
+async fn control_publisher(client: AsyncClient, engine: Engine, mut rx: tokio::sync::mpsc::Receiver<String>) {
+    while let Some(csci) = rx.recv().await {
+        publish_control(&client, &engine, &csci).await;
+    }
+}
+
+/// Aborts a task when dropped (the control publisher ends with its collector run).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn publish_control(client: &AsyncClient, engine: &Engine, csci: &str) {
     use rumqttc::v5::mqttbytes::v5::PublishProperties;
     let (settings, r) = engine.doic.settings();
     if !settings.reporting() || csci.contains(['+', '#', '/', '\0']) {
@@ -486,8 +498,8 @@ fn publish_control(client: &AsyncClient, engine: &Engine, csci: &str) {
         message_expiry_interval: Some(r.validity),
         ..PublishProperties::default()
     };
-    if let Err(e) = client.try_publish_with_properties(topic, QoS::AtLeastOnce, true, body, props) {
-        debug!(csci, "MQTT control publish dropped: {e}");
+    if let Err(e) = client.publish_with_properties(topic, QoS::AtLeastOnce, true, body, props).await {
+        debug!(csci, "MQTT control publish failed: {e}");
     }
 }
 
