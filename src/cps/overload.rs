@@ -46,8 +46,23 @@ pub fn take(
     let now = Instant::now();
     let mut transition = None;
     let mut changed = false;
+    let mut expired = None;
     {
         let mut o = lock(&peer.overload);
+        // A report that ran out before the expiry task saw it ends here, with its
+        // notification, before anything in this reply is taken.
+        let seq = o.report.as_ref().map(|r| r.sequence);
+        if o.expire(now) {
+            changed = true;
+            expired = Some(Transition {
+                direction: Direction::FromCps,
+                peer: name.clone(),
+                overloaded: false,
+                cause: "expired",
+                sequence: seq.unwrap_or(0),
+                reduction: 0,
+            });
+        }
         match supported {
             Some(Ok(s)) => match o.answered(&s, &expected, &cfg) {
                 Err(_) if o.counters.ignored_source.is_power_of_two() => {
@@ -108,7 +123,7 @@ pub fn take(
             None => {}
         }
     }
-    if let Some(t) = transition {
+    for t in [expired, transition].into_iter().flatten() {
         registry.overload.transition(t);
     }
     if changed {

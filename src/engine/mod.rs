@@ -72,8 +72,8 @@ pub struct Engine {
 /// What [`Engine::load_sample`] measures.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadSample {
-    /// Reports the engine took (accepted or refused) so far.
-    pub received: u64,
+    /// Reports the engine accepted so far.
+    pub accepted: u64,
     /// Percent of the ingest queue's slots in use.
     pub queue: f64,
     /// How long a job waited for the engine task.
@@ -232,14 +232,14 @@ impl Engine {
     }
 
     /// The engine's load now (seed 003, reporting node): the queue's occupancy, the time a
-    /// job waits for the engine task, and the reports it took so far.
+    /// job waits for the engine task, and the reports it accepted so far.
     pub async fn load_sample(&self) -> Option<LoadSample> {
         let capacity = self.limits.collector_queue.max(1);
         let used = capacity.saturating_sub(self.slots.available_permits());
         let queue = 100.0 * used as f64 / capacity as f64;
         let asked = tokio::time::Instant::now();
-        let received = self.query(|core| core.stats.received).await?;
-        Some(LoadSample { received, queue, lag: asked.elapsed() })
+        let accepted = self.query(|core| core.stats.accepted).await?;
+        Some(LoadSample { accepted, queue, lag: asked.elapsed() })
     }
 
     /// Runs `f` on the engine's state and returns its result.

@@ -21,7 +21,7 @@ pub mod sci;
 pub mod state;
 pub mod wire;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use self::wire::OLR_DEFAULT_ALGO;
 
@@ -110,9 +110,6 @@ pub type TransitionHook = dyn Fn(&Transition) + Send + Sync;
 pub struct Overload {
     settings: RwLock<Settings>,
     hook: RwLock<Option<Arc<TransitionHook>>>,
-    /// Reports that did not decode, per direction (they have no peer state to count in
-    /// when the peer is unknown).
-    pub malformed: Mutex<u64>,
 }
 
 impl Overload {

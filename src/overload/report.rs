@@ -9,8 +9,9 @@
 //! reduction asked is `r' = 1 - (1 - r) / worst`: it grows while the load is over the
 //! thresholds, holds while the SCIs' backing off keeps it just under, and falls once the
 //! load is under 80 % of them. Changes under 5 points are not sent (each change is a new
-//! sequence number); under 1 % the overload ends, and the end (validity 0) is sent for one
-//! validity period.
+//! sequence number) and a report that does not change is issued again, with a new sequence
+//! number, every half validity; when the target reaches 0 the overload ends, and the end
+//! (validity 0) is sent for one validity period.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -34,7 +35,9 @@ const LOW_WATER: f64 = 0.8;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportingSettings {
     pub interval: Duration,
-    /// Reports per second accepted or refused by the engine.
+    /// Reports per second the engine accepted (refused ones do not count: a flood of forged
+    /// reports must not make the agent slow down every SCI; what refusing them costs shows in
+    /// the queue, the lag and the CPU).
     pub rate_threshold: u32,
     /// Percent of the ingest queue's slots in use.
     pub queue_threshold: u8,
@@ -212,10 +215,13 @@ impl ReportingNode {
         transport: &'static str,
     ) -> Option<(Supported, Option<Olr>, bool)> {
         let (s, _) = self.settings();
-        if !s.reporting() || !announced.peer_report() || announced.source_id != csci_id {
+        // Turned off during an overload, the node still sends its end while it lasts.
+        let ending = !s.reporting() && lock(&self.state).ending.is_some();
+        if !(s.reporting() || ending) || !announced.peer_report() || announced.source_id != csci_id {
             return None;
         }
-        let algorithm = announced.peer_algo & s.algorithms & OLR_DEFAULT_ALGO;
+        let offered = if ending { OLR_DEFAULT_ALGO } else { s.algorithms };
+        let algorithm = announced.peer_algo & offered & OLR_DEFAULT_ALGO;
         if algorithm == 0 {
             return None;
         }
@@ -237,7 +243,11 @@ impl ReportingNode {
                         last_heard: Instant::now(),
                     }))
                 }
-                None => None,
+                // The table is full: not remembered, so every answer is news to it.
+                None => {
+                    news = true;
+                    None
+                }
             };
             if let Some(e) = entry {
                 e.transport = transport;
@@ -253,11 +263,6 @@ impl ReportingNode {
         let answer =
             Supported { feature_vector: OLR_PEER_REPORT | algorithm, peer_algo: algorithm, source_id: self.csma_id() };
         Some((answer, report, news))
-    }
-
-    /// Forgets an SCI (it was removed from the configuration).
-    pub fn forget(&self, csci_id: &str) {
-        lock(&self.scis).remove(csci_id);
     }
 
     /// The SCIs that announced the peer report over `transport`.
@@ -301,12 +306,12 @@ impl ReportingNode {
             } else {
                 old
             };
-            let mut new = ((target * 100.0).ceil().clamp(0.0, 100.0) as u8).min(r.reduction_limit);
-            if new < 1 {
-                new = 0;
-            }
+            // Rounded up to whole percent: any target above 0 asks for at least 1 %.
+            let new = ((target * 100.0).ceil().clamp(0.0, 100.0) as u8).min(r.reduction_limit);
             let big_enough = new.abs_diff(st.reduction) >= STEP || (new == 0) != (st.reduction == 0);
-            let renew = new == st.reduction
+            // Not changing (equal, or within a step): the report in force is renewed.
+            let changing = new != st.reduction && big_enough;
+            let renew = !changing
                 && st.report.is_some()
                 && st.issued.is_some_and(|t| {
                     Instant::now().saturating_duration_since(t) >= Duration::from_secs(u64::from(r.validity.max(2) / 2))
@@ -320,7 +325,7 @@ impl ReportingNode {
                 st.issued = Some(Instant::now());
                 self.changed.send_modify(|g| *g += 1);
             }
-            if new != st.reduction && big_enough {
+            if changing {
                 st.changed_at = Some(Instant::now());
                 st.issued = Some(Instant::now());
                 let csma = self.csma_id();
@@ -394,20 +399,20 @@ pub async fn run_sampler(engine: crate::engine::Engine) {
         tokio::time::sleep(r.interval.max(Duration::from_millis(100))).await;
         let Some(sample) = engine.load_sample().await else { break };
         let (now, cpu) = (Instant::now(), process_cpu());
-        if let Some((at, received, cpu_before)) = last {
+        if let Some((at, accepted, cpu_before)) = last {
             let secs = now.saturating_duration_since(at).as_secs_f64().max(1e-3);
             let used = match (cpu, cpu_before) {
                 (Some(c), Some(b)) => c.saturating_sub(b).as_secs_f64(),
                 _ => 0.0,
             };
             node.evaluate(Load {
-                rate: sample.received.saturating_sub(received) as f64 / secs,
+                rate: sample.accepted.saturating_sub(accepted) as f64 / secs,
                 queue: sample.queue,
                 lag: sample.lag,
                 cpu: 100.0 * used / secs / cores,
             });
         }
-        last = Some((now, sample.received, cpu));
+        last = Some((now, sample.accepted, cpu));
     }
 }
 

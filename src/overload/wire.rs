@@ -29,9 +29,9 @@ pub const OLR_DEFAULT_ALGO: u64 = 0x1;
 pub const OLR_PEER_REPORT: u64 = 0x10;
 /// OC-Report-Type of a peer report (RFC 8581 section 6.2.1; 0 host, 1 realm).
 pub const PEER_REPORT: u32 = 2;
-/// The longest OC-Validity-Duration (RFC 7683 section 7.4).
+/// The longest OC-Validity-Duration (RFC 7683 section 7.5).
 pub const MAX_VALIDITY: u32 = 86_400;
-/// The validity of a report that carries none (RFC 7683 section 7.4).
+/// The validity of a report that carries none (RFC 7683 section 7.5).
 pub const DEFAULT_VALIDITY: u32 = 30;
 /// The longest header value taken.
 pub const MAX_TEXT: usize = 1024;

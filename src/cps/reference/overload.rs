@@ -23,7 +23,7 @@ pub struct RefOverload {
     last_sequence: u64,
     /// When the report being sent was issued: it is issued again with a new sequence
     /// number every half validity (the validity counts from the first report with a given
-    /// sequence number, RFC 7683 section 7.4).
+    /// sequence number, RFC 7683 section 7.5).
     issued: Option<Instant>,
 }
 

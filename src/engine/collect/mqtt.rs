@@ -269,7 +269,9 @@ async fn run(
     // the queue full.
     let (client, mut events) = AsyncClient::new(options(current, tls, inflight), 256);
     let (control_tx, control_rx) = tokio::sync::mpsc::channel::<String>(CONTROL_QUEUE);
-    let publisher = AbortOnDrop(tokio::spawn(control_publisher(client.clone(), engine.clone(), control_rx)));
+    let all = Arc::new(tokio::sync::Notify::new());
+    let publisher =
+        AbortOnDrop(tokio::spawn(control_publisher(client.clone(), engine.clone(), control_rx, all.clone())));
     let mut doic_changed = engine.doic.changed.subscribe();
     let mut retry = tokio::time::interval(Duration::from_secs(1));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -281,15 +283,11 @@ async fn run(
     info!(broker = %format!("{}:{}", current.host, current.port), filter, tls = using.is_some(), "SCI collection over MQTT starting");
     loop {
         tokio::select! {
-            // A new report, a renewal or an end: every SCI that announced over MQTT.
+            // A new report, a renewal or an end: every SCI that announced over MQTT (the
+            // publisher walks them all; a notification it has not taken yet is kept).
             r = doic_changed.changed() => {
                 if r.is_ok() {
-                    for csci in engine.doic.announced_over("mqtt") {
-                        if control_tx.try_send(csci).is_err() {
-                            debug!("MQTT control publishes queued to the limit; the rest wait for the next report");
-                            break;
-                        }
-                    }
+                    all.notify_one();
                 }
             }
             _ = retry.tick(), if subscribe_pending => {
@@ -458,9 +456,24 @@ const CONTROL_QUEUE: usize = 1024;
 /// MQTT v5 user properties `x-cats-oc-supported-features` and `x-cats-oc-olr`, the same in
 /// a JSON payload, retained (an SCI that subscribes later gets it). Runs in the control
 /// publisher's task: it may wait for room in the request queue.
-async fn control_publisher(client: AsyncClient, engine: Engine, mut rx: tokio::sync::mpsc::Receiver<String>) {
-    while let Some(csci) = rx.recv().await {
-        publish_control(&client, &engine, &csci).await;
+async fn control_publisher(
+    client: AsyncClient,
+    engine: Engine,
+    mut rx: tokio::sync::mpsc::Receiver<String>,
+    all: Arc<tokio::sync::Notify>,
+) {
+    loop {
+        tokio::select! {
+            one = rx.recv() => match one {
+                Some(csci) => publish_control(&client, &engine, &csci).await,
+                None => break,
+            },
+            _ = all.notified() => {
+                for csci in engine.doic.announced_over("mqtt") {
+                    publish_control(&client, &engine, &csci).await;
+                }
+            }
+        }
     }
 }
 
@@ -476,7 +489,9 @@ impl Drop for AbortOnDrop {
 async fn publish_control(client: &AsyncClient, engine: &Engine, csci: &str) {
     use rumqttc::v5::mqttbytes::v5::PublishProperties;
     let (settings, r) = engine.doic.settings();
-    if !settings.reporting() || csci.contains(['+', '#', '/', '\0']) {
+    let olr = engine.doic.current();
+    // Turned off during an overload, the node still publishes its end while it lasts.
+    if !(settings.reporting() || olr.is_some()) || csci.contains(['+', '#', '/', '\0']) {
         return;
     }
     let topic = r.mqtt_control_topic.replacen('+', csci, 1);
@@ -486,7 +501,7 @@ async fn publish_control(client: &AsyncClient, engine: &Engine, csci: &str) {
         source_id: engine.doic.csma_id(),
     }
     .to_string();
-    let olr = engine.doic.current().map(|o| o.to_string());
+    let olr = olr.map(|o| o.to_string());
     let mut user = vec![(H_OC_SUPPORTED.to_owned(), answer.clone())];
     if let Some(o) = &olr {
         user.push((H_OC_OLR.to_owned(), o.clone()));
