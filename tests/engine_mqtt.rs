@@ -5,50 +5,13 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::mosquitto::{broker, free_port};
 use common::*;
 
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn mosquitto_bin() -> String {
-    for p in ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"] {
-        if std::path::Path::new(p).exists() {
-            return p.into();
-        }
-    }
-    panic!("mosquitto is not installed: run scripts/setup.sh");
-}
-
-struct Broker(Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn broker(dir: &std::path::Path, port: u16) -> Broker {
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).unwrap();
-    // The guard kills and reaps the broker on every path, including the panic below.
-    let guard = Broker(
-        Command::new(mosquitto_bin()).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
-    );
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return guard;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("mosquitto did not start on port {port}");
-}
 
 fn publish(port: u16, topic: &str, payload: &str) {
     let st = Command::new("mosquitto_pub")

@@ -17,12 +17,13 @@ mod common;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cats_sma::engine::auth::sign_hmac;
+use common::mosquitto::{broker, free_port};
 use common::*;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -429,37 +430,6 @@ async fn issue_11_class_6_sse_stream_and_netconf_notifications_stay_well_formed(
 }
 
 // ----- class 6 over MQTT -----------------------------------------------------------------
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-struct Broker(Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn broker(dir: &std::path::Path, port: u16) -> Broker {
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).unwrap();
-    let bin = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("mosquitto is installed by scripts/setup.sh");
-    let guard =
-        Broker(Command::new(bin).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return guard;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("mosquitto did not start on port {port}");
-}
 
 /// Publishes with an MQTT v5 client of our own (rumqttc), so topics and payloads can hold
 /// what a command line cannot.

@@ -6,7 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,43 +14,13 @@ use std::time::Duration;
 use cats_sma::engine::collect::grpc::pb;
 use cats_sma::overload::sci::SciReactor;
 use cats_sma::overload::wire::{Olr, Supported, OLR_DEFAULT_ALGO};
+use common::mosquitto::{broker, free_port};
 use common::{connect, leaf_after, rpc, start_agent, AgentProcess, RawSession, PASSWORD};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CSMA: &str = "csma-a";
 const H_SUP: &str = "x-cats-oc-supported-features";
 const H_OLR: &str = "x-cats-oc-olr";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-struct Broker(Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn broker(dir: &std::path::Path, port: u16) -> Broker {
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).unwrap();
-    let bin = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("mosquitto is installed by scripts/setup.sh");
-    let guard =
-        Broker(Command::new(bin).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return guard;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("mosquitto did not start on port {port}");
-}
 
 fn json_report(csci: &str, seq: u64, gas: u32) -> String {
     format!(

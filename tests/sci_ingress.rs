@@ -10,13 +10,14 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cats_sma::engine::auth::sign_hmac;
+use common::mosquitto::{broker_with, free_port, Broker};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -322,19 +323,6 @@ async fn seed004_sci_collection_pull_over_https_refuses_wrong_anchor_name_and_mi
 
 // ----- MQTT over TLS ---------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-struct Broker(Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// mosquitto with a plaintext listener on `plain` and, with `tls`, a TLS listener on
 /// `tls.0` that requires client certificates chained to the test CA.
 fn broker(dir: &Path, plain: u16, tls: Option<(u16, &Pki)>) -> Broker {
@@ -349,32 +337,6 @@ fn broker(dir: &Path, plain: u16, tls: Option<(u16, &Pki)>) -> Broker {
         ));
     }
     broker_with(dir, conf, &[Some(plain), tls.map(|t| t.0)].into_iter().flatten().collect::<Vec<_>>())
-}
-
-/// mosquitto with the configuration `conf`, once it listens on every port of `ports`.
-fn broker_with(dir: &Path, conf: String, ports: &[u16]) -> Broker {
-    let path: PathBuf = dir.join("mosquitto.conf");
-    std::fs::write(&path, conf).unwrap();
-    // mosquitto started as root reads its files as the 'mosquitto' user.
-    let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(dir).status();
-    let bin = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("mosquitto is installed by scripts/setup.sh");
-    let guard =
-        Broker(Command::new(bin).arg("-c").arg(&path).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    for &port in ports {
-        let mut up = false;
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                up = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert!(up, "mosquitto did not listen on {port}");
-    }
-    guard
 }
 
 fn publish(port: u16, topic: &str, payload: &str) {

@@ -9,12 +9,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64ct::{Base64, Base64UrlUnpadded, Encoding};
 use cats_sma::engine::auth::{jwt, sign_jwt, JwtAlg, JwtSigner};
+use common::mosquitto::{free_port, Broker};
 use common::*;
 
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
@@ -350,32 +351,9 @@ async fn seed004_sci_authentication_jwks_file_rewritten_takes_effect_without_res
 
 // ----- MQTT -----------------------------------------------------------------------------
 
-struct Broker(Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn broker(dir: &Path) -> (Broker, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).unwrap();
-    let bin: PathBuf = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .expect("mosquitto is installed by scripts/setup.sh");
-    let guard =
-        Broker(Command::new(bin).arg("-c").arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "mosquitto did not start on port {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (guard, port)
+    let port = free_port();
+    (common::mosquitto::broker(dir, port), port)
 }
 
 fn publish(port: u16, topic: &str, payload: &str, authorization: &str) {

@@ -13,6 +13,7 @@ use russh::client;
 use russh::keys::PublicKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+pub mod mosquitto;
 pub mod pki;
 #[allow(unused_imports)]
 pub use pki::TestPki;
