@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::session::{abatable, lock, Peer, Registry};
 use crate::engine::update::Advertisement;
-use crate::overload::react::Outcome;
+use crate::overload::react::{Outcome, PeerOverload};
 use crate::overload::wire::{Olr, Supported, WireError};
 use crate::overload::{Direction, Transition};
 
@@ -46,23 +46,13 @@ pub fn take(
     let now = Instant::now();
     let mut transition = None;
     let mut changed = false;
-    let mut expired = None;
+    let expired;
     {
         let mut o = lock(&peer.overload);
         // A report that ran out before the expiry task saw it ends here, with its
         // notification, before anything in this reply is taken.
-        let seq = o.report.as_ref().map(|r| r.sequence);
-        if o.expire(now) {
-            changed = true;
-            expired = Some(Transition {
-                direction: Direction::FromCps,
-                peer: name.clone(),
-                overloaded: false,
-                cause: "expired",
-                sequence: seq.unwrap_or(0),
-                reduction: 0,
-            });
-        }
+        expired = expire_one(&mut o, name, now);
+        changed |= expired.is_some();
         match supported {
             Some(Ok(s)) => match o.answered(&s, &expected, &cfg) {
                 Err(_) if o.counters.ignored_source.is_power_of_two() => {
@@ -72,14 +62,7 @@ pub fn take(
                 // It no longer supports the peer report: its report in force ends with it.
                 Ok(Some(ended)) => {
                     changed = true;
-                    transition = Some(Transition {
-                        direction: Direction::FromCps,
-                        peer: name.clone(),
-                        overloaded: false,
-                        cause: "ended",
-                        sequence: ended.sequence,
-                        reduction: 0,
-                    });
+                    transition = Some(from_cps(name, false, "ended", ended.sequence, 0));
                 }
                 _ => {}
             },
@@ -97,14 +80,8 @@ pub fn take(
                 changed |= before != after;
                 match outcome {
                     Outcome::Started | Outcome::Ended => {
-                        transition = Some(Transition {
-                            direction: Direction::FromCps,
-                            peer: name.clone(),
-                            overloaded: outcome == Outcome::Started,
-                            cause: outcome.name(),
-                            sequence: r.sequence,
-                            reduction: after,
-                        })
+                        transition =
+                            Some(from_cps(name, outcome == Outcome::Started, outcome.name(), r.sequence, after))
                     }
                     Outcome::SourceMismatch if o.counters.ignored_source.is_power_of_two() => {
                         tracing::warn!(c_ps = %name, source_id = %r.source_id, expected = %expected,
@@ -137,26 +114,27 @@ pub fn expire(registry: &Registry) {
     let now = Instant::now();
     let mut any = false;
     for p in registry.peers() {
-        let expired = {
-            let mut o = lock(&p.overload);
-            let seq = o.report.as_ref().map(|r| r.sequence);
-            o.expire(now).then_some(seq.unwrap_or(0))
-        };
-        if let Some(sequence) = expired {
+        let expired = expire_one(&mut lock(&p.overload), &p.settings.name, now);
+        if let Some(t) = expired {
             any = true;
-            registry.overload.transition(Transition {
-                direction: crate::overload::Direction::FromCps,
-                peer: p.settings.name.clone(),
-                overloaded: false,
-                cause: "expired",
-                sequence,
-                reduction: 0,
-            });
+            registry.overload.transition(t);
         }
     }
     if any {
         registry.bump();
     }
+}
+
+/// Removes `o`'s report if its validity ran out, and gives the `expired` notification of it
+/// (the expiry task and a reply arriving after the expiry both end a report this way).
+fn expire_one(o: &mut PeerOverload, name: &str, now: Instant) -> Option<Transition> {
+    let sequence = o.report.as_ref().map_or(0, |r| r.sequence);
+    o.expire(now).then(|| from_cps(name, false, "expired", sequence, 0))
+}
+
+/// An overload transition of the C-PS peer `name` (direction `from-c-ps`).
+fn from_cps(name: &str, overloaded: bool, cause: &'static str, sequence: u64, reduction: u8) -> Transition {
+    Transition { direction: Direction::FromCps, peer: name.to_owned(), overloaded, cause, sequence, reduction }
 }
 
 /// The dispatcher's step for one advertisement (RFC 8581 section 5.2.5 with the loss
