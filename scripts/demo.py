@@ -77,9 +77,12 @@ class Procs:
         self.procs.append(p)
         found = {}
         got = threading.Event()
+        p.early_lines = []  # the log up to the ready line (the SSH host key is in it)
 
         def pump():
             for line in p.stderr:
+                if not got.is_set():
+                    p.early_lines.append(line)
                 if log is not None:
                     log.write(line)
                     log.flush()
@@ -383,6 +386,113 @@ def ip_metrics_demo(args):
         shutil.rmtree(work / "agent", ignore_errors=True)
 
 
+
+def hierarchy_config(subordinates):
+    """The coordinator's hierarchy: each subordinate by address and pinned host key."""
+    subs = "".join(
+        f"""<subordinate><name>{name}</name><address>127.0.0.1</address><port>{port}</port>
+            <username>admin</username><password>{PASSWORD}</password><host-key>{key}</host-key></subordinate>"""
+        for name, port, key in subordinates
+    )
+    return f"""<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0">
+  <cats-sma xmlns="urn:cats-sma:yang:cats-sma">
+    <hierarchy xmlns="urn:cats-sma:yang:cats-sma-hierarchy">
+      <withdraw-after>3</withdraw-after><reconnect><initial>500</initial><max>2000</max></reconnect>
+      {subs}
+    </hierarchy>
+  </cats-sma>
+</config>"""
+
+
+def subordinate_config(site, name, services):
+    """A subordinate: its SCIs and their credentials, no C-PS (the coordinator reports)."""
+    full = agent_config(site, services, 0)
+    # The SCIs keep the site's names with the subordinate's suffix; the C-PS peer goes.
+    full = full.replace(f"<csci-id>{site}-", f"<csci-id>{name}-").replace(f"<credential-ref>{site}-", f"<credential-ref>{name}-")
+    full = full.replace(f"<name>{site}-", f"<name>{name}-")
+    start = full.index('<c-ps xmlns=')
+    end = full.index("</c-ps>") + len("</c-ps>")
+    return full[:start] + full[end:]
+
+
+def host_key_line(lines):
+    """The agent logs its SSH host key at start: the OpenSSH public key line."""
+    for line in lines:
+        if "SSH host key " in line:
+            rest = line.split("SSH host key ", 1)[1]
+            return rest.split(" (SHA256:")[0].strip()
+    raise SystemExit("demo: the agent did not log its SSH host key")
+
+
+AGENT_ENV = {"CATS_SMA_ADMIN_PASSWORD": PASSWORD, "RUST_LOG": "info", "NO_COLOR": "1"}
+
+
+class Hierarchy:
+    """site-a as a coordinator over two subordinates; the second is stopped at 30 % of the
+    run and started again at 60 %: the coordinator withdraws its SCIs after withdraw-after
+    (3 s) and takes them back from the sync-on-start push-update of the new session."""
+
+    def __init__(self, args, procs, log, work, site):
+        self.args, self.procs, self.log, self.work, self.site = args, procs, log, work, site
+        self.subs = {}  # name -> (netconf port, sci port, process)
+        self.down = False
+        self.restarted = False
+
+    def start_sub(self, name, nc_port, sci_port):
+        p, _ = self.procs.start(
+            [self.args.bin, "run", "--state-dir", str(self.work / name), "--netconf-listen", f"127.0.0.1:{nc_port}",
+             "--sci-listen", f"127.0.0.1:{sci_port}", "--restconf-listen", "127.0.0.1:0"],
+            env=AGENT_ENV, ready="cats-sma ready", log=self.log)
+        self.subs[name] = (nc_port, sci_port, p)
+        return p
+
+    def step(self, t, duration, events):
+        name = f"{self.site}-s2"
+        nc_port, sci_port, p = self.subs[name]
+        if not self.down and not self.restarted and t >= duration * 0.3:
+            p.terminate()
+            p.wait(10)
+            self.down = True
+            events.append(f"t={t:4.0f}s  subordinate {name} stops: after withdraw-after (3 s) the coordinator "
+                          "withdraws its SCI, site-a's AR1 GAS drops by its share")
+        elif self.down and t >= duration * 0.6:
+            self.start_sub(name, nc_port, sci_port)
+            self.down, self.restarted = False, True
+            events.append(f"t={t:4.0f}s  subordinate {name} is back: the coordinator reconnects, the "
+                          "sync-on-start push-update restores its SCI, counted once")
+
+
+def hierarchy_site(args, procs, log, work, site, services, phase, t0, cps_port, grpc_port, scis):
+    h = Hierarchy(args, procs, log, work, site)
+    subordinates = []
+    for i in (1, 2):
+        name = f"{site}-s{i}"
+        nc_port, sci_port = free_port(), free_port()
+        p = h.start_sub(name, nc_port, sci_port)
+        share = {cs: base // 2 for cs, base in services.items()}
+        with manager.connect(host="127.0.0.1", port=nc_port, username="admin", password=PASSWORD,
+                             hostkey_verify=False, look_for_keys=False, allow_agent=False, timeout=30) as m:
+            m.edit_config(target="running", config=subordinate_config(site, name, share))
+            # Kept in startup: the subordinate restarted later still knows its SCIs.
+            m.copy_config(source="running", target="startup")
+        for cs, base in share.items():
+            sci = Sci(f"https://127.0.0.1:{sci_port}/reports", f"{name}-{cs.lower()}", cs, base, phase, t0,
+                      str(work / name / "sci-cert.pem"))
+            sci.start()
+            scis.append(sci)
+        subordinates.append((name, nc_port, host_key_line(p.early_lines)))
+    p, line = procs.start(
+        [args.bin, "run", "--state-dir", str(work / site), "--netconf-listen", "127.0.0.1:0",
+         "--sci-listen", "127.0.0.1:0", "--restconf-listen", "127.0.0.1:0"],
+        env=AGENT_ENV, ready="cats-sma ready", log=log)
+    nc_port = int(line.split("listening on ")[1].split(",")[0].split(";")[0].split(" ")[0].rsplit(":", 1)[1])
+    with manager.connect(host="127.0.0.1", port=nc_port, username="admin", password=PASSWORD,
+                         hostkey_verify=False, look_for_keys=False, allow_agent=False, timeout=30) as m:
+        m.edit_config(target="running", config=agent_config(site, {}, cps_port, grpc_port))
+        m.edit_config(target="running", config=hierarchy_config(subordinates))
+    return h
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=75, help="seconds to run (default 75)")
@@ -391,6 +501,8 @@ def main():
                     help="the C-SMAs report over the gRPC stream (grpc://) instead of REST")
     ap.add_argument("--ip-metrics", action="store_true",
                     help="seed 000: A-ER counters from softflowd move the chosen site (one agent)")
+    ap.add_argument("--hierarchy", action="store_true",
+                    help="seed 004 scalability: site-a is a coordinator C-SMA over two subordinate C-SMAs")
     ap.add_argument("--bin", default=str(REPO / "target" / "debug" / "cats-sma"))
     ap.add_argument("--ref-cps", default=str(REPO / "target" / "debug" / "examples" / "ref_cps"))
     args = ap.parse_args()
@@ -408,7 +520,11 @@ def main():
         procs.start([args.ref_cps, str(work / "cps.toml")], env={"RUST_LOG": "warn"},
                     ready="reference C-PS ready", log=log)
         t0 = time.time()
+        hier = None
         for site, (_, _, services, phase) in SITES.items():
+            if args.hierarchy and site == "site-a":
+                hier = hierarchy_site(args, procs, log, work, site, services, phase, t0, cps_port, grpc_port, scis)
+                continue
             sci_port = free_port()
             _, line = procs.start(
                 [args.bin, "run", "--state-dir", str(work / site), "--netconf-listen", "127.0.0.1:0",
@@ -439,6 +555,9 @@ def main():
         how = "the gRPC stream" if args.grpc else "REST"
         events = [f"t=   0s  3 C-SMAs configured over NETCONF, reporting over {how}; {len(scis)} SCIs reporting; "
                   f"logs in {work}/demo.log"]
+        if hier:
+            events.append("t=   0s  site-a is a coordinator C-SMA over 2 subordinate C-SMAs (NETCONF + YANG-Push "
+                          "on-change): the C-PS sees one site-a")
         history = {}
         failed = next(s for s in scis if s.csci == "site-b-llm1")
         fail_at, recover_at = args.duration * 0.45, args.duration * 0.75
@@ -454,6 +573,8 @@ def main():
             elif not failed.alive.is_set() and t >= recover_at:
                 failed.alive.set()
                 events.append(f"t={t:4.0f}s  SCI site-b-llm1 reports again: LLM1 at site-b is advertised again")
+            if hier:
+                hier.step(t, args.duration, events)
             render(t, cps_port, events, history, clear=not args.no_clear)
             time.sleep(1)
         print(f"demo finished; logs in {work}/demo.log")
@@ -467,6 +588,8 @@ def main():
         # Keep the log, not the agents' state directories.
         for site in SITES:
             shutil.rmtree(work / site, ignore_errors=True)
+        for d in work.glob("site-a-s*"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #   ./scripts/demo.sh --duration 120 --no-clear
 #   ./scripts/demo.sh --grpc          # the C-SMAs report over the gRPC stream (grpc://)
 #   ./scripts/demo.sh --ip-metrics    # seed 000: A-ER counters (softflowd) move the site choice
+#   ./scripts/demo.sh --hierarchy     # seed 004: site-a is a coordinator over two subordinate C-SMAs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -33,6 +33,7 @@ modules=(
     yang/cats-sma-overload.yang
     yang/cats-ip-metrics.yang
     yang/cats-sma-routing.yang
+    yang/cats-sma-hierarchy.yang
 )
 for f in yang/*.yang; do
     case " ${modules[*]} " in

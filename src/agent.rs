@@ -54,6 +54,13 @@ impl Agent {
         crate::mgmt::audit::install(audit);
         state.audit_tightened();
         let host_key = state.host_key().map_err(|e| format!("SSH host key: {e}"))?;
+        // What clients and coordinators pin (hierarchy/subordinate/host-key).
+        let public = host_key.public_key();
+        tracing::info!(
+            "SSH host key {} ({})",
+            public.to_openssh().unwrap_or_default(),
+            public.fingerprint(russh::keys::HashAlg::Sha256)
+        );
         let (mut entries, first) = state.credentials().map_err(|e| format!("credentials: {e}"))?;
         entries.extend(boot.users.iter().cloned());
         let users = UserStore::from_entries(&entries)?;
@@ -85,6 +92,7 @@ impl Agent {
         let cps = start_cps(&datastores, &server, &engine, keys)?;
         let bgp = start_bgp(&datastores, &server, &engine, &cps)?;
         let ipm = start_ipm(&datastores, &server, &engine)?;
+        start_hierarchy(&datastores, &server, &engine)?;
         // Configured subscriptions (RFC 8639 section 2.5) once the engine feeds on-change.
         let configured = datastores
             .with_tree(crate::datastore::Datastore::Running, |t| crate::push::configured::Configured::start(&server, t))
@@ -402,6 +410,37 @@ fn start_overload(
         reporting: engine.doic.clone(),
     }));
     tokio::spawn(crate::overload::report::run_sampler(engine.clone()));
+    Ok(())
+}
+
+/// The coordinator role (seed 004, Scalability): the subordinates from running and later
+/// commits, their state in the operational view, `subordinate-state-change` on the stream.
+fn start_hierarchy(
+    datastores: &Arc<Datastores>,
+    server: &Arc<crate::mgmt::Core>,
+    engine: &crate::engine::Engine,
+) -> Result<(), String> {
+    use crate::hierarchy::{config, state::HierarchyState, Hierarchy, Status};
+    let weak = Arc::downgrade(server);
+    let notify = Arc::new(move |name: &str, status: Status, reason: &str, scis: u32| {
+        let esc = |s: &str| crate::text::xml(s).into_owned();
+        let body = format!(
+            "<subordinate-state-change xmlns=\"urn:cats-sma:yang:cats-sma-hierarchy\"><subordinate>{}</subordinate>\
+             <status>{}</status><reason>{}</reason><scis-contributed>{scis}</scis-contributed></subordinate-state-change>",
+            esc(name),
+            status.yang(),
+            esc(reason)
+        );
+        if let Some(s) = weak.upgrade() {
+            s.events.publish("cats-sma-hierarchy", "subordinate-state-change", body);
+        }
+    });
+    let hierarchy = Hierarchy::new(engine.clone(), notify);
+    let settings =
+        datastores.with_tree(crate::datastore::Datastore::Running, config::settings).map_err(|e| e.to_string())?;
+    hierarchy.configure(settings);
+    datastores.register_consumer(Arc::new(config::HierarchyConsumer { hierarchy: hierarchy.clone() }));
+    datastores.register_state_provider(Arc::new(HierarchyState { hierarchy }));
     Ok(())
 }
 

@@ -902,3 +902,34 @@ fn check_olr(o: &crate::overload::wire::Olr) {
     let text = o.to_string();
     assert_eq!(Olr::decode(&text).as_ref(), Ok(o), "text round trip of {text:?}");
 }
+
+/// What a subordinate C-SMA pushes to its coordinator (`hierarchy::decode`): any
+/// notification. Whatever decodes is within its types: identifiers of their YANG type,
+/// values in range, no more items than the limit.
+pub fn hierarchy_decode(data: &[u8]) {
+    use crate::engine::report::{check_id, IdKind};
+    use crate::hierarchy::decode::{decode, Change, Event, Limits};
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    let limits = Limits { max_bytes: MAX_INPUT, max_items: 64 };
+    let sci = |v: &crate::hierarchy::decode::SciView| {
+        assert!(check_id(IdKind::CsciId, &v.csci_id).is_ok(), "csci-id {:?}", v.csci_id);
+        assert!(v.reputation.is_none_or(|r| r <= 10) && v.security_label.is_none_or(|s| s <= 10));
+    };
+    match decode(data, &limits) {
+        Ok(Event::Snapshot { scis, services, .. }) => {
+            assert!(scis.len() + services.len() <= 2 * limits.max_items);
+            scis.iter().for_each(sci);
+        }
+        Ok(Event::Changes { changes, .. }) => {
+            assert!(changes.len() <= 2 * limits.max_items);
+            for c in &changes {
+                if let Change::Sci(v) = c {
+                    sci(v);
+                }
+            }
+        }
+        _ => {}
+    }
+}

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hierarchy;
 pub mod ipm;
 pub mod mgmt;
 pub mod nacm;

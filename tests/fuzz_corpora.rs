@@ -103,4 +103,5 @@ corpus_tests!(
     rpc,
     client_cert,
     notif_decoders,
+    hierarchy_decode,
 );

@@ -225,6 +225,8 @@ pub struct Core {
     /// The agent is stopping and has saved the validator's memory (`restart.rs`): every
     /// report is refused, so that none is accepted that the next run does not know of.
     pub closed: bool,
+    /// SCIs learned from subordinate C-SMAs (`mirror.rs`), and which one each is from.
+    pub mirrors: super::mirror::Mirrors,
 }
 
 impl Core {
@@ -255,6 +257,7 @@ impl Core {
             discovery: Default::default(),
             replay_floor: None,
             closed: false,
+            mirrors: Default::default(),
         }
     }
 
@@ -507,6 +510,13 @@ impl Core {
                 "the agent is stopping: send the report again to its next run".into(),
             ));
         }
+        if !self.mirrors.is_empty() {
+            if let Some(from) = self.mirrors.owner(&raw.csci_id) {
+                // One SCI, one home: its subordinate reports it (`mirror.rs`).
+                let d = format!("{} is learned from subordinate {from}: it reports there", raw.csci_id);
+                return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
+            }
+        }
         if let Some(a) = sender.csci_id.as_deref().filter(|a| *a != raw.csci_id) {
             let d = format!("message is from {a} but reports for {}", raw.csci_id);
             return Err((self.refuse_sender(Rejection::Unauthenticated, raw, sender, d.clone()), d));
@@ -661,7 +671,14 @@ impl Core {
     }
 
     /// Stores an accepted report in the entry in `slot` (the report's SCI's).
-    fn store(&mut self, slot: Option<Slot>, report: ReportRef<'_>, warning: bool, now: Instant, wall: DateTime<Utc>) {
+    pub(super) fn store(
+        &mut self,
+        slot: Option<Slot>,
+        report: ReportRef<'_>,
+        warning: bool,
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) {
         let mut previous = None;
         if let Some(e) = slot.and_then(|s| self.cache.at_mut(s)) {
             if e.last_sequence().is_some_and(|s| report.sequence <= s) {

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod collect;
 pub mod core;
 pub mod discovery;
+pub mod mirror;
 pub mod model;
 pub mod northbound;
 pub mod policy;

@@ -64,6 +64,7 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("cats-sma-cps", &[]),
     ("cats-sma-overload", &[]),
     ("cats-sma-routing", &[]),
+    ("cats-sma-hierarchy", &[]),
     ("cats-ip-metrics", &[]),
     ("cats-sma-netconf-server", &[]),
     ("cats-sma-notif-receivers", &[]),

@@ -39,6 +39,8 @@ pub(super) struct EntryRow {
     pub(super) timestamp: Option<DateTime<Utc>>,
     pub(super) sequence: Option<u64>,
     pub(super) authentication: Option<&'static str>,
+    /// The subordinate C-SMA the entry mirrors, if it is learned from one (`mirror.rs`).
+    pub(super) learned_from: Option<std::sync::Arc<str>>,
     /// How it was discovered (trust domain, proof, when), if it was.
     pub(super) discovered: Option<crate::engine::discovery::Discovered>,
     pub(super) ttl_remaining_ms: u128,
@@ -118,13 +120,19 @@ impl Want {
 }
 
 fn entry_row(core: &Core, e: &crate::engine::cache::Entry, now: tokio::time::Instant) -> EntryRow {
+    let learned_from = if core.mirrors.is_empty() { None } else { core.mirrors.owner(&e.csci_id).cloned() };
     EntryRow {
         csci_id: e.csci_id.to_string(),
         cs_id: e.cs_id().map(str::to_owned),
         reported: e.reported,
         timestamp: e.timestamp(),
         sequence: e.sequence(),
-        authentication: e.registration().map(|s| s.authentication()),
+        authentication: if learned_from.is_some() {
+            Some("subordinate")
+        } else {
+            e.registration().map(|s| s.authentication())
+        },
+        learned_from,
         discovered: if core.discovery.discovered.is_empty() { None } else { core.discovery.get(&e.csci_id).cloned() },
         ttl_remaining_ms: e.ttl_remaining(now).as_millis(),
         state: e.state,
@@ -278,6 +286,9 @@ fn to_xml(snap: &Snapshot) -> String {
             }
             if let Some(a) = e.authentication {
                 leaf(&mut out, "authentication", a);
+            }
+            if let Some(f) = &e.learned_from {
+                leaf(&mut out, "learned-from", esc(f));
             }
             if let Some(d) = &e.discovered {
                 leaf(&mut out, "discovered-by", esc(&d.domain));

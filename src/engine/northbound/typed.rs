@@ -31,6 +31,7 @@ const ENTRY_LEAVES: &[&str] = &[
     "timestamp",
     "sequence-number",
     "authentication",
+    "learned-from",
     "discovered-by",
     "discovery-proof",
     "discovered-at",
@@ -102,7 +103,7 @@ fn picked(sel: &Sel<'_>, module: &str, name: &str, allowed: bool) -> bool {
     allowed && (sel.is_all() || sel.child(module, name).is_some())
 }
 
-fn entry_values<'a>(e: &'a EntryRow, flags: &'a Option<String>) -> [Option<Value<'a>>; 17] {
+fn entry_values<'a>(e: &'a EntryRow, flags: &'a Option<String>) -> [Option<Value<'a>>; 18] {
     let m = e.reported;
     [
         e.cs_id.as_deref().map(Value::Str),
@@ -115,6 +116,7 @@ fn entry_values<'a>(e: &'a EntryRow, flags: &'a Option<String>) -> [Option<Value
         e.timestamp.map(Value::Time),
         e.sequence.map(Value::U64),
         e.authentication.map(Value::Str),
+        e.learned_from.as_deref().map(Value::Str),
         e.discovered.as_ref().map(|d| Value::Str(&d.domain)),
         e.discovered.as_ref().map(|d| Value::Str(d.proof)),
         e.discovered.as_ref().map(|d| Value::Time(d.since)),
@@ -129,7 +131,7 @@ fn write_entry(w: &mut Writer, e: &EntryRow, sel: &Sel<'_>, ok: &Allowed) {
     let flags = e.flags.yang_bits();
     let values = entry_values(e, &flags);
     let whole = sel.is_all();
-    let mut chosen = [false; 17];
+    let mut chosen = [false; 18];
     let mut any = false;
     for i in 0..ENTRY_LEAVES.len() {
         chosen[i] = values[i].is_some() && ok.entry[i] && (whole || sel.child(M, ENTRY_LEAVES[i]).is_some());

@@ -1,0 +1,530 @@
+//! The hierarchy of C-SMAs (seed 004, Scalability): this agent as the coordinator of
+//! subordinate C-SMAs. For each configured subordinate a task keeps one NETCONF session
+//! over SSH (`client.rs`, the host key pinned) with an RFC 8641 on-change subscription
+//! with sync-on-start to the subordinate's metric cache, decodes what it pushes
+//! (`decode.rs`) and mirrors the entries into this agent's engine (`engine/mirror.rs`).
+//! Everything downstream — policy, update control, the C-PS adapters — sees one site.
+//!
+//! Losing a subordinate: the task reconnects with backoff; the contribution stays for
+//! `withdraw-after` and is then withdrawn (each SCI as a withdrawal, an immediate update).
+//! A new session's push-update lists everything the subordinate holds: the coordinator
+//! reconciles with it, so nothing is counted twice and nothing missed stays.
+
+pub mod client;
+pub mod config;
+pub mod decode;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::engine::mirror::{Mirrored, Outcome};
+use crate::engine::model::SciState;
+use crate::engine::Engine;
+
+use self::config::{Settings, Subordinate};
+use self::decode::{Change, Event, SciView};
+
+/// The subtree the coordinator subscribes to: the per-SCI entries.
+pub const FILTER: &str = "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><metric-cache/></cats-sma>";
+
+const YANG_PUSH: &str = "urn:ietf:params:xml:ns:yang:ietf-yang-push";
+
+/// The duplicates listed per subordinate in the operational state.
+pub const DUPLICATES_SHOWN: usize = 1000;
+
+/// What a notification may hold (bytes, items); a subordinate with more SCIs than this in
+/// one push-update is refused with a clear error rather than buffered without bound.
+pub const MAX_NOTIFICATION: usize = 64 << 20;
+pub const MAX_ITEMS: usize = 1_000_000;
+
+/// Where a subordinate is (YANG `subordinate-status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Connecting,
+    Subscribed,
+    Down,
+    Withdrawn,
+    Disabled,
+}
+
+impl Status {
+    pub fn yang(self) -> &'static str {
+        match self {
+            Status::Connecting => "connecting",
+            Status::Subscribed => "subscribed",
+            Status::Down => "down",
+            Status::Withdrawn => "withdrawn",
+            Status::Disabled => "disabled",
+        }
+    }
+}
+
+/// One subordinate as the operational state shows it.
+#[derive(Clone, Debug)]
+pub struct SubState {
+    pub status: Status,
+    pub connected_since: Option<DateTime<Utc>>,
+    pub session_id: Option<u32>,
+    pub subscription_id: Option<u32>,
+    pub host_key_fingerprint: Option<String>,
+    pub last_update: Option<DateTime<Utc>>,
+    pub updates: u64,
+    pub resyncs: u64,
+    pub sessions: u64,
+    pub connect_failures: u64,
+    pub host_key_mismatches: u64,
+    pub duplicates: u64,
+    pub refused: u64,
+    pub withdrawals: u64,
+    pub last_error: Option<(String, DateTime<Utc>)>,
+    /// CSCI-ID → who holds it, for the SCIs of this subordinate refused as duplicates.
+    pub duplicate: BTreeMap<String, String>,
+}
+
+impl SubState {
+    fn new(status: Status) -> SubState {
+        SubState {
+            status,
+            connected_since: None,
+            session_id: None,
+            subscription_id: None,
+            host_key_fingerprint: None,
+            last_update: None,
+            updates: 0,
+            resyncs: 0,
+            sessions: 0,
+            connect_failures: 0,
+            host_key_mismatches: 0,
+            duplicates: 0,
+            refused: 0,
+            withdrawals: 0,
+            last_error: None,
+            duplicate: BTreeMap::new(),
+        }
+    }
+}
+
+/// Sends `subordinate-state-change` (name, status, reason, SCIs contributed).
+pub type Notify = Arc<dyn Fn(&str, Status, &str, u32) + Send + Sync>;
+
+struct Running {
+    config: Subordinate,
+    task: JoinHandle<()>,
+    state: Arc<Mutex<SubState>>,
+}
+
+/// The coordinator role: the subordinate tasks and their state.
+pub struct Hierarchy {
+    engine: Engine,
+    notify: Notify,
+    settings: Mutex<Settings>,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Hierarchy {
+    pub fn new(engine: Engine, notify: Notify) -> Arc<Hierarchy> {
+        Arc::new(Hierarchy {
+            engine,
+            notify,
+            settings: Mutex::new(Settings::default()),
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Applies a configuration: a subordinate added starts its task, one removed or
+    /// disabled is stopped and its contribution withdrawn at once, one changed restarts
+    /// its session (its contribution stays until the new session's push-update reconciles
+    /// it, or `withdraw-after` passes).
+    pub fn configure(self: &Arc<Self>, s: Settings) {
+        let globals_changed = {
+            let old = lock(&self.settings);
+            old.withdraw_after != s.withdraw_after
+                || old.connect_timeout != s.connect_timeout
+                || old.reconnect_initial != s.reconnect_initial
+                || old.reconnect_max != s.reconnect_max
+        };
+        *lock(&self.settings) = s.clone();
+        let mut running = lock(&self.running);
+        let wanted: HashSet<&str> = s.subordinates.iter().map(|c| c.name.as_str()).collect();
+        let gone: Vec<String> = running.keys().filter(|k| !wanted.contains(k.as_str())).cloned().collect();
+        for name in gone {
+            if let Some(r) = running.remove(&name) {
+                r.task.abort();
+                self.withdraw_now(&name, "removed from the configuration");
+            }
+        }
+        for c in &s.subordinates {
+            let same = running.get(&c.name).is_some_and(|r| r.config == *c && !globals_changed);
+            if same {
+                continue;
+            }
+            let previous = running.remove(&c.name);
+            let state = match &previous {
+                Some(r) => {
+                    r.task.abort();
+                    r.state.clone()
+                }
+                None => Arc::new(Mutex::new(SubState::new(Status::Connecting))),
+            };
+            if !c.enabled {
+                lock(&state).status = Status::Disabled;
+                self.withdraw_now(&c.name, "disabled");
+                let task = tokio::spawn(async {});
+                running.insert(c.name.clone(), Running { config: c.clone(), task, state });
+                continue;
+            }
+            let inherited = previous.is_some();
+            let task = tokio::spawn(run(self.clone(), c.clone(), s.clone(), state.clone(), inherited));
+            running.insert(c.name.clone(), Running { config: c.clone(), task, state });
+        }
+    }
+
+    /// Each subordinate's name and state, for the operational state.
+    pub fn states(&self) -> Vec<(String, SubState)> {
+        let running = lock(&self.running);
+        let mut v: Vec<_> = running.iter().map(|(n, r)| (n.clone(), lock(&r.state).clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// How many SCIs each subordinate contributes (for a read of the operational state,
+    /// which is not async).
+    pub fn contributions_blocking(&self) -> HashMap<String, u32> {
+        let names: Vec<String> = lock(&self.running).keys().cloned().collect();
+        self.engine
+            .query_blocking(move |core| names.into_iter().map(|n| (n.clone(), core.mirrors.count(&n))).collect())
+            .unwrap_or_default()
+    }
+
+    fn withdraw_now(&self, name: &str, why: &'static str) {
+        let name = name.to_owned();
+        let notify = self.notify.clone();
+        self.engine.submit(move |core| {
+            let n = core.unmirror_except(&name, &HashSet::new());
+            if n > 0 {
+                tracing::info!(subordinate = %name, withdrawn = n, "{why}: its SCIs are withdrawn");
+                notify(&name, Status::Withdrawn, why, 0);
+            }
+        });
+    }
+}
+
+fn set_error(state: &Mutex<SubState>, e: &str) {
+    lock(state).last_error = Some((e.to_owned(), Utc::now()));
+}
+
+/// One subordinate's task: connect, subscribe, mirror; on loss, reconnect with backoff and
+/// withdraw the contribution once `withdraw-after` has passed.
+async fn run(h: Arc<Hierarchy>, c: Subordinate, s: Settings, state: Arc<Mutex<SubState>>, inherited: bool) {
+    let mut backoff = crate::backoff::Backoff::new(s.reconnect_initial, s.reconnect_max);
+    // When the session was lost (None: connected, or nothing contributed). A task started
+    // by a configuration change inherits its predecessor's contribution, kept as if the
+    // session had just been lost.
+    let mut lost_at: Option<Instant> = inherited.then(Instant::now);
+    let mut withdrawn = false;
+    loop {
+        let status = if withdrawn { Status::Withdrawn } else { Status::Connecting };
+        lock(&state).status = status;
+        let attempt = session(&h, &c, &s, &state);
+        tokio::pin!(attempt);
+        let result = loop {
+            let deadline = lost_at.filter(|_| !withdrawn).map(|t| t + s.withdraw_after);
+            tokio::select! {
+                r = &mut attempt => break r,
+                _ = sleep_until(deadline) => {
+                    withdrawn = true;
+                    withdraw_lost(&h, &c.name, &state).await;
+                }
+            }
+        };
+        match result {
+            Ok(()) => backoff.reset(),
+            Err(Lost { subscribed, reason }) => {
+                if subscribed {
+                    backoff.reset();
+                    lost_at = Some(Instant::now());
+                    withdrawn = false;
+                    let n = h.engine.query({
+                        let name = c.name.clone();
+                        move |core| core.mirrors.count(&name)
+                    });
+                    let n = n.await.unwrap_or(0);
+                    lock(&state).status = Status::Down;
+                    (h.notify)(&c.name, Status::Down, &reason, n);
+                    tracing::warn!(subordinate = %c.name, "session lost: {reason}; contribution kept for {:?}", s.withdraw_after);
+                }
+                set_error(&state, &reason);
+            }
+        }
+        if !withdrawn && lock(&state).status != Status::Withdrawn {
+            lock(&state).status = Status::Down;
+        }
+        let wait = jitter(backoff.fail());
+        let until = Instant::now() + wait;
+        loop {
+            let deadline = lost_at.filter(|_| !withdrawn).map(|t| t + s.withdraw_after);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                _ = sleep_until(deadline) => {
+                    withdrawn = true;
+                    withdraw_lost(&h, &c.name, &state).await;
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Up to a quarter less than `d`, so that coordinators restarted together do not retry in
+/// step.
+fn jitter(d: Duration) -> Duration {
+    let q = d.as_millis() as u64 / 4;
+    if q == 0 {
+        return d;
+    }
+    d - Duration::from_millis(rand::random::<u64>() % q)
+}
+
+async fn withdraw_lost(h: &Hierarchy, name: &str, state: &Mutex<SubState>) {
+    let n = h
+        .engine
+        .query({
+            let name = name.to_owned();
+            move |core| core.unmirror_except(&name, &HashSet::new())
+        })
+        .await
+        .unwrap_or(0);
+    {
+        let mut st = lock(state);
+        st.status = Status::Withdrawn;
+        st.withdrawals += 1;
+        st.duplicate.clear();
+    }
+    tracing::warn!(subordinate = %name, withdrawn = n, "subordinate down for longer than withdraw-after: its SCIs are withdrawn");
+    (h.notify)(name, Status::Withdrawn, "withdraw-after expired", 0);
+}
+
+struct Lost {
+    /// The subscription had been established (its contribution is current until now).
+    subscribed: bool,
+    reason: String,
+}
+
+/// One session: connect, subscribe, mirror until it ends.
+async fn session(h: &Hierarchy, c: &Subordinate, s: &Settings, state: &Mutex<SubState>) -> Result<(), Lost> {
+    let target = client::Target {
+        host: c.address.clone(),
+        port: c.port,
+        username: c.username.clone(),
+        auth: match &c.credential {
+            config::Credential::Password(p) => client::ClientAuth::Password(p.clone()),
+            config::Credential::PrivateKeyFile(f) => client::ClientAuth::PrivateKey(f.into()),
+        },
+        host_key: match &c.host_key {
+            config::HostKey::Key(k) => client::HostKeyPin::Key(k.clone()),
+            config::HostKey::Fingerprint(f) => client::HostKeyPin::Fingerprint(f.clone()),
+        },
+        connect_timeout: s.connect_timeout,
+        max_message_size: MAX_NOTIFICATION,
+    };
+    let failed = |e: client::ClientError| {
+        let mut st = lock(state);
+        st.connect_failures += 1;
+        if matches!(e, client::ClientError::HostKey(_)) {
+            st.host_key_mismatches += 1;
+        }
+        Lost { subscribed: false, reason: e.to_string() }
+    };
+    let mut sess = client::Session::connect(&target).await.map_err(failed)?;
+    let reply = sess.rpc(&client::establish_on_change(FILTER, 0), s.connect_timeout).await.map_err(failed)?;
+    let id = client::subscription_id(&reply).map_err(failed)?;
+    {
+        let mut st = lock(state);
+        st.status = Status::Subscribed;
+        st.sessions += 1;
+        st.connected_since = Some(Utc::now());
+        st.session_id = Some(sess.session_id());
+        st.subscription_id = Some(id);
+        st.host_key_fingerprint = Some(sess.host_key_fingerprint().to_owned());
+    }
+    tracing::info!(subordinate = %c.name, subscription = id, "subscribed to the subordinate's metric cache");
+    (h.notify)(&c.name, Status::Subscribed, "subscription established", 0);
+    let limits = decode::Limits { max_bytes: MAX_NOTIFICATION, max_items: MAX_ITEMS };
+    let lost = |reason: String| Lost { subscribed: true, reason };
+    loop {
+        let msg = match sess.next_notification().await {
+            Ok(m) => m,
+            Err(e) => return Err(lost(e.to_string())),
+        };
+        let event = match decode::decode(&msg, &limits) {
+            Ok(e) => e,
+            Err(e) => {
+                // A notification the coordinator cannot read leaves its view unknown: a
+                // new session's push-update is the way back to a known state.
+                tracing::warn!(subordinate = %c.name, "undecodable notification: {e}");
+                sess.close().await;
+                return Err(lost(format!("undecodable notification: {e}")));
+            }
+        };
+        match event {
+            Event::Snapshot { id: sid, scis, incomplete, .. } if sid == id => {
+                let applied = apply(h, &c.name, scis.into_iter().map(Change::Sci).collect(), !incomplete).await;
+                record(state, applied, true);
+            }
+            Event::Changes { id: sid, changes, incomplete } if sid == id => {
+                let applied = apply(h, &c.name, changes, false).await;
+                record(state, applied, false);
+                if incomplete {
+                    // Something changed that the edits do not say (RFC 8641 section 3.11):
+                    // a push-update of everything puts the view right.
+                    let body =
+                        format!("<resync-subscription xmlns=\"{YANG_PUSH}\"><id>{id}</id></resync-subscription>");
+                    if let Err(e) = sess.rpc(&body, s.connect_timeout).await {
+                        return Err(lost(format!("resync-subscription: {e}")));
+                    }
+                }
+            }
+            Event::Ended { id: sid, reason, suspended } if sid == id => {
+                sess.close().await;
+                let what = if suspended { "suspended" } else { "terminated" };
+                return Err(lost(format!("subscription {what} by the subordinate: {reason}")));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What one notification did.
+#[derive(Default)]
+struct Applied {
+    duplicates: Vec<(String, String)>,
+    released: Vec<String>,
+    refused: u64,
+}
+
+fn record(state: &Mutex<SubState>, a: Applied, snapshot: bool) {
+    let mut st = lock(state);
+    st.updates += 1;
+    st.resyncs += u64::from(snapshot);
+    st.last_update = Some(Utc::now());
+    st.refused += a.refused;
+    st.duplicates += a.duplicates.len() as u64;
+    if snapshot {
+        st.duplicate.clear();
+    }
+    for id in a.released {
+        st.duplicate.remove(&id);
+    }
+    for (id, holder) in a.duplicates {
+        if st.duplicate.len() < DUPLICATES_SHOWN || st.duplicate.contains_key(&id) {
+            st.duplicate.insert(id, holder);
+        }
+    }
+}
+
+/// Applies one notification's changes in one engine job. With `full`, the changes list
+/// everything the subordinate holds (a push-update): whatever else it contributed goes.
+async fn apply(h: &Hierarchy, name: &str, changes: Vec<Change>, full: bool) -> Applied {
+    let name = name.to_owned();
+    h.engine
+        .query(move |core| {
+            let mut out = Applied::default();
+            // A cleared container followed by entries is a replacement: the entries listed
+            // after the clear are kept, the rest withdrawn after them (no withdraw-and-add).
+            let clear = changes.iter().rposition(|c| matches!(c, Change::ClearScis));
+            let mut keep = HashSet::new();
+            for (i, ch) in changes.into_iter().enumerate() {
+                match ch {
+                    Change::Sci(v) => {
+                        let id = v.csci_id.clone();
+                        if full || clear.is_some_and(|c| i > c) {
+                            keep.insert(id.clone());
+                        }
+                        match mirrored(v) {
+                            Ok(m) => match core.mirror(&name, &m) {
+                                Outcome::Stored | Outcome::Unchanged => out.released.push(id),
+                                Outcome::Duplicate(holder) => out.duplicates.push((id, holder)),
+                                Outcome::Refused(d) => {
+                                    out.refused += 1;
+                                    tracing::warn!(subordinate = %name, csci_id = %crate::text::printable(&id, 128), "entry refused: {d}");
+                                }
+                            },
+                            Err(d) => {
+                                out.refused += 1;
+                                tracing::warn!(subordinate = %name, csci_id = %crate::text::printable(&id, 128), "entry refused: {d}");
+                            }
+                        }
+                    }
+                    Change::SciGone(id) => {
+                        core.unmirror(&name, &id);
+                        keep.remove(&id);
+                        out.released.push(id);
+                    }
+                    Change::ClearScis | Change::Service(_) | Change::ServiceGone(_) | Change::ClearServices => {}
+                }
+            }
+            if full || clear.is_some() {
+                core.unmirror_except(&name, &keep);
+            }
+            out
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// The typed entry, or why it cannot be one.
+fn mirrored(v: SciView) -> Result<Mirrored, String> {
+    let state = match v.state.as_deref() {
+        Some("active") => SciState::Active,
+        Some("healthy") | None => SciState::Healthy,
+        Some("stale") => SciState::Stale,
+        Some("failed") => SciState::Failed,
+        Some(other) => return Err(format!("unknown state {other}")),
+    };
+    let missing = |what: &str| format!("the entry has no {what}");
+    if state == SciState::Active || (state == SciState::Failed && v.gas.is_none()) {
+        // Nothing reported (yet, or any more): nothing to contribute.
+        return Ok(Mirrored {
+            csci_id: v.csci_id,
+            cs_id: v.cs_id.unwrap_or_default(),
+            gas: 0,
+            computing_time: 0,
+            health: "unhealthy".into(),
+            cost: None,
+            reputation: None,
+            security_label: None,
+            timestamp: DateTime::<Utc>::MIN_UTC,
+            sequence: 0,
+            state: SciState::Active,
+        });
+    }
+    Ok(Mirrored {
+        cs_id: v.cs_id.ok_or_else(|| missing("cs-id"))?,
+        gas: v.gas.ok_or_else(|| missing("gas"))?,
+        computing_time: v.computing_time.ok_or_else(|| missing("computing-time"))?,
+        health: v.health.ok_or_else(|| missing("health"))?,
+        cost: v.cost,
+        reputation: v.reputation,
+        security_label: v.security_label,
+        timestamp: v.timestamp.ok_or_else(|| missing("timestamp"))?,
+        sequence: v.sequence.ok_or_else(|| missing("sequence-number"))?,
+        state,
+        csci_id: v.csci_id,
+    })
+}

@@ -1,0 +1,236 @@
+//! Seed 004, Scalability (issue 20): a coordinator C-SMA over subordinate C-SMAs, each a
+//! real agent process; the coordinator holds a NETCONF session over SSH and an RFC 8641
+//! on-change subscription to each subordinate's metric cache, and reports one site to the
+//! reference C-PS.
+
+mod common;
+mod cps_support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use cats_sma::cps::auth::hex;
+use cats_sma::cps::reference::RefCps;
+use common::{connect, http_post, start_agent, AgentProcess, Nc, PASSWORD};
+use cps_support::*;
+
+/// Registers SCIs (authentication none, reporting every minute so none goes stale here).
+async fn register(agent: &AgentProcess, scis: &[&str]) {
+    let mut nc = Nc::open(agent).await;
+    let list: String = scis
+        .iter()
+        .map(|id| {
+            format!(
+                "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
+                 <expected-interval>60000</expected-interval></sci>"
+            )
+        })
+        .collect();
+    let r = nc.edit(&format!("<scis>{list}</scis>")).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    persist(&mut nc).await;
+}
+
+/// running → startup, so that a restart keeps the configuration.
+async fn persist(nc: &mut Nc) {
+    let r = nc.call("<copy-config><target><startup/></target><source><running/></source></copy-config>").await;
+    assert!(r.contains("<ok/>"), "{r}");
+}
+
+/// Posts one report per SCI to a subordinate's collector. After a `kill -9` the agent
+/// refuses reports timestamped before its replay floor (a moment after its start) as an
+/// SCI's retry would find: the report is sent again, with a new timestamp, until then.
+async fn report(agent: &AgentProcess, seq: u64, scis: &[(&str, u32)]) {
+    for (id, gas) in scis {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let body = format!(
+                r#"{{"csci-id":"{id}","cs-id":"AR1","seq":{seq},"timestamp":"{}","gas":{gas},"computing-time":5,"health":"HEALTHY"}}"#,
+                chrono::Utc::now().to_rfc3339()
+            );
+            let (status, text) =
+                http_post(agent.sci_addr.unwrap(), "/reports", "application/json", body.as_bytes()).await;
+            if status != 200 && text.contains("\"replay\"") && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            assert_eq!(status, 200, "{id}: {text}");
+            break;
+        }
+    }
+}
+
+/// The subordinate's SSH host key as an OpenSSH public key line.
+async fn host_key(agent: &AgentProcess) -> String {
+    let s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.host_key.unwrap().to_openssh().unwrap()
+}
+
+fn subordinate(name: &str, addr: SocketAddr, key: &str) -> String {
+    format!(
+        "<subordinate><name>{name}</name><address>{}</address><port>{}</port><username>admin</username>\
+         <password>{PASSWORD}</password><host-key>{key}</host-key></subordinate>",
+        addr.ip(),
+        addr.port()
+    )
+}
+
+/// The coordinator's configuration: its subordinates and the reference C-PS.
+async fn coordinate(coordinator: &AgentProcess, subordinates: &str, cps: SocketAddr) {
+    let mut nc = Nc::open(coordinator).await;
+    let r = nc
+        .edit(&format!(
+            r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent>
+            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+            <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{cps}</url>
+              <allowed-cs-id>AR1</allowed-cs-id><psk><key-id>{KEY_ID}</key-id><key>{}</key></psk></peer></c-ps>
+            <hierarchy xmlns="urn:cats-sma:yang:cats-sma-hierarchy"><withdraw-after>3</withdraw-after>
+              <reconnect><initial>200</initial><max>1000</max></reconnect>{subordinates}</hierarchy>"#,
+            hex(SECRET)
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    persist(&mut nc).await;
+}
+
+fn site_gas(cps: &RefCps) -> Option<u32> {
+    cst_services(&cps.state).into_iter().find(|(cs, _)| cs == "AR1").map(|(_, g)| g)
+}
+
+async fn wait_gas(cps: &RefCps, want: u32, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while site_gas(cps) != Some(want) {
+        assert!(tokio::time::Instant::now() < deadline, "{what}: the C-PS has {:?}, not {want}", site_gas(cps));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const STATE: &str = "<hierarchy xmlns=\"urn:cats-sma:yang:cats-sma-hierarchy\"/>";
+
+fn sub(dir: &Path) -> AgentProcess {
+    start_agent(dir, &["--sci-listen", "127.0.0.1:0"])
+}
+
+/// A subordinate that also listens for NETCONF on a fixed port, so that a restart comes
+/// back where the coordinator looks for it.
+fn sub_at(dir: &Path, netconf: SocketAddr) -> AgentProcess {
+    start_agent(dir, &["--sci-listen", "127.0.0.1:0", "--netconf-listen", &netconf.to_string()])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_scalability_coordinator_over_three_subordinates_kill_restart_and_rebuild() {
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let fixed: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
+    let mut subs: Vec<AgentProcess> = (0..3).map(|i| sub_at(dirs[i].path(), fixed[i])).collect();
+    register(&subs[0], &["a1", "a2"]).await;
+    register(&subs[1], &["b1", "b2"]).await;
+    // c1 is also held by the first subordinate: a duplicate, counted once.
+    register(&subs[2], &["c1", "a1"]).await;
+    report(&subs[0], 1, &[("a1", 100), ("a2", 20)]).await;
+    report(&subs[1], 1, &[("b1", 300), ("b2", 4)]).await;
+    let cps = start_cps(free_addr(), None).await;
+    let mut coordinator = sub(dirs[3].path());
+    let mut list = String::new();
+    for (i, s) in subs.iter().enumerate() {
+        list.push_str(&subordinate(&format!("s{i}"), fixed[i], &host_key(s).await));
+    }
+    coordinate(&coordinator, &list, cps.addr).await;
+    wait_gas(&cps, 424, "the sync-on-start push-updates of two subordinates").await;
+    // The third reports after its subscription: an on-change push. Its a1 is refused.
+    let mut nc = Nc::open(&coordinator).await;
+    nc.wait("s2 subscribed", STATE, |r| {
+        r.split("<name>s2</name>").nth(1).is_some_and(|t| t.contains("<status>subscribed</status>"))
+    })
+    .await;
+    report(&subs[2], 1, &[("c1", 500), ("a1", 7)]).await;
+    wait_gas(&cps, 924, "an on-change push-change-update").await;
+    let r = nc.wait("the duplicate listed", STATE, |r| r.contains("<held-by>s0</held-by>")).await;
+    assert!(r.contains("<csci-id>a1</csci-id>"), "{r}");
+    // The operator removes it from s2: the duplicate goes, s0's a1 stays.
+    let mut nc2 = Nc::open(&subs[2]).await;
+    let r = nc2
+        .edit(r#"<scis><sci xmlns:nc="urn:ietf:params:xml:ns:netconf:base:1.0" nc:operation="delete"><csci-id>a1</csci-id></sci></scis>"#)
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    persist(&mut nc2).await;
+    nc.wait("the duplicate gone", STATE, |r| !r.contains("<held-by>")).await;
+    assert_eq!(site_gas(&cps), Some(924));
+    // Each SCI is attributed to its subordinate.
+    let r = nc.get("<metric-cache><entry><csci-id>b1</csci-id></entry></metric-cache>").await;
+    assert!(r.contains("<learned-from>s1</learned-from>"), "{r}");
+    assert!(r.contains("<authentication>subordinate</authentication>"), "{r}");
+    // A report of a mirrored SCI straight to the coordinator is refused.
+    let body = format!(
+        r#"{{"csci-id":"b1","cs-id":"AR1","seq":9,"timestamp":"{}","gas":1,"computing-time":5,"health":"HEALTHY"}}"#,
+        chrono::Utc::now().to_rfc3339()
+    );
+    let (status, _) = http_post(coordinator.sci_addr.unwrap(), "/reports", "application/json", body.as_bytes()).await;
+    assert_ne!(status, 200);
+
+    // kill -9 of a subordinate: its contribution is withdrawn after withdraw-after (3 s).
+    let _ = subs[1].child.kill();
+    let _ = subs[1].child.wait();
+    wait_gas(&cps, 620, "the killed subordinate's SCIs withdrawn").await;
+    nc.wait("s1 withdrawn", STATE, |r| {
+        r.split("<name>s1</name>").nth(1).is_some_and(|t| t.contains("<status>withdrawn</status>"))
+    })
+    .await;
+
+    // Restarted (same state directory: same host key and SCIs; same port), the
+    // coordinator's retries find it; it reports again and its contribution comes back, once.
+    subs[1] = sub_at(dirs[1].path(), fixed[1]);
+    let mut nc = Nc::open(&coordinator).await;
+    nc.wait("s1 subscribed again", STATE, |r| {
+        r.split("<name>s1</name>").nth(1).is_some_and(|t| t.contains("<status>subscribed</status>"))
+    })
+    .await;
+    report(&subs[1], 2, &[("b1", 300), ("b2", 4)]).await;
+    wait_gas(&cps, 924, "the restarted subordinate's SCIs back").await;
+    // (Changes below the anomaly threshold, 50 %, and above the update controller's
+    // GAS delta, 10 % of the site.)
+    report(&subs[1], 3, &[("b1", 440), ("b2", 4)]).await;
+    wait_gas(&cps, 1064, "no double counting after the restart").await;
+
+    // A coordinator restart rebuilds everything from the subordinates.
+    let _ = coordinator.child.kill();
+    let _ = coordinator.child.wait();
+    coordinator = sub(dirs[3].path());
+    let mut nc = Nc::open(&coordinator).await;
+    nc.wait("all subscribed again", STATE, |r| r.matches("<status>subscribed</status>").count() == 3).await;
+    let r = nc.get("<services/>").await;
+    assert!(r.contains("<site-gas>1064</site-gas>"), "{r}");
+    report(&subs[1], 4, &[("b1", 640)]).await;
+    wait_gas(&cps, 1264, "the rebuilt coordinator reports on").await;
+    drop(coordinator);
+    cps.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_scalability_subordinate_with_a_wrong_host_key_is_refused() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let s0 = sub(dirs[0].path());
+    let other = sub(dirs[1].path());
+    register(&s0, &["x1"]).await;
+    report(&s0, 1, &[("x1", 10)]).await;
+    let coordinator = sub(dirs[2].path());
+    // The pin is another agent's key: no session, no SCI, the mismatch counted.
+    let wrong = host_key(&other).await;
+    let mut nc = Nc::open(&coordinator).await;
+    let r = nc
+        .edit(&format!(
+            "<hierarchy xmlns=\"urn:cats-sma:yang:cats-sma-hierarchy\"><reconnect><initial>200</initial>\
+             <max>500</max></reconnect>{}</hierarchy>",
+            subordinate("s0", s0.addr, &wrong)
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let r = nc
+        .wait("the mismatch counted", STATE, |r| {
+            !r.contains("<host-key-mismatches>0<") && r.contains("<host-key-mismatches>")
+        })
+        .await;
+    assert!(r.contains("host key"), "{r}");
+    let r = nc.get("<metric-cache/>").await;
+    assert!(!r.contains("x1"), "{r}");
+}
