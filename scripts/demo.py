@@ -121,7 +121,10 @@ def cps_config(port, grpc_port=None):
     return "\n".join(lines) + "\n"
 
 
-def agent_config(site, services, cps_port, grpc_port=None):
+def agent_config(site, services, cps_port, grpc_port=None, prefix=None):
+    """An agent's configuration; `prefix` names its SCIs (default: the site), and with
+    `cps_port` None it has no C-PS peer (a subordinate: its coordinator reports)."""
+    prefix = prefix or site
     # REST (gzip-compressed JSON) or, with --grpc, the gRPC stream (protobuf).
     target = (
         f"<url>grpc://127.0.0.1:{grpc_port}</url>"
@@ -129,14 +132,14 @@ def agent_config(site, services, cps_port, grpc_port=None):
         else f"<url>http://127.0.0.1:{cps_port}</url><compression>gzip</compression>"
     )
     scis = "".join(
-        f"""<sci><csci-id>{site}-{cs.lower()}</csci-id><cs-id>{cs}</cs-id>
-            <credential-ref>{site}-{cs.lower()}</credential-ref>
+        f"""<sci><csci-id>{prefix}-{cs.lower()}</csci-id><cs-id>{cs}</cs-id>
+            <credential-ref>{prefix}-{cs.lower()}</credential-ref>
             <expected-interval>500</expected-interval></sci>"""
         for cs in services
     )
     creds = "".join(
-        f"""<credential><name>{site}-{cs.lower()}</name><type>hmac-sha256</type>
-            <key>{base64.b64encode(sci_key(f"{site}-{cs.lower()}")).decode()}</key></credential>"""
+        f"""<credential><name>{prefix}-{cs.lower()}</name><type>hmac-sha256</type>
+            <key>{base64.b64encode(sci_key(f"{prefix}-{cs.lower()}")).decode()}</key></credential>"""
         for cs in services
     )
     return f"""<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0">
@@ -406,10 +409,7 @@ def hierarchy_config(subordinates):
 
 def subordinate_config(site, name, services):
     """A subordinate: its SCIs and their credentials, no C-PS (the coordinator reports)."""
-    full = agent_config(site, services, 0)
-    # The SCIs keep the site's names with the subordinate's suffix; the C-PS peer goes.
-    full = full.replace(f"<csci-id>{site}-", f"<csci-id>{name}-").replace(f"<credential-ref>{site}-", f"<credential-ref>{name}-")
-    full = full.replace(f"<name>{site}-", f"<name>{name}-")
+    full = agent_config(site, services, 0, prefix=name)
     start = full.index('<c-ps xmlns=')
     end = full.index("</c-ps>") + len("</c-ps>")
     return full[:start] + full[end:]
