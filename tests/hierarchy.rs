@@ -15,7 +15,8 @@ use cats_sma::cps::reference::RefCps;
 use common::{connect, http_post, start_agent, AgentProcess, Nc, PASSWORD};
 use cps_support::*;
 
-/// Registers SCIs (authentication none, reporting every minute so none goes stale here).
+/// Registers SCIs (authentication none, reporting every ten minutes: none goes stale here
+/// however slow the machine).
 async fn register(agent: &AgentProcess, scis: &[&str]) {
     let mut nc = Nc::open(agent).await;
     let list: String = scis
@@ -23,7 +24,7 @@ async fn register(agent: &AgentProcess, scis: &[&str]) {
         .map(|id| {
             format!(
                 "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
-                 <expected-interval>60000</expected-interval></sci>"
+                 <expected-interval>600000</expected-interval></sci>"
             )
         })
         .collect();
@@ -191,6 +192,17 @@ async fn seed004_scalability_coordinator_over_three_subordinates_kill_restart_an
     // GAS delta, 10 % of the site.)
     report(&subs[1], 3, &[("b1", 440), ("b2", 4)]).await;
     wait_gas(&cps, 1064, "no double counting after the restart").await;
+    // A change of the global settings restarts every session; each new session's
+    // push-update confirms its contribution, so withdraw-after (3 s) passing withdraws
+    // nothing.
+    let r = nc
+        .edit("<hierarchy xmlns=\"urn:cats-sma:yang:cats-sma-hierarchy\"><connect-timeout>4000</connect-timeout></hierarchy>")
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(site_gas(&cps), Some(1064));
+    let r = nc.get("<services/>").await;
+    assert!(r.contains("<site-gas>1064</site-gas>"), "{r}");
 
     // A coordinator restart rebuilds everything from the subordinates.
     let _ = coordinator.child.kill();
@@ -198,10 +210,22 @@ async fn seed004_scalability_coordinator_over_three_subordinates_kill_restart_an
     coordinator = sub(dirs[3].path());
     let mut nc = Nc::open(&coordinator).await;
     nc.wait("all subscribed again", STATE, |r| r.matches("<status>subscribed</status>").count() == 3).await;
-    let r = nc.get("<services/>").await;
-    assert!(r.contains("<site-gas>1064</site-gas>"), "{r}");
+    nc.wait("the rebuilt site", "<services/>", |r| r.contains("<site-gas>1064</site-gas>")).await;
     report(&subs[1], 4, &[("b1", 640)]).await;
     wait_gas(&cps, 1264, "the rebuilt coordinator reports on").await;
+    // Disabling a subordinate withdraws its contribution at once.
+    let r = nc
+        .edit(
+            "<hierarchy xmlns=\"urn:cats-sma:yang:cats-sma-hierarchy\"><subordinate><name>s0</name>\
+             <enabled>false</enabled></subordinate></hierarchy>",
+        )
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    wait_gas(&cps, 1144, "the disabled subordinate's SCIs withdrawn").await;
+    nc.wait("s0 disabled", STATE, |r| {
+        r.split("<name>s0</name>").nth(1).is_some_and(|t| t.contains("<status>disabled</status>"))
+    })
+    .await;
     drop(coordinator);
     cps.stop().await;
 }

@@ -783,6 +783,9 @@ impl Core {
 
     /// Registers or updates an SCI.
     pub fn set_sci(&mut self, csci_id: &str, sci: SciConfig) {
+        // A configured (or discovered) SCI is this agent's own: a subordinate's copy of it
+        // becomes a duplicate (`mirror.rs`).
+        self.mirrors.remove(csci_id);
         let (ttl, grace) = (self.cache_config.ttl_for(&sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         // A CS-ID the SCI may no longer report for stops counting at once.
@@ -828,7 +831,17 @@ impl Core {
     /// [`Core::remove_sci`] without its log line (a commit removing thousands of SCIs logs
     /// one summary); true when the SCI had a cache entry, whose metrics are withdrawn.
     pub fn remove_sci_quietly(&mut self, csci_id: &str) -> bool {
-        self.retire_history(csci_id);
+        self.remove_sci_with(csci_id, true)
+    }
+
+    /// [`Core::remove_sci_quietly`]; `keep_history` false for an SCI whose history is not
+    /// this agent's to keep (a mirrored one: its subordinate validates its reports), so
+    /// that a subordinate adding and dropping entries cannot push the history of this
+    /// agent's own SCIs out of the retained table.
+    pub(super) fn remove_sci_with(&mut self, csci_id: &str, keep_history: bool) -> bool {
+        if keep_history {
+            self.retire_history(csci_id);
+        }
         self.cache.remove_registration(csci_id);
         self.rate.forget(csci_id);
         if let Some(s) = &mut self.smoother {
@@ -923,7 +936,14 @@ impl Core {
         let updates: Vec<(CsciId, Duration)> = self
             .cache
             .registrations()
-            .map(|(id, s)| (id.to_owned(), self.cache_config.ttl_for_interval(s.expected_interval())))
+            .map(|(id, s)| {
+                let ttl = if self.mirrors.owner(id).is_some() {
+                    super::mirror::MIRROR_TTL
+                } else {
+                    self.cache_config.ttl_for_interval(s.expected_interval())
+                };
+                (id.to_owned(), ttl)
+            })
             .collect();
         for (id, ttl) in updates {
             let ev = self.cache.register(&id, ttl, self.cache_config.grace_period, now, wall);

@@ -20,10 +20,11 @@ use super::model::{CsciId, SciState};
 use super::report::RawReport;
 use super::sci_state::Input;
 
-/// The expected interval a mirrored SCI is registered with: long enough that the
-/// coordinator's own TTL never fires before the subordinate says the SCI went stale (a
-/// configured `cache/ttl` overrides it, as for every SCI).
+/// The expected interval a mirrored SCI is registered with, and its TTL here: long enough
+/// that the coordinator's own timers never fire before the subordinate says the SCI went
+/// stale. A configured `cache/ttl` does not apply to mirrored entries.
 pub const MIRROR_INTERVAL: Duration = Duration::from_secs(86_400);
+pub const MIRROR_TTL: Duration = Duration::from_secs(2 * 86_400);
 
 /// One SCI as a subordinate shows it, typed (`hierarchy` converts what it decoded).
 #[derive(Clone, Debug, PartialEq)]
@@ -89,7 +90,9 @@ impl Mirrors {
         self.owner.insert(csci_id.to_owned(), name);
     }
 
-    fn remove(&mut self, csci_id: &str) {
+    /// Forgets that an SCI is learned from a subordinate (a local registration took it
+    /// over, or its entry left).
+    pub(super) fn remove(&mut self, csci_id: &str) {
         if let Some(name) = self.owner.remove(csci_id) {
             if let Some(c) = self.counts.get_mut(&name) {
                 *c -= 1;
@@ -106,8 +109,8 @@ impl Mirrors {
 }
 
 impl Core {
-    /// Mirrors one entry of subordinate `from`.
-    pub fn mirror(&mut self, from: &str, m: &Mirrored) -> Outcome {
+    /// Mirrors one entry of subordinate `from`, which may contribute `max` SCIs.
+    pub fn mirror(&mut self, from: &str, m: &Mirrored, max: u32) -> Outcome {
         let raw = RawReport {
             csci_id: m.csci_id.clone(),
             cs_id: m.cs_id.clone(),
@@ -147,8 +150,22 @@ impl Core {
         }
         let metrics = match super::validate::check_metrics(&raw, &self.validation) {
             Ok(v) => v,
-            Err((_, d)) => return Outcome::Refused(d),
+            Err((_, d)) => {
+                // What was held stays no longer than the subordinate's word.
+                self.unmirror(from, &m.csci_id);
+                return Outcome::Refused(d);
+            }
         };
+        if !held {
+            // A new entry never evicts another: a subordinate cannot crowd out the
+            // coordinator's own SCIs or another subordinate's.
+            if self.mirrors.count(from) >= max {
+                return Outcome::Refused(format!("subordinate {from} contributes its maximum of {max} SCIs"));
+            }
+            if self.cache.len() >= self.cache.max_entries {
+                return Outcome::Refused("the metric cache is full".into());
+            }
+        }
         let mut changed = false;
         let registered_for = self.cache.registration(&m.csci_id).map(|r| r.may_report_for(&m.cs_id));
         if registered_for != Some(true) {
@@ -162,8 +179,7 @@ impl Core {
         }
         let (now, wall) = (self.clock.now(), self.clock.wall());
         if self.cache.get(&m.csci_id).is_none() {
-            let ttl = self.cache_config.ttl_for_interval(MIRROR_INTERVAL);
-            let ev = self.cache.register(&m.csci_id, ttl, self.cache_config.grace_period, now, wall);
+            let ev = self.cache.register(&m.csci_id, MIRROR_TTL, self.cache_config.grace_period, now, wall);
             self.absorb(ev);
         }
         self.mirrors.insert(&m.csci_id, from);
@@ -212,7 +228,7 @@ impl Core {
             return false;
         }
         self.mirrors.remove(csci_id);
-        self.remove_sci_quietly(csci_id);
+        self.remove_sci_with(csci_id, false);
         true
     }
 
@@ -222,7 +238,7 @@ impl Core {
         let gone: Vec<CsciId> = self.mirrors.of(from).into_iter().filter(|id| !keep.contains(id)).collect();
         for id in &gone {
             self.mirrors.remove(id);
-            self.remove_sci_quietly(id);
+            self.remove_sci_with(id, false);
         }
         if !gone.is_empty() {
             tracing::info!(subordinate = from, withdrawn = gone.len(), "subordinate's SCIs withdrawn");
@@ -256,13 +272,15 @@ mod tests {
     async fn seed004_scalability_mirrored_scis_count_once_and_leave_with_their_subordinate() {
         let mut core = Core::new(Clock::default());
         let t = core.clock.wall();
-        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t)), Outcome::Stored);
-        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Healthy, t)), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 2), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Healthy, t), 2), Outcome::Stored);
+        // Its maximum reached, a subordinate's new SCI is refused.
+        assert!(matches!(core.mirror("a", &m("s3", 5, 1, SciState::Healthy, t), 2), Outcome::Refused(_)));
         assert_eq!(core.cache.site("svc").unwrap().gas, 15);
         // A resync repeats what is held: nothing changes.
-        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t)), Outcome::Unchanged);
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 10), Outcome::Unchanged);
         // Another subordinate cannot add the same SCI again.
-        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t)), Outcome::Duplicate("a".into()));
+        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t), 10), Outcome::Duplicate("a".into()));
         assert_eq!(core.cache.site("svc").unwrap().gas, 15);
         // Nor can the SCI report to the coordinator directly.
         let raw = RawReport {
@@ -279,9 +297,9 @@ mod tests {
         };
         assert!(core.ingest(&raw, None).is_err());
         // STALE still counts, FAILED does not.
-        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Stale, t)), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Stale, t), 10), Outcome::Stored);
         assert_eq!(core.cache.site("svc").unwrap().gas, 15);
-        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Failed, t)), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Failed, t), 10), Outcome::Stored);
         assert_eq!(core.cache.site("svc").unwrap().gas, 10);
         assert_eq!(core.mirrors.count("a"), 2);
         // The subordinate is lost: all of it goes.
@@ -289,7 +307,7 @@ mod tests {
         assert!(core.cache.site("svc").is_none());
         assert_eq!(core.mirrors.count("a"), 0);
         // Now b may contribute s1.
-        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t)), Outcome::Stored);
+        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t), 10), Outcome::Stored);
         assert_eq!(core.cache.site("svc").unwrap().gas, 99);
     }
 
@@ -299,10 +317,10 @@ mod tests {
         let t = core.clock.wall();
         let mut bad = m("s1", 10, 1, SciState::Healthy, t);
         bad.reputation = Some(11);
-        assert!(matches!(core.mirror("a", &bad), Outcome::Refused(_)));
+        assert!(matches!(core.mirror("a", &bad, 10), Outcome::Refused(_)));
         let mut bad = m("s1", 10, 1, SciState::Healthy, t);
         bad.csci_id = "bad\u{202e}id".into();
-        assert!(matches!(core.mirror("a", &bad), Outcome::Refused(_)));
+        assert!(matches!(core.mirror("a", &bad, 10), Outcome::Refused(_)));
         assert!(core.cache.site("svc").is_none());
     }
 }

@@ -12,10 +12,20 @@ use crate::datastore::{ConfigConsumer, Transaction};
 pub const HIERARCHY: &str = "/cats-sma:cats-sma/cats-sma-hierarchy:hierarchy";
 
 /// How the coordinator proves itself to a subordinate.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
     Password(String),
     PrivateKeyFile(String),
+}
+
+/// Never the password itself, wherever a setting is printed.
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Password(_) => f.write_str("Password(..)"),
+            Credential::PrivateKeyFile(p) => f.debug_tuple("PrivateKeyFile").field(p).finish(),
+        }
+    }
 }
 
 /// How a subordinate's host key is verified.
@@ -35,6 +45,9 @@ pub struct Subordinate {
     pub username: String,
     pub credential: Credential,
     pub host_key: HostKey,
+    /// SCIs it may contribute: more are refused, so that one subordinate cannot fill the
+    /// coordinator's cache.
+    pub max_scis: u32,
 }
 
 /// `hierarchy` as configured (the YANG defaults where nothing is).
@@ -74,6 +87,7 @@ pub fn settings(t: &DataTree<'static>) -> Settings {
                 username: String::new(),
                 credential: Credential::Password(String::new()),
                 host_key: HostKey::Fingerprint(String::new()),
+                max_scis: 100_000,
             };
             for c in node.children() {
                 let v = c.value_canonical().unwrap_or_default();
@@ -87,6 +101,7 @@ pub fn settings(t: &DataTree<'static>) -> Settings {
                     "private-key-file" => s.credential = Credential::PrivateKeyFile(v),
                     "host-key" => s.host_key = HostKey::Key(v),
                     "host-key-fingerprint" => s.host_key = HostKey::Fingerprint(v),
+                    "max-scis" => s.max_scis = v.parse().unwrap_or(100_000),
                     _ => {}
                 }
             }

@@ -16,6 +16,7 @@ pub mod decode;
 pub mod state;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -117,6 +118,17 @@ struct Running {
     config: Subordinate,
     task: JoinHandle<()>,
     state: Arc<Mutex<SubState>>,
+    /// Cleared when the task is stopped: an engine job of the task still queued then (an
+    /// abort does not stop a poll already under way) finds it cleared and does nothing, so
+    /// nothing is mirrored after the withdrawal that follows.
+    alive: Arc<AtomicBool>,
+}
+
+impl Running {
+    fn stop(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        self.task.abort();
+    }
 }
 
 /// The coordinator role: the subordinate tasks and their state.
@@ -159,7 +171,7 @@ impl Hierarchy {
         let gone: Vec<String> = running.keys().filter(|k| !wanted.contains(k.as_str())).cloned().collect();
         for name in gone {
             if let Some(r) = running.remove(&name) {
-                r.task.abort();
+                r.stop();
                 self.withdraw_now(&name, "removed from the configuration");
             }
         }
@@ -171,7 +183,7 @@ impl Hierarchy {
             let previous = running.remove(&c.name);
             let state = match &previous {
                 Some(r) => {
-                    r.task.abort();
+                    r.stop();
                     r.state.clone()
                 }
                 None => Arc::new(Mutex::new(SubState::new(Status::Connecting))),
@@ -180,12 +192,14 @@ impl Hierarchy {
                 lock(&state).status = Status::Disabled;
                 self.withdraw_now(&c.name, "disabled");
                 let task = tokio::spawn(async {});
-                running.insert(c.name.clone(), Running { config: c.clone(), task, state });
+                let alive = Arc::new(AtomicBool::new(false));
+                running.insert(c.name.clone(), Running { config: c.clone(), task, state, alive });
                 continue;
             }
             let inherited = previous.is_some();
-            let task = tokio::spawn(run(self.clone(), c.clone(), s.clone(), state.clone(), inherited));
-            running.insert(c.name.clone(), Running { config: c.clone(), task, state });
+            let alive = Arc::new(AtomicBool::new(true));
+            let task = tokio::spawn(run(self.clone(), c.clone(), s.clone(), state.clone(), inherited, alive.clone()));
+            running.insert(c.name.clone(), Running { config: c.clone(), task, state, alive });
         }
     }
 
@@ -224,60 +238,67 @@ fn set_error(state: &Mutex<SubState>, e: &str) {
 }
 
 /// One subordinate's task: connect, subscribe, mirror; on loss, reconnect with backoff and
-/// withdraw the contribution once `withdraw-after` has passed.
-async fn run(h: Arc<Hierarchy>, c: Subordinate, s: Settings, state: Arc<Mutex<SubState>>, inherited: bool) {
+/// withdraw the contribution once `withdraw-after` has passed without a new session having
+/// reconciled it.
+async fn run(
+    h: Arc<Hierarchy>,
+    c: Subordinate,
+    s: Settings,
+    state: Arc<Mutex<SubState>>,
+    inherited: bool,
+    alive: Arc<AtomicBool>,
+) {
     let mut backoff = crate::backoff::Backoff::new(s.reconnect_initial, s.reconnect_max);
-    // When the session was lost (None: connected, or nothing contributed). A task started
-    // by a configuration change inherits its predecessor's contribution, kept as if the
-    // session had just been lost.
+    // Since when the contribution has been unconfirmed (None: confirmed by a session's
+    // push-update, or nothing contributed). A task started by a configuration change
+    // inherits its predecessor's contribution, unconfirmed from now.
     let mut lost_at: Option<Instant> = inherited.then(Instant::now);
-    let mut withdrawn = false;
+    // Set by the session once its first complete push-update is applied.
+    let reconciled = AtomicBool::new(false);
     loop {
-        let status = if withdrawn { Status::Withdrawn } else { Status::Connecting };
-        lock(&state).status = status;
-        let attempt = session(&h, &c, &s, &state);
+        {
+            let mut st = lock(&state);
+            if st.status != Status::Withdrawn {
+                st.status = Status::Connecting;
+            }
+        }
+        reconciled.store(false, Ordering::SeqCst);
+        let attempt = session(&h, &c, &s, &state, &reconciled, &alive);
         tokio::pin!(attempt);
-        let result = loop {
-            let deadline = lost_at.filter(|_| !withdrawn).map(|t| t + s.withdraw_after);
+        let reason = loop {
             tokio::select! {
                 r = &mut attempt => break r,
-                _ = sleep_until(deadline) => {
-                    withdrawn = true;
-                    withdraw_lost(&h, &c.name, &state).await;
+                _ = sleep_until(lost_at.map(|t| t + s.withdraw_after)) => {
+                    if !reconciled.load(Ordering::SeqCst) {
+                        withdraw_lost(&h, &c.name, &state).await;
+                    }
+                    lost_at = None;
                 }
             }
         };
-        match result {
-            Ok(()) => backoff.reset(),
-            Err(Lost { subscribed, reason }) => {
-                if subscribed {
-                    backoff.reset();
-                    lost_at = Some(Instant::now());
-                    withdrawn = false;
-                    let n = h.engine.query({
-                        let name = c.name.clone();
-                        move |core| core.mirrors.count(&name)
-                    });
-                    let n = n.await.unwrap_or(0);
-                    lock(&state).status = Status::Down;
-                    (h.notify)(&c.name, Status::Down, &reason, n);
-                    tracing::warn!(subordinate = %c.name, "session lost: {reason}; contribution kept for {:?}", s.withdraw_after);
-                }
-                set_error(&state, &reason);
+        set_error(&state, &reason);
+        if reconciled.load(Ordering::SeqCst) {
+            // A session that had put the contribution right: it is current until now.
+            backoff.reset();
+            lost_at = Some(Instant::now());
+            let name = c.name.clone();
+            let n = h.engine.query(move |core| core.mirrors.count(&name)).await.unwrap_or(0);
+            lock(&state).status = Status::Down;
+            (h.notify)(&c.name, Status::Down, &reason, n);
+            tracing::warn!(subordinate = %c.name, "session lost: {reason}; contribution kept for {:?}", s.withdraw_after);
+        } else {
+            let mut st = lock(&state);
+            if st.status != Status::Withdrawn {
+                st.status = Status::Down;
             }
         }
-        if !withdrawn && lock(&state).status != Status::Withdrawn {
-            lock(&state).status = Status::Down;
-        }
-        let wait = jitter(backoff.fail());
-        let until = Instant::now() + wait;
+        let until = Instant::now() + jitter(backoff.fail());
         loop {
-            let deadline = lost_at.filter(|_| !withdrawn).map(|t| t + s.withdraw_after);
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => break,
-                _ = sleep_until(deadline) => {
-                    withdrawn = true;
+                _ = sleep_until(lost_at.map(|t| t + s.withdraw_after)) => {
                     withdraw_lost(&h, &c.name, &state).await;
+                    lost_at = None;
                 }
             }
         }
@@ -320,14 +341,15 @@ async fn withdraw_lost(h: &Hierarchy, name: &str, state: &Mutex<SubState>) {
     (h.notify)(name, Status::Withdrawn, "withdraw-after expired", 0);
 }
 
-struct Lost {
-    /// The subscription had been established (its contribution is current until now).
-    subscribed: bool,
-    reason: String,
-}
-
-/// One session: connect, subscribe, mirror until it ends.
-async fn session(h: &Hierarchy, c: &Subordinate, s: &Settings, state: &Mutex<SubState>) -> Result<(), Lost> {
+/// One session: connect, subscribe, mirror until it ends; returns why it ended.
+async fn session(
+    h: &Hierarchy,
+    c: &Subordinate,
+    s: &Settings,
+    state: &Mutex<SubState>,
+    reconciled: &AtomicBool,
+    alive: &Arc<AtomicBool>,
+) -> String {
     let target = client::Target {
         host: c.address.clone(),
         port: c.port,
@@ -349,46 +371,66 @@ async fn session(h: &Hierarchy, c: &Subordinate, s: &Settings, state: &Mutex<Sub
         if matches!(e, client::ClientError::HostKey(_)) {
             st.host_key_mismatches += 1;
         }
-        Lost { subscribed: false, reason: e.to_string() }
+        e.to_string()
     };
-    let mut sess = client::Session::connect(&target).await.map_err(failed)?;
-    let reply = sess.rpc(&client::establish_on_change(FILTER, 0), s.connect_timeout).await.map_err(failed)?;
-    let id = client::subscription_id(&reply).map_err(failed)?;
+    let mut sess = match client::Session::connect(&target).await {
+        Ok(v) => v,
+        Err(e) => return failed(e),
+    };
+    let id = match sess.rpc(&client::establish_on_change(FILTER, 0), s.connect_timeout).await {
+        Ok(reply) => match client::subscription_id(&reply) {
+            Ok(id) => id,
+            Err(e) => return failed(e),
+        },
+        Err(e) => return failed(e),
+    };
     {
         let mut st = lock(state);
-        st.status = Status::Subscribed;
         st.sessions += 1;
-        st.connected_since = Some(Utc::now());
         st.session_id = Some(sess.session_id());
         st.subscription_id = Some(id);
         st.host_key_fingerprint = Some(sess.host_key_fingerprint().to_owned());
     }
     tracing::info!(subordinate = %c.name, subscription = id, "subscribed to the subordinate's metric cache");
-    (h.notify)(&c.name, Status::Subscribed, "subscription established", 0);
-    let limits = decode::Limits { max_bytes: MAX_NOTIFICATION, max_items: MAX_ITEMS };
-    let lost = |reason: String| Lost { subscribed: true, reason };
     loop {
         let msg = match sess.next_notification().await {
             Ok(m) => m,
-            Err(e) => return Err(lost(e.to_string())),
+            Err(e) => return e.to_string(),
         };
-        let event = match decode::decode(&msg, &limits) {
-            Ok(e) => e,
-            Err(e) => {
+        // Up to a push-update of every SCI: decoded off the runtime's worker threads.
+        let event = tokio::task::spawn_blocking(move || {
+            decode::decode(&msg, &decode::Limits { max_bytes: MAX_NOTIFICATION, max_items: MAX_ITEMS })
+        })
+        .await;
+        let event = match event {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
                 // A notification the coordinator cannot read leaves its view unknown: a
                 // new session's push-update is the way back to a known state.
                 tracing::warn!(subordinate = %c.name, "undecodable notification: {e}");
                 sess.close().await;
-                return Err(lost(format!("undecodable notification: {e}")));
+                return format!("undecodable notification: {e}");
             }
+            Err(e) => return format!("decoder: {e}"),
         };
         match event {
             Event::Snapshot { id: sid, scis, incomplete, .. } if sid == id => {
-                let applied = apply(h, &c.name, scis.into_iter().map(Change::Sci).collect(), !incomplete).await;
+                let changes = scis.into_iter().map(Change::Sci).collect();
+                let applied = apply(h, &c.name, changes, !incomplete, c.max_scis, alive).await;
                 record(state, applied, true);
+                if !incomplete && !reconciled.swap(true, Ordering::SeqCst) {
+                    {
+                        let mut st = lock(state);
+                        st.status = Status::Subscribed;
+                        st.connected_since = Some(Utc::now());
+                    }
+                    let name = c.name.clone();
+                    let count = h.engine.query(move |core| core.mirrors.count(&name)).await.unwrap_or(0);
+                    (h.notify)(&c.name, Status::Subscribed, "subscription established and synchronised", count);
+                }
             }
             Event::Changes { id: sid, changes, incomplete } if sid == id => {
-                let applied = apply(h, &c.name, changes, false).await;
+                let applied = apply(h, &c.name, changes, false, c.max_scis, alive).await;
                 record(state, applied, false);
                 if incomplete {
                     // Something changed that the edits do not say (RFC 8641 section 3.11):
@@ -396,14 +438,14 @@ async fn session(h: &Hierarchy, c: &Subordinate, s: &Settings, state: &Mutex<Sub
                     let body =
                         format!("<resync-subscription xmlns=\"{YANG_PUSH}\"><id>{id}</id></resync-subscription>");
                     if let Err(e) = sess.rpc(&body, s.connect_timeout).await {
-                        return Err(lost(format!("resync-subscription: {e}")));
+                        return format!("resync-subscription: {e}");
                     }
                 }
             }
             Event::Ended { id: sid, reason, suspended } if sid == id => {
                 sess.close().await;
                 let what = if suspended { "suspended" } else { "terminated" };
-                return Err(lost(format!("subscription {what} by the subordinate: {reason}")));
+                return format!("subscription {what} by the subordinate: {reason}");
             }
             _ => {}
         }
@@ -416,6 +458,7 @@ struct Applied {
     duplicates: Vec<(String, String)>,
     released: Vec<String>,
     refused: u64,
+    first_refusal: Option<(String, String)>,
 }
 
 fn record(state: &Mutex<SubState>, a: Applied, snapshot: bool) {
@@ -440,11 +483,22 @@ fn record(state: &Mutex<SubState>, a: Applied, snapshot: bool) {
 
 /// Applies one notification's changes in one engine job. With `full`, the changes list
 /// everything the subordinate holds (a push-update): whatever else it contributed goes.
-async fn apply(h: &Hierarchy, name: &str, changes: Vec<Change>, full: bool) -> Applied {
+async fn apply(
+    h: &Hierarchy,
+    name: &str,
+    changes: Vec<Change>,
+    full: bool,
+    max: u32,
+    alive: &Arc<AtomicBool>,
+) -> Applied {
     let name = name.to_owned();
+    let alive = alive.clone();
     h.engine
         .query(move |core| {
             let mut out = Applied::default();
+            if !alive.load(Ordering::SeqCst) {
+                return out;
+            }
             // A cleared container followed by entries is a replacement: the entries listed
             // after the clear are kept, the rest withdrawn after them (no withdraw-and-add).
             let clear = changes.iter().rposition(|c| matches!(c, Change::ClearScis));
@@ -456,19 +510,27 @@ async fn apply(h: &Hierarchy, name: &str, changes: Vec<Change>, full: bool) -> A
                         if full || clear.is_some_and(|c| i > c) {
                             keep.insert(id.clone());
                         }
-                        match mirrored(v) {
-                            Ok(m) => match core.mirror(&name, &m) {
-                                Outcome::Stored | Outcome::Unchanged => out.released.push(id),
-                                Outcome::Duplicate(holder) => out.duplicates.push((id, holder)),
-                                Outcome::Refused(d) => {
-                                    out.refused += 1;
-                                    tracing::warn!(subordinate = %name, csci_id = %crate::text::printable(&id, 128), "entry refused: {d}");
+                        let refused = match mirrored(v) {
+                            Ok(m) => match core.mirror(&name, &m, max) {
+                                Outcome::Stored | Outcome::Unchanged => {
+                                    out.released.push(id);
+                                    continue;
                                 }
+                                Outcome::Duplicate(holder) => {
+                                    out.duplicates.push((id, holder));
+                                    continue;
+                                }
+                                Outcome::Refused(d) => d,
                             },
                             Err(d) => {
-                                out.refused += 1;
-                                tracing::warn!(subordinate = %name, csci_id = %crate::text::printable(&id, 128), "entry refused: {d}");
+                                // What was held stays no longer than the subordinate's word.
+                                core.unmirror(&name, &id);
+                                d
                             }
+                        };
+                        out.refused += 1;
+                        if out.first_refusal.is_none() {
+                            out.first_refusal = Some((crate::text::printable(&id, 128), refused));
                         }
                     }
                     Change::SciGone(id) => {
@@ -481,6 +543,10 @@ async fn apply(h: &Hierarchy, name: &str, changes: Vec<Change>, full: bool) -> A
             }
             if full || clear.is_some() {
                 core.unmirror_except(&name, &keep);
+            }
+            if let Some((id, d)) = &out.first_refusal {
+                // One line per notification, however many entries it refused.
+                tracing::warn!(subordinate = %name, refused = out.refused, "entries refused, the first ({id}): {d}");
             }
             out
         })
