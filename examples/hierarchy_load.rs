@@ -288,14 +288,60 @@ async fn main() {
     let id = subscription_id(&reply).unwrap();
     // The sync-on-start push-update of everything comes first.
     let limits = Limits { max_bytes: 512 << 20, max_items: 10_000_000 };
+    let limits = &*Box::leak(Box::new(limits));
     loop {
         let m = nc.next_notification().await.expect("notification");
-        if matches!(decode(&m, &limits), Ok(Event::Snapshot { id: i, .. }) if i == id) {
+        if matches!(decode(&m, limits), Ok(Event::Snapshot { id: i, .. }) if i == id) {
+            break;
+        }
+    }
+    // The baseline, in the same run: the same reports seen one hop down, on the first
+    // subordinate's own on-change subscription (report -> subordinate push).
+    let mut sub0 = Session::connect(&Target {
+        host: subs[0].netconf.ip().to_string(),
+        port: subs[0].netconf.port(),
+        host_key: HostKeyPin::Key(subs[0].host_key.clone()),
+        ..target.clone()
+    })
+    .await
+    .expect("NETCONF to the first subordinate");
+    let reply = sub0
+        .rpc(
+            &establish_on_change(&format!("<cats-sma xmlns=\"{CATS}\"><metric-cache/></cats-sma>"), 0),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("establish-subscription at the subordinate");
+    let id0 = subscription_id(&reply).unwrap();
+    loop {
+        let m = sub0.next_notification().await.expect("notification");
+        if matches!(decode(&m, limits), Ok(Event::Snapshot { id: i, .. }) if i == id0) {
             break;
         }
     }
     let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let sent0: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let sent_w = sent.clone();
+    let sent0_w = sent0.clone();
+    let sent0_r = sent0.clone();
+    let secs0 = args.seconds;
+    let baseline = tokio::spawn(async move {
+        let mut lat = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(secs0 + 5);
+        while Instant::now() < deadline {
+            let Ok(m) = tokio::time::timeout(deadline - Instant::now(), sub0.next_notification()).await else { break };
+            let at = Instant::now();
+            let Ok(Event::Changes { changes, .. }) = decode(&m.expect("notification"), limits) else { continue };
+            for c in changes {
+                if let Change::Sci(v) = c {
+                    if let Some(t0) = v.gas.and_then(|g| sent0_r.lock().unwrap().remove(&u64::from(g))) {
+                        lat.push(at - t0);
+                    }
+                }
+            }
+        }
+        lat
+    });
     let (rate, secs) = (args.rate.max(1), args.seconds);
     let addrs: Vec<SocketAddr> = subs.iter().map(|p| p.sci.unwrap()).collect();
     let cpu0 = nc_client::cpu_seconds(coord.child.id()).unwrap_or(0.0);
@@ -316,7 +362,11 @@ async fn main() {
             seq[s][i] += 1;
             // A GAS value of its own identifies the report in the coordinator's push.
             let gas = 1000 + posted;
-            sent_w.lock().unwrap().insert(gas, Instant::now());
+            let now = Instant::now();
+            sent_w.lock().unwrap().insert(gas, now);
+            if s == 0 {
+                sent0_w.lock().unwrap().insert(gas, now);
+            }
             conns[s].post(&report(s, i, seq[s][i], gas)).await;
             posted += 1;
         }
@@ -328,7 +378,7 @@ async fn main() {
     while Instant::now() < deadline {
         let Ok(m) = tokio::time::timeout(deadline - Instant::now(), nc.next_notification()).await else { break };
         let at = Instant::now();
-        let Ok(Event::Changes { changes, .. }) = decode(&m.expect("notification"), &limits) else { continue };
+        let Ok(Event::Changes { changes, .. }) = decode(&m.expect("notification"), limits) else { continue };
         for c in changes {
             if let Change::Sci(v) = c {
                 updates += 1;
@@ -351,6 +401,16 @@ async fn main() {
         pct(&mut latencies, 0.5),
         pct(&mut latencies, 0.99),
         pct(&mut latencies, 1.0)
+    );
+    let mut base = baseline.await.unwrap();
+    let (c50, c99, b50, b99) =
+        (pct(&mut latencies, 0.5), pct(&mut latencies, 0.99), pct(&mut base, 0.5), pct(&mut base, 0.99));
+    println!(
+        "baseline, the same reports one hop down (report -> the first subordinate's own push): n={} p50 {b50:.2} ms, \
+         p99 {b99:.2} ms; the coordinator hop: p50 x{:.2}, p99 x{:.2}",
+        base.len(),
+        c50 / b50,
+        c99 / b99
     );
     println!(
         "coordinator CPU {:.2} s for {updates} mirrored updates: {:.1} us per update",

@@ -56,6 +56,7 @@ const KEEPALIVE_MAX: usize = 3;
 
 /// How the coordinator proves itself to the subordinate (the methods our server accepts:
 /// RFC 4252 password and publickey).
+#[derive(Clone)]
 pub enum ClientAuth {
     Password(String),
     /// An unencrypted OpenSSH (or PEM) private key file: the coordinator runs unattended,
@@ -64,6 +65,7 @@ pub enum ClientAuth {
 }
 
 /// How the subordinate's SSH host key is verified: never trust on first use.
+#[derive(Clone)]
 pub enum HostKeyPin {
     /// An OpenSSH public key line ("ssh-ed25519 AAAA… [comment]") or its base64 body.
     Key(String),
@@ -72,6 +74,7 @@ pub enum HostKeyPin {
 }
 
 /// Where a subordinate is and how to reach it.
+#[derive(Clone)]
 pub struct Target {
     /// An IP address (IPv6 with or without brackets) or a name, resolved at each connect so
     /// that a renumbered subordinate is found again.
