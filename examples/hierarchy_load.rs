@@ -210,7 +210,7 @@ async fn main() {
     let t = Instant::now();
     for (s, p) in subs.iter().enumerate() {
         let mut http = Http::connect(p.sci.expect("collector")).await;
-        for chunk in (0..n_scis).collect::<Vec<_>>().chunks(500) {
+        for chunk in (0..n_scis).collect::<Vec<_>>().chunks(200) {
             let body: Vec<String> = chunk
                 .iter()
                 .map(|&i| {

@@ -258,3 +258,90 @@ async fn seed004_scalability_subordinate_with_a_wrong_host_key_is_refused() {
     let r = nc.get("<metric-cache/>").await;
     assert!(!r.contains("x1"), "{r}");
 }
+
+fn publish(port: u16, topic: &str, payload: &str) {
+    let st = std::process::Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
+        .status()
+        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
+    assert!(st.success());
+}
+
+fn mqtt_report(csci: &str, seq: u64, gas: u32) -> String {
+    format!(
+        r#"{{"csci-id":"{csci}","cs-id":"AR1","seq":{seq},"timestamp":"{}","gas":{gas},"computing-time":5,"health":"HEALTHY"}}"#,
+        chrono::Utc::now().to_rfc3339()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_scalability_agents_of_one_mqtt_shared_group_under_a_coordinator_give_one_site() {
+    // Two agents split an MQTT v5 shared subscription (each report reaches one of them), so
+    // both hold every SCI; the coordinator (shared-scis) keeps the newest report of each.
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::mosquitto::free_port();
+    let _broker = common::mosquitto::broker(dir.path(), port);
+    let subs: Vec<AgentProcess> = (0..2).map(|i| sub(&dir.path().join(format!("s{i}")))).collect();
+    let n = 10u64;
+    let ids: Vec<String> = (0..n).map(|k| format!("sci-{k}")).collect();
+    let mut ncs = Vec::new();
+    for (i, a) in subs.iter().enumerate() {
+        let mut nc = Nc::open(a).await;
+        let scis: String = ids
+            .iter()
+            .map(|id| {
+                format!(
+                    "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
+                     <expected-interval>600000</expected-interval></sci>"
+                )
+            })
+            .collect();
+        let r = nc
+            .edit(&format!(
+                "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
+                 <allow-plaintext>true</allow-plaintext><shared-group>site-a</shared-group><client-id>agent-{i}</client-id></mqtt></collection>\
+                 <validation><anomaly><gas-change-window>1</gas-change-window></anomaly></validation><scis>{scis}</scis>"
+            ))
+            .await;
+        assert!(r.contains("<ok/>"), "{r}");
+        ncs.push(nc);
+    }
+    // Both agents in the group: probe until each has received a report.
+    let received = |r: &str| common::count(r, "reports-received");
+    let mut seq = 1u64;
+    loop {
+        publish(port, "cats/sci/sci-0/report", &mqtt_report("sci-0", seq, 100));
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let a = received(&ncs[0].get("<statistics/>").await);
+        let b = received(&ncs[1].get("<statistics/>").await);
+        if a > 0 && b > 0 {
+            break;
+        }
+        assert!(seq < 100, "both agents joined the shared group");
+    }
+    let cps = start_cps(free_addr(), None).await;
+    let coordinator = sub(&dir.path().join("coordinator"));
+    let mut list = String::new();
+    for (i, s) in subs.iter().enumerate() {
+        list.push_str(&subordinate(&format!("s{i}"), s.addr, &host_key(s).await));
+    }
+    coordinate(&coordinator, &format!("<shared-scis>true</shared-scis>{list}"), cps.addr).await;
+    for (k, id) in ids.iter().enumerate() {
+        publish(port, &format!("cats/sci/{id}/report"), &mqtt_report(id, 1000 + k as u64, 100));
+    }
+    wait_gas(&cps, 1000, "one site of ten SCIs, wherever their reports landed").await;
+    // Each SCI's next report lands at either agent: the newest wins at the coordinator.
+    for (k, id) in ids.iter().enumerate() {
+        publish(port, &format!("cats/sci/{id}/report"), &mqtt_report(id, 2000 + k as u64, 60));
+    }
+    wait_gas(&cps, 600, "the newest report of every SCI").await;
+    let mut nc = Nc::open(&coordinator).await;
+    let r = nc.get("<services/>").await;
+    assert!(r.contains("<sci-count>10</sci-count>"), "{r}");
+    // Both agents took a share of the reports.
+    let a = received(&ncs[0].get("<statistics/>").await);
+    let b = received(&ncs[1].get("<statistics/>").await);
+    assert!(a > 1 && b > 1, "{a} {b}");
+    cps.stop().await;
+}

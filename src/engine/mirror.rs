@@ -56,21 +56,27 @@ pub enum Outcome {
     Refused(String),
 }
 
-/// Which subordinate each mirrored SCI belongs to.
+/// Which subordinates hold each mirrored SCI: one, or with shared SCIs (agents of one
+/// MQTT shared-subscription group) several, the first listed being the one shown.
 #[derive(Default)]
 pub struct Mirrors {
-    owner: HashMap<CsciId, Arc<str>>,
+    holders: HashMap<CsciId, Vec<Arc<str>>>,
     counts: HashMap<Arc<str>, u32>,
 }
 
 impl Mirrors {
     pub fn is_empty(&self) -> bool {
-        self.owner.is_empty()
+        self.holders.is_empty()
     }
 
-    /// The subordinate an SCI is learned from.
+    /// The subordinate an SCI is learned from (the first of its holders).
     pub fn owner(&self, csci_id: &str) -> Option<&Arc<str>> {
-        self.owner.get(csci_id)
+        self.holders.get(csci_id).and_then(|h| h.first())
+    }
+
+    /// Whether subordinate `from` holds the SCI.
+    pub fn holds(&self, csci_id: &str, from: &str) -> bool {
+        self.holders.get(csci_id).is_some_and(|h| h.iter().any(|n| **n == *from))
     }
 
     /// How many SCIs a subordinate contributes.
@@ -79,7 +85,7 @@ impl Mirrors {
     }
 
     fn insert(&mut self, csci_id: &str, from: &str) {
-        if self.owner.contains_key(csci_id) {
+        if self.holds(csci_id, from) {
             return;
         }
         let name = match self.counts.get_key_value(from) {
@@ -87,30 +93,50 @@ impl Mirrors {
             None => Arc::from(from),
         };
         *self.counts.entry(name.clone()).or_default() += 1;
-        self.owner.insert(csci_id.to_owned(), name);
+        self.holders.entry(csci_id.to_owned()).or_default().push(name);
     }
 
-    /// Forgets that an SCI is learned from a subordinate (a local registration took it
-    /// over, or its entry left).
-    pub(super) fn remove(&mut self, csci_id: &str) {
-        if let Some(name) = self.owner.remove(csci_id) {
-            if let Some(c) = self.counts.get_mut(&name) {
-                *c -= 1;
-                if *c == 0 {
-                    self.counts.remove(&name);
-                }
+    fn uncount(&mut self, name: &str) {
+        if let Some(c) = self.counts.get_mut(name) {
+            *c -= 1;
+            if *c == 0 {
+                self.counts.remove(name);
             }
         }
     }
 
+    /// Forgets that an SCI is learned from any subordinate (a local registration took it
+    /// over).
+    pub(super) fn remove(&mut self, csci_id: &str) {
+        for name in self.holders.remove(csci_id).unwrap_or_default() {
+            self.uncount(&name);
+        }
+    }
+
+    /// `from` no longer holds the SCI; true when nobody does any more.
+    fn release(&mut self, csci_id: &str, from: &str) -> bool {
+        let Some(h) = self.holders.get_mut(csci_id) else { return false };
+        let Some(i) = h.iter().position(|n| **n == *from) else { return false };
+        h.remove(i);
+        let last = h.is_empty();
+        if last {
+            self.holders.remove(csci_id);
+        }
+        self.uncount(from);
+        last
+    }
+
     fn of(&self, from: &str) -> Vec<CsciId> {
-        self.owner.iter().filter(|(_, o)| ***o == *from).map(|(id, _)| id.clone()).collect()
+        self.holders.iter().filter(|(_, h)| h.iter().any(|n| **n == *from)).map(|(id, _)| id.clone()).collect()
     }
 }
 
 impl Core {
-    /// Mirrors one entry of subordinate `from`, which may contribute `max` SCIs.
-    pub fn mirror(&mut self, from: &str, m: &Mirrored, max: u32) -> Outcome {
+    /// Mirrors one entry of subordinate `from`, which may contribute `max` SCIs. With
+    /// `shared`, subordinates share SCIs (each report of an SCI reaches one agent of their
+    /// MQTT shared-subscription group): an SCI may be held by several, the newest report
+    /// from any of them wins, and it stays while one of them holds it.
+    pub fn mirror(&mut self, from: &str, m: &Mirrored, max: u32, shared: bool) -> Outcome {
         let raw = RawReport {
             csci_id: m.csci_id.clone(),
             cs_id: m.cs_id.clone(),
@@ -126,21 +152,24 @@ impl Core {
         if let Err(d) = super::report::check_id(super::report::IdKind::CsciId, &m.csci_id) {
             return Outcome::Refused(d);
         }
+        let holds = self.mirrors.holds(&m.csci_id, from);
         match self.mirrors.owner(&m.csci_id) {
-            Some(o) if **o != *from => return Outcome::Duplicate(o.to_string()),
+            Some(o) if !holds && !shared => return Outcome::Duplicate(o.to_string()),
             Some(_) => {}
             None if self.cache.registration(&m.csci_id).is_some() => return Outcome::Duplicate("local".into()),
             None => {}
         }
         let held = self.mirrors.owner(&m.csci_id).is_some();
+        let others = held && !(holds && self.mirrors.holders.get(&m.csci_id).is_some_and(|h| h.len() == 1));
         match m.state {
-            // Nothing reported yet: nothing to contribute; an entry held is withdrawn.
+            // Nothing reported yet: nothing to contribute; what it held is withdrawn.
             SciState::Active => {
-                if held {
-                    self.unmirror(from, &m.csci_id);
-                    return Outcome::Stored;
-                }
-                return Outcome::Unchanged;
+                return if self.unmirror(from, &m.csci_id) { Outcome::Stored } else { Outcome::Unchanged };
+            }
+            // A shared SCI another agent still holds: this agent's reports stopped, not
+            // the SCI's (they reach the others); it just no longer holds it.
+            SciState::Stale | SciState::Failed if shared && others => {
+                return if self.unmirror(from, &m.csci_id) { Outcome::Stored } else { Outcome::Unchanged };
             }
             SciState::Failed if !held => return Outcome::Unchanged,
             _ => {}
@@ -156,15 +185,13 @@ impl Core {
                 return Outcome::Refused(d);
             }
         };
-        if !held {
-            // A new entry never evicts another: a subordinate cannot crowd out the
-            // coordinator's own SCIs or another subordinate's.
-            if self.mirrors.count(from) >= max {
-                return Outcome::Refused(format!("subordinate {from} contributes its maximum of {max} SCIs"));
-            }
-            if self.cache.len() >= self.cache.max_entries {
-                return Outcome::Refused("the metric cache is full".into());
-            }
+        // A new entry never evicts another: a subordinate cannot crowd out the
+        // coordinator's own SCIs or another subordinate's.
+        if !holds && self.mirrors.count(from) >= max {
+            return Outcome::Refused(format!("subordinate {from} contributes its maximum of {max} SCIs"));
+        }
+        if !held && self.cache.len() >= self.cache.max_entries {
+            return Outcome::Refused("the metric cache is full".into());
         }
         let mut changed = false;
         let registered_for = self.cache.registration(&m.csci_id).map(|r| r.may_report_for(&m.cs_id));
@@ -224,11 +251,13 @@ impl Core {
     /// The subordinate no longer holds the entry: its metrics are withdrawn here. False
     /// when `from` does not hold it.
     pub fn unmirror(&mut self, from: &str, csci_id: &str) -> bool {
-        if self.mirrors.owner(csci_id).is_none_or(|o| **o != *from) {
+        if !self.mirrors.holds(csci_id, from) {
             return false;
         }
-        self.mirrors.remove(csci_id);
-        self.remove_sci_with(csci_id, false);
+        // A shared SCI stays while another subordinate holds it.
+        if self.mirrors.release(csci_id, from) {
+            self.remove_sci_with(csci_id, false);
+        }
         true
     }
 
@@ -237,8 +266,7 @@ impl Core {
     pub fn unmirror_except(&mut self, from: &str, keep: &std::collections::HashSet<String>) -> usize {
         let gone: Vec<CsciId> = self.mirrors.of(from).into_iter().filter(|id| !keep.contains(id)).collect();
         for id in &gone {
-            self.mirrors.remove(id);
-            self.remove_sci_with(id, false);
+            self.unmirror(from, id);
         }
         if !gone.is_empty() {
             tracing::info!(subordinate = from, withdrawn = gone.len(), "subordinate's SCIs withdrawn");
@@ -272,15 +300,15 @@ mod tests {
     async fn seed004_scalability_mirrored_scis_count_once_and_leave_with_their_subordinate() {
         let mut core = Core::new(Clock::default());
         let t = core.clock.wall();
-        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 2), Outcome::Stored);
-        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Healthy, t), 2), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 2, false), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Healthy, t), 2, false), Outcome::Stored);
         // Its maximum reached, a subordinate's new SCI is refused.
-        assert!(matches!(core.mirror("a", &m("s3", 5, 1, SciState::Healthy, t), 2), Outcome::Refused(_)));
+        assert!(matches!(core.mirror("a", &m("s3", 5, 1, SciState::Healthy, t), 2, false), Outcome::Refused(_)));
         assert_eq!(core.cache.site("svc").unwrap().gas, 15);
         // A resync repeats what is held: nothing changes.
-        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 10), Outcome::Unchanged);
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 10, false), Outcome::Unchanged);
         // Another subordinate cannot add the same SCI again.
-        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t), 10), Outcome::Duplicate("a".into()));
+        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t), 10, false), Outcome::Duplicate("a".into()));
         assert_eq!(core.cache.site("svc").unwrap().gas, 15);
         // Nor can the SCI report to the coordinator directly.
         let raw = RawReport {
@@ -297,9 +325,9 @@ mod tests {
         };
         assert!(core.ingest(&raw, None).is_err());
         // STALE still counts, FAILED does not.
-        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Stale, t), 10), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Stale, t), 10, false), Outcome::Stored);
         assert_eq!(core.cache.site("svc").unwrap().gas, 15);
-        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Failed, t), 10), Outcome::Stored);
+        assert_eq!(core.mirror("a", &m("s2", 5, 1, SciState::Failed, t), 10, false), Outcome::Stored);
         assert_eq!(core.cache.site("svc").unwrap().gas, 10);
         assert_eq!(core.mirrors.count("a"), 2);
         // The subordinate is lost: all of it goes.
@@ -307,8 +335,29 @@ mod tests {
         assert!(core.cache.site("svc").is_none());
         assert_eq!(core.mirrors.count("a"), 0);
         // Now b may contribute s1.
-        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t), 10), Outcome::Stored);
+        assert_eq!(core.mirror("b", &m("s1", 99, 7, SciState::Healthy, t), 10, false), Outcome::Stored);
         assert_eq!(core.cache.site("svc").unwrap().gas, 99);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed004_scalability_shared_scis_newest_report_wins_and_stay_while_one_holds_them() {
+        let mut core = Core::new(Clock::default());
+        let t = core.clock.wall();
+        let later = t + chrono::Duration::seconds(1);
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 10, true), Outcome::Stored);
+        // The SCI's next report reached the other agent of the group: it wins.
+        assert_eq!(core.mirror("b", &m("s1", 20, 2, SciState::Healthy, later), 10, true), Outcome::Stored);
+        assert_eq!(core.cache.site("svc").unwrap().gas, 20);
+        // The older view of the first agent changes nothing.
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Healthy, t), 10, true), Outcome::Unchanged);
+        assert_eq!(core.cache.site("svc").unwrap().gas, 20);
+        // One agent's entry goes stale (the reports go to the other): the SCI stays.
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Stale, t), 10, true), Outcome::Stored);
+        assert_eq!(core.cache.get("s1").unwrap().state, SciState::Healthy);
+        assert_eq!((core.mirrors.count("a"), core.mirrors.count("b")), (0, 1));
+        // The last holder loses it: withdrawn.
+        assert_eq!(core.unmirror_except("b", &Default::default()), 1);
+        assert!(core.cache.site("svc").is_none());
     }
 
     #[tokio::test(start_paused = true)]
@@ -317,10 +366,10 @@ mod tests {
         let t = core.clock.wall();
         let mut bad = m("s1", 10, 1, SciState::Healthy, t);
         bad.reputation = Some(11);
-        assert!(matches!(core.mirror("a", &bad, 10), Outcome::Refused(_)));
+        assert!(matches!(core.mirror("a", &bad, 10, false), Outcome::Refused(_)));
         let mut bad = m("s1", 10, 1, SciState::Healthy, t);
         bad.csci_id = "bad\u{202e}id".into();
-        assert!(matches!(core.mirror("a", &bad, 10), Outcome::Refused(_)));
+        assert!(matches!(core.mirror("a", &bad, 10, false), Outcome::Refused(_)));
         assert!(core.cache.site("svc").is_none());
     }
 }

@@ -54,6 +54,9 @@ pub struct Subordinate {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     pub withdraw_after: Duration,
+    /// Subordinates share SCIs (agents of one MQTT shared-subscription group): an SCI may
+    /// be held by several, the newest report wins (`engine::mirror`).
+    pub shared_scis: bool,
     pub connect_timeout: Duration,
     pub reconnect_initial: Duration,
     pub reconnect_max: Duration,
@@ -64,6 +67,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             withdraw_after: Duration::from_secs(30),
+            shared_scis: false,
             connect_timeout: Duration::from_millis(5000),
             reconnect_initial: Duration::from_millis(1000),
             reconnect_max: Duration::from_millis(30_000),
@@ -111,6 +115,7 @@ pub fn settings(t: &DataTree<'static>) -> Settings {
     let reconnect_initial = n("reconnect/initial").map_or(d.reconnect_initial, Duration::from_millis);
     Settings {
         withdraw_after: n("withdraw-after").map_or(d.withdraw_after, Duration::from_secs),
+        shared_scis: leaf(t, &format!("{HIERARCHY}/shared-scis")).is_some_and(|v| v == "true"),
         connect_timeout: n("connect-timeout").map_or(d.connect_timeout, Duration::from_millis),
         reconnect_initial,
         reconnect_max: n("reconnect/max").map_or(d.reconnect_max, Duration::from_millis).max(reconnect_initial),

@@ -161,6 +161,7 @@ impl Hierarchy {
         let globals_changed = {
             let old = lock(&self.settings);
             old.withdraw_after != s.withdraw_after
+                || old.shared_scis != s.shared_scis
                 || old.connect_timeout != s.connect_timeout
                 || old.reconnect_initial != s.reconnect_initial
                 || old.reconnect_max != s.reconnect_max
@@ -416,7 +417,7 @@ async fn session(
         match event {
             Event::Snapshot { id: sid, scis, incomplete, .. } if sid == id => {
                 let changes = scis.into_iter().map(Change::Sci).collect();
-                let applied = apply(h, &c.name, changes, !incomplete, c.max_scis, alive).await;
+                let applied = apply(h, &c.name, changes, !incomplete, (c.max_scis, s.shared_scis), alive).await;
                 record(state, applied, true);
                 if !incomplete && !reconciled.swap(true, Ordering::SeqCst) {
                     {
@@ -430,7 +431,7 @@ async fn session(
                 }
             }
             Event::Changes { id: sid, changes, incomplete } if sid == id => {
-                let applied = apply(h, &c.name, changes, false, c.max_scis, alive).await;
+                let applied = apply(h, &c.name, changes, false, (c.max_scis, s.shared_scis), alive).await;
                 record(state, applied, false);
                 if incomplete {
                     // Something changed that the edits do not say (RFC 8641 section 3.11):
@@ -488,7 +489,7 @@ async fn apply(
     name: &str,
     changes: Vec<Change>,
     full: bool,
-    max: u32,
+    (max, shared): (u32, bool),
     alive: &Arc<AtomicBool>,
 ) -> Applied {
     let name = name.to_owned();
@@ -511,7 +512,7 @@ async fn apply(
                             keep.insert(id.clone());
                         }
                         let refused = match mirrored(v) {
-                            Ok(m) => match core.mirror(&name, &m, max) {
+                            Ok(m) => match core.mirror(&name, &m, max, shared) {
                                 Outcome::Stored | Outcome::Unchanged => {
                                     out.released.push(id);
                                     continue;
