@@ -18,8 +18,12 @@
 //! The NETCONF client and the notification decoder are the coordinator's own
 //! (`cats_sma::hierarchy::{client, decode}`).
 
+#[path = "support/http_client.rs"]
+mod http_client;
 #[path = "support/nc_client.rs"]
 mod nc_client;
+
+use http_client::Http;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -32,7 +36,6 @@ use std::time::{Duration, Instant};
 use cats_sma::hierarchy::client::{establish_on_change, subscription_id, ClientAuth, HostKeyPin, Session, Target};
 use cats_sma::hierarchy::decode::{decode, Change, Event, Limits};
 use clap::Parser;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PASSWORD: &str = "hierarchy-bench";
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
@@ -119,51 +122,6 @@ fn report(s: usize, i: usize, seq: u64, gas: u64) -> String {
         csci(s, i),
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
     )
-}
-
-/// A keep-alive HTTP/1.1 connection to a collector.
-struct Http {
-    s: tokio::net::TcpStream,
-    addr: SocketAddr,
-    buf: Vec<u8>,
-}
-
-impl Http {
-    async fn connect(addr: SocketAddr) -> Http {
-        let s = tokio::net::TcpStream::connect(addr).await.expect("collector");
-        s.set_nodelay(true).unwrap();
-        Http { s, addr, buf: Vec::new() }
-    }
-
-    async fn post(&mut self, body: &str) {
-        let head = format!(
-            "POST /reports HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        );
-        self.s.write_all(head.as_bytes()).await.unwrap();
-        self.s.write_all(body.as_bytes()).await.unwrap();
-        let mut tmp = [0u8; 8192];
-        loop {
-            if let Some(h) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let headers = String::from_utf8_lossy(&self.buf[..h]).to_lowercase();
-                let len: usize = headers
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
-                    .unwrap_or(0);
-                if self.buf.len() >= h + 4 + len {
-                    let text = String::from_utf8_lossy(&self.buf[h + 4..h + 4 + len]).into_owned();
-                    assert!(headers.starts_with("http/1.1 200"), "collector refused: {text}");
-                    assert!(!text.contains("\"reason\""), "reports rejected: {}", nc_client::clip(&text));
-                    self.buf.drain(..h + 4 + len);
-                    return;
-                }
-            }
-            let n = self.s.read(&mut tmp).await.unwrap();
-            assert!(n > 0, "collector closed");
-            self.buf.extend_from_slice(&tmp[..n]);
-        }
-    }
 }
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {

@@ -24,14 +24,17 @@
 //! and prints the lateness of every push-update against its schedule (the first arrival
 //! plus k periods), p50/p99 over all subscribers.
 
+#[path = "support/http_client.rs"]
+mod http_client;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use http_client::Http;
 use russh::client;
 use russh::ChannelMsg;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS_BASE: &str = "urn:ietf:params:xml:ns:netconf:base:1.0";
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
@@ -171,52 +174,6 @@ fn take_chunked(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
         }
         msg.extend_from_slice(&buf[nl + 1..nl + 1 + size]);
         pos = nl + 1 + size;
-    }
-}
-
-/// A keep-alive HTTP/1.1 connection to the SCI collector.
-struct Http {
-    s: tokio::net::TcpStream,
-    addr: std::net::SocketAddr,
-    buf: Vec<u8>,
-}
-
-impl Http {
-    async fn connect(addr: std::net::SocketAddr) -> Http {
-        let s = tokio::net::TcpStream::connect(addr).await.expect("collector");
-        s.set_nodelay(true).unwrap();
-        Http { s, addr, buf: Vec::new() }
-    }
-
-    async fn post(&mut self, body: &str) {
-        let head = format!(
-            "POST /reports HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        );
-        self.s.write_all(head.as_bytes()).await.unwrap();
-        self.s.write_all(body.as_bytes()).await.unwrap();
-        let mut tmp = [0u8; 8192];
-        loop {
-            if let Some(h) = find(&self.buf, b"\r\n\r\n") {
-                let headers = String::from_utf8_lossy(&self.buf[..h]).to_lowercase();
-                let len: usize = headers
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
-                    .unwrap_or(0);
-                if self.buf.len() >= h + 4 + len {
-                    let status = headers.split_whitespace().nth(1).unwrap_or("").to_owned();
-                    let text = String::from_utf8_lossy(&self.buf[h + 4..h + 4 + len]).into_owned();
-                    self.buf.drain(..h + 4 + len);
-                    assert_eq!(status, "200", "collector refused: {text}");
-                    assert!(!text.contains("\"reason\""), "reports rejected: {text}");
-                    return;
-                }
-            }
-            let n = self.s.read(&mut tmp).await.unwrap();
-            assert!(n > 0, "collector closed");
-            self.buf.extend_from_slice(&tmp[..n]);
-        }
     }
 }
 

@@ -457,7 +457,7 @@ pub fn same_down_to_skimmed(full: &Element, skimmed: &Element) -> bool {
 }
 
 /// The character a reference (`&#…;` or a predefined entity) stands for.
-fn resolve_reference(r: &quick_xml::events::BytesRef<'_>) -> Result<char, XmlError> {
+pub(crate) fn resolve_reference(r: &quick_xml::events::BytesRef<'_>) -> Result<char, XmlError> {
     Ok(match r.resolve_char_ref().map_err(|e| XmlError(e.to_string()))? {
         Some(c) if !is_xml_char(c) => {
             return Err(XmlError(format!("&#{}; is not a character XML 1.0 allows", c as u32)))

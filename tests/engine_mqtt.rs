@@ -5,30 +5,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::mosquitto::{broker, free_port};
+use common::mosquitto::{broker, free_port, publish, publish_with};
 use common::*;
 
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
-
-fn publish(port: u16, topic: &str, payload: &str) {
-    let st = Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
-        .status()
-        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
-    assert!(st.success());
-}
-
-fn publish_with(port: u16, topic: &str, payload: &str, authorization: &str) {
-    let st = Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
-        .args(["-D", "publish", "user-property", "authorization", authorization])
-        .status()
-        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
-    assert!(st.success());
-}
 
 fn report(csci: &str, seq: u64, gas: u32) -> String {
     format!(

@@ -19,18 +19,22 @@ use cps_support::*;
 /// however slow the machine).
 async fn register(agent: &AgentProcess, scis: &[&str]) {
     let mut nc = Nc::open(agent).await;
-    let list: String = scis
-        .iter()
-        .map(|id| {
-            format!(
-                "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
-                 <expected-interval>600000</expected-interval></sci>"
-            )
-        })
-        .collect();
-    let r = nc.edit(&format!("<scis>{list}</scis>")).await;
+    let r = nc.edit(&format!("<scis>{}</scis>", sci_list(scis))).await;
     assert!(r.contains("<ok/>"), "{r}");
     persist(&mut nc).await;
+}
+
+/// SCI entries for these CSCI-IDs.
+fn sci_list<S: AsRef<str>>(ids: &[S]) -> String {
+    ids.iter()
+        .map(|id| {
+            format!(
+                "<sci><csci-id>{}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
+                 <expected-interval>600000</expected-interval></sci>",
+                id.as_ref()
+            )
+        })
+        .collect()
 }
 
 /// running → startup, so that a restart keeps the configuration.
@@ -259,14 +263,6 @@ async fn seed004_scalability_subordinate_with_a_wrong_host_key_is_refused() {
     assert!(!r.contains("x1"), "{r}");
 }
 
-fn publish(port: u16, topic: &str, payload: &str) {
-    let st = std::process::Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
-        .status()
-        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
-    assert!(st.success());
-}
-
 fn mqtt_report(csci: &str, seq: u64, gas: u32) -> String {
     format!(
         r#"{{"csci-id":"{csci}","cs-id":"AR1","seq":{seq},"timestamp":"{}","gas":{gas},"computing-time":5,"health":"HEALTHY"}}"#,
@@ -287,15 +283,7 @@ async fn seed004_scalability_agents_of_one_mqtt_shared_group_under_a_coordinator
     let mut ncs = Vec::new();
     for (i, a) in subs.iter().enumerate() {
         let mut nc = Nc::open(a).await;
-        let scis: String = ids
-            .iter()
-            .map(|id| {
-                format!(
-                    "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\
-                     <expected-interval>600000</expected-interval></sci>"
-                )
-            })
-            .collect();
+        let scis = sci_list(&ids);
         let r = nc
             .edit(&format!(
                 "<collection><mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{port}</broker-port>\
@@ -310,7 +298,7 @@ async fn seed004_scalability_agents_of_one_mqtt_shared_group_under_a_coordinator
     let received = |r: &str| common::count(r, "reports-received");
     let mut seq = 1u64;
     loop {
-        publish(port, "cats/sci/sci-0/report", &mqtt_report("sci-0", seq, 100));
+        common::mosquitto::publish(port, "cats/sci/sci-0/report", &mqtt_report("sci-0", seq, 100));
         seq += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
         let a = received(&ncs[0].get("<statistics/>").await);
@@ -328,12 +316,12 @@ async fn seed004_scalability_agents_of_one_mqtt_shared_group_under_a_coordinator
     }
     coordinate(&coordinator, &format!("<shared-scis>true</shared-scis>{list}"), cps.addr).await;
     for (k, id) in ids.iter().enumerate() {
-        publish(port, &format!("cats/sci/{id}/report"), &mqtt_report(id, 1000 + k as u64, 100));
+        common::mosquitto::publish(port, &format!("cats/sci/{id}/report"), &mqtt_report(id, 1000 + k as u64, 100));
     }
     wait_gas(&cps, 1000, "one site of ten SCIs, wherever their reports landed").await;
     // Each SCI's next report lands at either agent: the newest wins at the coordinator.
     for (k, id) in ids.iter().enumerate() {
-        publish(port, &format!("cats/sci/{id}/report"), &mqtt_report(id, 2000 + k as u64, 60));
+        common::mosquitto::publish(port, &format!("cats/sci/{id}/report"), &mqtt_report(id, 2000 + k as u64, 60));
     }
     wait_gas(&cps, 600, "the newest report of every SCI").await;
     let mut nc = Nc::open(&coordinator).await;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cats_sma::engine::auth::sign_hmac;
-use common::mosquitto::{broker_with, free_port, Broker};
+use common::mosquitto::{broker_with, free_port, publish, Broker};
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -337,14 +337,6 @@ fn broker(dir: &Path, plain: u16, tls: Option<(u16, &Pki)>) -> Broker {
         ));
     }
     broker_with(dir, conf, &[Some(plain), tls.map(|t| t.0)].into_iter().flatten().collect::<Vec<_>>())
-}
-
-fn publish(port: u16, topic: &str, payload: &str) {
-    let st = Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
-        .status()
-        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
-    assert!(st.success());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64ct::{Base64, Base64UrlUnpadded, Encoding};
 use cats_sma::engine::auth::{jwt, sign_jwt, JwtAlg, JwtSigner};
-use common::mosquitto::{free_port, Broker};
+use common::mosquitto::{free_port, publish_with as publish, Broker};
 use common::*;
 
 const CATS: &str = "urn:cats-sma:yang:cats-sma";
@@ -354,15 +354,6 @@ async fn seed004_sci_authentication_jwks_file_rewritten_takes_effect_without_res
 fn broker(dir: &Path) -> (Broker, u16) {
     let port = free_port();
     (common::mosquitto::broker(dir, port), port)
-}
-
-fn publish(port: u16, topic: &str, payload: &str, authorization: &str) {
-    let st = Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
-        .args(["-D", "publish", "user-property", "authorization", authorization])
-        .status()
-        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
-    assert!(st.success());
 }
 
 async fn cache_gas(nc: &mut RawSession, id: u32, csci: &str) -> Option<String> {

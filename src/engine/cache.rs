@@ -93,6 +93,10 @@ fn instant(t: Tick) -> Instant {
     origin() + Duration::from_nanos(t)
 }
 
+fn reported_healthy(m: Option<&Metrics>) -> bool {
+    m.is_some_and(|m| m.health == super::model::Health::Healthy)
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -414,6 +418,9 @@ enum Timer {
 #[derive(Default)]
 struct Service {
     members: HashSet<Slot, IdHash>,
+    /// Members whose last report said HEALTHY (YANG `healthy-sci-count`), kept as reports
+    /// arrive so that reading it (every on-change service update) does not walk the members.
+    reported_healthy: u32,
     aggregate: Aggregate,
     /// Where the engine's event list holds this service's last `SiteChanged`, so that a
     /// batch of reports raises it once (`Core::site_changed`); stale once the list is taken.
@@ -912,6 +919,7 @@ impl MetricCache {
         self.unlink(slot);
         let Some(e) = self.at_mut(slot) else { return Vec::new() };
         let (state, contribution, cs) = (e.state, e.contribution(), e.cs.take());
+        let healthy = reported_healthy(e.reported.as_ref());
         e.cached = false;
         e.due = None;
         e.transitions = None;
@@ -919,6 +927,7 @@ impl MetricCache {
         self.count_transition(state, SciState::Active);
         let mut events = Vec::new();
         if let Some(cs) = cs {
+            self.count_healthy(&cs, healthy, false);
             self.leave(&cs, slot, contribution.as_ref());
             events.push(CacheEvent::SiteChanged { cs_id: cs.to_string() });
             self.release(cs);
@@ -981,6 +990,8 @@ impl MetricCache {
         let old_contribution = e.contribution();
         let old_state = e.state;
         let old_cs = new_cs.map(|cs| e.cs.replace(cs));
+        let was_healthy = reported_healthy(e.reported.as_ref());
+        let is_healthy = report.metrics.health == super::model::Health::Healthy;
         e.reported = Some(report.metrics);
         e.effective = Some(effective);
         e.timestamp = Some(report.timestamp);
@@ -1003,18 +1014,46 @@ impl MetricCache {
                         s.aggregate.update(old_contribution.as_ref(), new_contribution.as_ref());
                     }
                 }
+                if was_healthy != is_healthy {
+                    self.count_healthy(report.cs_id, true, is_healthy);
+                }
             }
             Some(Some(cs)) => {
+                self.count_healthy(&cs, was_healthy, false);
                 self.leave(&cs, slot, old_contribution.as_ref());
                 events.push(CacheEvent::SiteChanged { cs_id: cs.to_string() });
                 self.release(cs);
                 self.join(report.cs_id, slot, None, new_contribution.as_ref());
+                self.count_healthy(report.cs_id, is_healthy, true);
             }
-            Some(None) => self.join(report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref()),
+            Some(None) => {
+                self.join(report.cs_id, slot, old_contribution.as_ref(), new_contribution.as_ref());
+                self.count_healthy(report.cs_id, is_healthy, true);
+            }
         }
         self.touch(slot);
         self.schedule(slot, tick(now).saturating_add(ttl), Timer::Ttl);
         true
+    }
+
+    /// Counts a member of `cs_id` whose reported health is HEALTHY in (`add`) or out; no-op
+    /// unless `healthy`.
+    fn count_healthy(&mut self, cs_id: &str, healthy: bool, add: bool) {
+        if !healthy {
+            return;
+        }
+        if let Some(s) = self.services.get_mut(cs_id) {
+            if add {
+                s.reported_healthy += 1;
+            } else {
+                s.reported_healthy = s.reported_healthy.saturating_sub(1);
+            }
+        }
+    }
+
+    /// How many members of the service last reported HEALTHY (YANG `healthy-sci-count`).
+    pub fn healthy_members(&self, cs_id: &str) -> u32 {
+        self.services.get(cs_id).map_or(0, |s| s.reported_healthy)
     }
 
     fn join(&mut self, cs_id: &str, slot: Slot, old: Option<&Contribution>, new: Option<&Contribution>) {
@@ -1170,6 +1209,47 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(10);
     const GRACE: Duration = Duration::from_secs(5);
+
+    /// `healthy-sci-count` is kept as reports arrive (an on-change service update reads it
+    /// at every change): it equals a walk of the members through health changes, a move to
+    /// another CS-ID and removals.
+    #[test]
+    fn issue20_healthy_sci_count_is_kept_not_walked() {
+        let mut c = MetricCache::new(100);
+        let (now, wall) = (Instant::now(), Utc::now());
+        let walk = |c: &MetricCache, cs: &str| {
+            c.members(cs).filter(|e| e.reported.is_some_and(|m| m.health == Health::Healthy)).count() as u32
+        };
+        let check = |c: &MetricCache| {
+            for cs in ["A", "B"] {
+                assert_eq!(c.healthy_members(cs), walk(c, cs), "{cs}");
+            }
+        };
+        for id in ["a", "b", "c"] {
+            c.register(id, TTL, GRACE, now, wall);
+        }
+        let accept = |c: &mut MetricCache, id: &str, cs: &str, seq: u64, health: Health| {
+            let mut r = report(id, cs, seq, 10);
+            r.metrics.health = health;
+            c.accept(&r, r.metrics, Flags::default(), now, wall);
+        };
+        accept(&mut c, "a", "A", 1, Health::Healthy);
+        accept(&mut c, "b", "A", 1, Health::Degraded);
+        accept(&mut c, "c", "A", 1, Health::Healthy);
+        check(&c);
+        assert_eq!(c.healthy_members("A"), 2);
+        accept(&mut c, "b", "A", 2, Health::Healthy);
+        accept(&mut c, "a", "A", 2, Health::Unhealthy);
+        check(&c);
+        // c moves to B, healthy; then b to B, degraded.
+        accept(&mut c, "c", "B", 2, Health::Healthy);
+        accept(&mut c, "b", "B", 3, Health::Degraded);
+        check(&c);
+        assert_eq!((c.healthy_members("A"), c.healthy_members("B")), (0, 1));
+        c.remove("c");
+        check(&c);
+        assert_eq!(c.healthy_members("B"), 0);
+    }
 
     /// The index hash reads every byte of a key whatever its length (the tail loads
     /// overlap): keys differing in one byte, at any position, or in length only, hash apart.

@@ -122,11 +122,7 @@ pub fn sci_leaves(core: &Core, csci_id: &str) -> Option<Leaves> {
 /// A service's site metrics as YANG leaves.
 pub fn service_leaves(core: &Core, cs_id: &str) -> Option<Leaves> {
     let site = core.cache.site(cs_id)?;
-    let healthy = core
-        .cache
-        .members(cs_id)
-        .filter(|e| e.reported.is_some_and(|m| m.health == super::model::Health::Healthy))
-        .count();
+    let healthy = core.cache.healthy_members(cs_id);
     let mut l: Leaves = Vec::with_capacity(14);
     l.push(("site-gas", site.gas.to_string()));
     l.push(("computing-time", site.computing_time_ms.to_string()));

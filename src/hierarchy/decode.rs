@@ -651,18 +651,9 @@ impl<'l> Decoder<'l> {
 
     /// A character or predefined entity reference; any other entity would need a DTD.
     fn reference(&mut self, r: &BytesRef<'_>) -> R<()> {
-        let c = match r.resolve_char_ref().map_err(|_| "a malformed character reference")? {
-            Some(c) if crate::xml::is_xml_char(c) => c,
-            Some(_) => return Err("a character reference to a character XML 1.0 does not allow".into()),
-            None => match &**r {
-                "lt" => '<',
-                "gt" => '>',
-                "amp" => '&',
-                "apos" => '\'',
-                "quot" => '"',
-                _ => return Err("a reference to an undefined entity".into()),
-            },
-        };
+        // The message parser's rules: character references to XML 1.0 characters and the
+        // five predefined entities.
+        let c = crate::xml::resolve_reference(r).map_err(|e| e.0)?;
         let mut buf = [0u8; 4];
         self.text(c.encode_utf8(&mut buf))
     }

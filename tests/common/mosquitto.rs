@@ -51,3 +51,23 @@ pub fn broker_with(dir: &Path, conf: String, ports: &[u16]) -> Broker {
     }
     guard
 }
+
+/// Publishes one MQTT v5 message (QoS 1) with mosquitto_pub.
+pub fn publish(port: u16, topic: &str, payload: &str) {
+    publish_args(port, topic, payload, &[]);
+}
+
+/// [`publish`] with the SCI's proof in the `authorization` user property (seed 004 SCI
+/// Authentication over MQTT v5).
+pub fn publish_with(port: u16, topic: &str, payload: &str, authorization: &str) {
+    publish_args(port, topic, payload, &["-D", "publish", "user-property", "authorization", authorization]);
+}
+
+fn publish_args(port: u16, topic: &str, payload: &str, extra: &[&str]) {
+    let st = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "mqttv5", "-q", "1", "-t", topic, "-m", payload])
+        .args(extra)
+        .status()
+        .expect("mosquitto_pub (mosquitto-clients) is installed by scripts/setup.sh");
+    assert!(st.success());
+}

@@ -143,7 +143,7 @@ fn entry_row(core: &Core, e: &crate::engine::cache::Entry, now: tokio::time::Ins
 
 fn service_row(core: &Core, cs: &str, function: &'static str) -> Option<ServiceRow> {
     let site = core.cache.site(cs)?;
-    let healthy = core.cache.members(cs).filter(|e| e.reported.is_some_and(|m| m.health == Health::Healthy)).count();
+    let healthy = core.cache.healthy_members(cs) as usize;
     Some(ServiceRow {
         cs_id: cs.to_owned(),
         reported: core.reported.get(cs).map(|(r, _)| r.clone()),
