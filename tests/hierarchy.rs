@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use cats_sma::cps::auth::hex;
 use cats_sma::cps::reference::RefCps;
-use common::{connect, http_post, start_agent, AgentProcess, Nc, PASSWORD};
+use common::{connect, http_post, leaf_after, start_agent, AgentProcess, Nc, PASSWORD};
 use cps_support::*;
 
 /// Registers SCIs (authentication none, reporting every ten minutes: none goes stale here
@@ -331,5 +331,41 @@ async fn seed004_scalability_agents_of_one_mqtt_shared_group_under_a_coordinator
     let a = received(&ncs[0].get("<statistics/>").await);
     let b = received(&ncs[1].get("<statistics/>").await);
     assert!(a > 1 && b > 1, "{a} {b}");
+    cps.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed004_scalability_domain_c_sma_aggregates_two_sites_before_the_c_ps() {
+    // Site-level C-SMAs report to a domain-level C-SMA, which aggregates across sites: it
+    // keeps each site's aggregate per CS-ID and reports the domain total.
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let fixed: Vec<SocketAddr> = (0..2).map(|_| free_addr()).collect();
+    let mut sites: Vec<AgentProcess> = (0..2).map(|i| sub_at(dirs[i].path(), fixed[i])).collect();
+    register(&sites[0], &["a1", "a2"]).await;
+    register(&sites[1], &["b1"]).await;
+    report(&sites[0], 1, &[("a1", 100), ("a2", 50)]).await;
+    report(&sites[1], 1, &[("b1", 300)]).await;
+    let cps = start_cps(free_addr(), None).await;
+    let domain = sub(dirs[2].path());
+    let mut list = String::new();
+    for (i, s) in sites.iter().enumerate() {
+        list.push_str(&subordinate(&format!("site-{i}"), fixed[i], &host_key(s).await));
+    }
+    coordinate(&domain, &format!("<role>domain</role>{list}"), cps.addr).await;
+    wait_gas(&cps, 450, "the domain total of two sites").await;
+    let mut nc = Nc::open(&domain).await;
+    // Per site and CS-ID, attributed to its site.
+    let r = nc.get("<metric-cache/>").await;
+    assert!(r.contains("<csci-id>site-0/AR1</csci-id>"), "{r}");
+    assert!(r.contains("<learned-from>site-1</learned-from>"), "{r}");
+    assert!(leaf_after(&r, "<csci-id>site-0/AR1</csci-id>", "gas").as_deref() == Some("150"), "{r}");
+    let r = nc.get("<services/>").await;
+    assert!(r.contains("<sci-count>2</sci-count>"), "{r}");
+    // A site's aggregate changes: the domain total follows.
+    report(&sites[1], 2, &[("b1", 400)]).await;
+    wait_gas(&cps, 550, "a site's change in the domain total").await;
+    // A site lost: its aggregate leaves the domain total after withdraw-after.
+    drop(sites.pop());
+    wait_gas(&cps, 150, "the lost site withdrawn").await;
     cps.stop().await;
 }

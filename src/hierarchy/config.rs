@@ -57,6 +57,9 @@ pub struct Settings {
     /// Subordinates share SCIs (agents of one MQTT shared-subscription group): an SCI may
     /// be held by several, the newest report wins (`engine::mirror`).
     pub shared_scis: bool,
+    /// `role domain`: the subordinates are site C-SMAs whose per-service aggregates are
+    /// mirrored, one entry per site and CS-ID (`hierarchy::site_entry`).
+    pub domain: bool,
     pub connect_timeout: Duration,
     pub reconnect_initial: Duration,
     pub reconnect_max: Duration,
@@ -68,6 +71,7 @@ impl Default for Settings {
         Settings {
             withdraw_after: Duration::from_secs(30),
             shared_scis: false,
+            domain: false,
             connect_timeout: Duration::from_millis(5000),
             reconnect_initial: Duration::from_millis(1000),
             reconnect_max: Duration::from_millis(30_000),
@@ -116,6 +120,7 @@ pub fn settings(t: &DataTree<'static>) -> Settings {
     Settings {
         withdraw_after: n("withdraw-after").map_or(d.withdraw_after, Duration::from_secs),
         shared_scis: leaf(t, &format!("{HIERARCHY}/shared-scis")).is_some_and(|v| v == "true"),
+        domain: leaf(t, &format!("{HIERARCHY}/role")).is_some_and(|v| v == "domain"),
         connect_timeout: n("connect-timeout").map_or(d.connect_timeout, Duration::from_millis),
         reconnect_initial,
         reconnect_max: n("reconnect/max").map_or(d.reconnect_max, Duration::from_millis).max(reconnect_initial),

@@ -31,8 +31,10 @@ use crate::engine::Engine;
 use self::config::{Settings, Subordinate};
 use self::decode::{Change, Event, SciView};
 
-/// The subtree the coordinator subscribes to: the per-SCI entries.
+/// The subtree a site coordinator subscribes to: the per-SCI entries.
 pub const FILTER: &str = "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><metric-cache/></cats-sma>";
+/// The subtree a domain C-SMA subscribes to: the site's per-service aggregates.
+pub const FILTER_SERVICES: &str = "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><services/></cats-sma>";
 
 const YANG_PUSH: &str = "urn:ietf:params:xml:ns:yang:ietf-yang-push";
 
@@ -162,6 +164,7 @@ impl Hierarchy {
             let old = lock(&self.settings);
             old.withdraw_after != s.withdraw_after
                 || old.shared_scis != s.shared_scis
+                || old.domain != s.domain
                 || old.connect_timeout != s.connect_timeout
                 || old.reconnect_initial != s.reconnect_initial
                 || old.reconnect_max != s.reconnect_max
@@ -378,7 +381,8 @@ async fn session(
         Ok(v) => v,
         Err(e) => return failed(e),
     };
-    let id = match sess.rpc(&client::establish_on_change(FILTER, 0), s.connect_timeout).await {
+    let filter = if s.domain { FILTER_SERVICES } else { FILTER };
+    let id = match sess.rpc(&client::establish_on_change(filter, 0), s.connect_timeout).await {
         Ok(reply) => match client::subscription_id(&reply) {
             Ok(id) => id,
             Err(e) => return failed(e),
@@ -415,8 +419,12 @@ async fn session(
             Err(e) => return format!("decoder: {e}"),
         };
         match event {
-            Event::Snapshot { id: sid, scis, incomplete, .. } if sid == id => {
-                let changes = scis.into_iter().map(Change::Sci).collect();
+            Event::Snapshot { id: sid, scis, services, incomplete } if sid == id => {
+                let changes = if s.domain {
+                    services.into_iter().map(|v| Change::Sci(site_entry(&c.name, v))).collect()
+                } else {
+                    scis.into_iter().map(Change::Sci).collect()
+                };
                 let applied = apply(h, &c.name, changes, !incomplete, (c.max_scis, s.shared_scis), alive).await;
                 record(state, applied, true);
                 if !incomplete && !reconciled.swap(true, Ordering::SeqCst) {
@@ -431,6 +439,7 @@ async fn session(
                 }
             }
             Event::Changes { id: sid, changes, incomplete } if sid == id => {
+                let changes = if s.domain { site_changes(&c.name, changes) } else { changes };
                 let applied = apply(h, &c.name, changes, false, (c.max_scis, s.shared_scis), alive).await;
                 record(state, applied, false);
                 if incomplete {
@@ -553,6 +562,46 @@ async fn apply(
         })
         .await
         .unwrap_or_default()
+}
+
+/// A domain C-SMA (seed 004, Scalability: "site-level C-SMAs report to a domain-level
+/// C-SMA, which aggregates across sites") mirrors each site's per-service aggregate as one
+/// entry, `SITE/CS-ID`, learned from that site: the entries keep the per-site figures, and
+/// the domain's own aggregation over them is the domain total per CS-ID that it reports.
+/// A service aggregate has no timestamp or sequence number of its own: the domain stamps
+/// it on arrival (a per-process increasing sequence), so the newest push always wins.
+fn site_entry(site: &str, v: decode::ServiceView) -> SciView {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = Utc::now();
+    let base = u64::try_from(now.timestamp_micros()).unwrap_or(0);
+    let seq = SEQ.fetch_max(base, Ordering::SeqCst).max(base) + 1;
+    SEQ.fetch_max(seq, Ordering::SeqCst);
+    SciView {
+        csci_id: format!("{site}/{}", v.cs_id),
+        cs_id: Some(v.cs_id),
+        gas: v.site_gas,
+        computing_time: v.computing_time,
+        health: v.health,
+        cost: v.cost,
+        reputation: v.reputation,
+        security_label: v.security_label,
+        timestamp: Some(now),
+        sequence: Some(seq),
+        state: None,
+    }
+}
+
+/// A site's service changes as the domain's entries (`site_entry`).
+fn site_changes(site: &str, changes: Vec<Change>) -> Vec<Change> {
+    changes
+        .into_iter()
+        .filter_map(|c| match c {
+            Change::Service(v) => Some(Change::Sci(site_entry(site, v))),
+            Change::ServiceGone(cs) => Some(Change::SciGone(format!("{site}/{cs}"))),
+            Change::ClearServices => Some(Change::ClearScis),
+            Change::Sci(_) | Change::SciGone(_) | Change::ClearScis => None,
+        })
+        .collect()
 }
 
 /// The typed entry, or why it cannot be one.
