@@ -784,8 +784,15 @@ impl Core {
     /// Registers or updates an SCI.
     pub fn set_sci(&mut self, csci_id: &str, sci: SciConfig) {
         // A configured (or discovered) SCI is this agent's own: a subordinate's copy of it
-        // becomes a duplicate (`mirror.rs`).
-        self.mirrors.remove(csci_id);
+        // becomes a duplicate (`mirror.rs`), and what it contributed is withdrawn (the entry
+        // starts again from the SCI's own reports, under the local TTL).
+        if self.mirrors.owner(csci_id).is_some() {
+            self.mirrors.remove(csci_id);
+            let cs_id = self.cache.get(csci_id).and_then(|e| e.cs_id()).map(str::to_owned);
+            let ev = self.cache.remove(csci_id);
+            self.absorb(ev);
+            self.events.push(EngineEvent::Withdrawn { csci_id: csci_id.to_owned(), cs_id });
+        }
         let (ttl, grace) = (self.cache_config.ttl_for(&sci), self.cache_config.grace_period);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         // A CS-ID the SCI may no longer report for stops counting at once.
@@ -1001,7 +1008,19 @@ impl Core {
             {
                 s.forget(csci_id);
             }
-            if let CacheEvent::Evicted { csci_id, sequence, timestamp, .. } = &e {
+            let mut mirrored = false;
+            if let CacheEvent::Evicted { csci_id, .. } = &e {
+                if self.mirrors.owner(csci_id).is_some() {
+                    // A mirrored entry made room for one of this agent's own SCIs: it is
+                    // no longer mirrored (its subordinate's next push of it is a new
+                    // entry, refused while the cache is full), and its history is the
+                    // subordinate's, not kept here.
+                    self.mirrors.remove(csci_id);
+                    self.cache.remove_registration(csci_id);
+                    mirrored = true;
+                }
+            }
+            if let (false, CacheEvent::Evicted { csci_id, sequence, timestamp, .. }) = (mirrored, &e) {
                 // The history first, while the registry still says how the SCI proves
                 // itself: a discovered SCI leaves the registry with its eviction, and a
                 // record without its authentication method would not be restored when it

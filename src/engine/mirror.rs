@@ -190,7 +190,7 @@ impl Core {
         if !holds && self.mirrors.count(from) >= max {
             return Outcome::Refused(format!("subordinate {from} contributes its maximum of {max} SCIs"));
         }
-        if !held && self.cache.len() >= self.cache.max_entries {
+        if self.cache.get(&m.csci_id).is_none() && self.cache.len() >= self.cache.max_entries {
             return Outcome::Refused("the metric cache is full".into());
         }
         let mut changed = false;
@@ -358,6 +358,41 @@ mod tests {
         // The last holder loses it: withdrawn.
         assert_eq!(core.unmirror_except("b", &Default::default()), 1);
         assert!(core.cache.site("svc").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed004_scalability_a_local_registration_takes_over_and_eviction_forgets_the_mirror() {
+        let mut core = Core::new(Clock::default());
+        let t = core.clock.wall();
+        assert_eq!(core.mirror("a", &m("s1", 10, 1, SciState::Stale, t), 10, false), Outcome::Stored);
+        // The operator configures s1 here: the subordinate's contribution is withdrawn and
+        // its later pushes are duplicates.
+        let sci = SciConfig {
+            cs_ids: vec!["svc".into()],
+            credential_ref: None,
+            unauthenticated: true,
+            expected_interval: Duration::from_secs(1),
+        };
+        core.set_sci("s1", sci.clone());
+        assert!(core.cache.site("svc").is_none_or(|s| s.gas == 0));
+        assert!(core
+            .events
+            .iter()
+            .any(|e| matches!(e, super::super::core::EngineEvent::Withdrawn { csci_id, .. } if csci_id == "s1")));
+        assert_eq!(
+            core.mirror("a", &m("s1", 10, 2, SciState::Healthy, t), 10, false),
+            Outcome::Duplicate("local".into())
+        );
+        // A full cache: a local SCI evicts a mirrored entry, which is then no longer
+        // mirrored, and the subordinate's next push of it does not evict another.
+        let mut core = Core::new(Clock::default());
+        core.set_cache_config(super::super::core::CacheConfig { max_entries: 1, ..Default::default() });
+        assert_eq!(core.mirror("a", &m("m1", 10, 1, SciState::Healthy, t), 10, false), Outcome::Stored);
+        core.set_sci("l1", sci);
+        assert!(core.mirrors.owner("m1").is_none() && core.mirrors.count("a") == 0);
+        assert!(core.cache.registration("m1").is_none());
+        assert!(matches!(core.mirror("a", &m("m1", 10, 2, SciState::Healthy, t), 10, false), Outcome::Refused(_)));
+        assert!(core.cache.get("l1").is_some());
     }
 
     #[tokio::test(start_paused = true)]

@@ -257,8 +257,10 @@ async fn run(
     // push-update, or nothing contributed). A task started by a configuration change
     // inherits its predecessor's contribution, unconfirmed from now.
     let mut lost_at: Option<Instant> = inherited.then(Instant::now);
-    // Set by the session once its first complete push-update is applied.
-    let reconciled = AtomicBool::new(false);
+    // Set, in the engine job that applies it, once a session's first complete push-update
+    // is applied; a withdrawal job checks it in the engine too, so whichever of the two
+    // runs second sees the other's outcome.
+    let reconciled = Arc::new(AtomicBool::new(false));
     loop {
         {
             let mut st = lock(&state);
@@ -273,9 +275,7 @@ async fn run(
             tokio::select! {
                 r = &mut attempt => break r,
                 _ = sleep_until(lost_at.map(|t| t + s.withdraw_after)) => {
-                    if !reconciled.load(Ordering::SeqCst) {
-                        withdraw_lost(&h, &c.name, &state).await;
-                    }
+                    withdraw_lost(&h, &c.name, &state, Some(&reconciled)).await;
                     lost_at = None;
                 }
             }
@@ -291,9 +291,19 @@ async fn run(
             (h.notify)(&c.name, Status::Down, &reason, n);
             tracing::warn!(subordinate = %c.name, "session lost: {reason}; contribution kept for {:?}", s.withdraw_after);
         } else {
-            let mut st = lock(&state);
-            if st.status != Status::Withdrawn {
-                st.status = Status::Down;
+            {
+                let mut st = lock(&state);
+                if st.status != Status::Withdrawn {
+                    st.status = Status::Down;
+                }
+            }
+            if lost_at.is_none() {
+                // Entries applied by a session that never reconciled (an incomplete
+                // push-update, then changes) are unconfirmed from now on.
+                let name = c.name.clone();
+                if h.engine.query(move |core| core.mirrors.count(&name)).await.unwrap_or(0) > 0 {
+                    lost_at = Some(Instant::now());
+                }
             }
         }
         let until = Instant::now() + jitter(backoff.fail());
@@ -301,7 +311,7 @@ async fn run(
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => break,
                 _ = sleep_until(lost_at.map(|t| t + s.withdraw_after)) => {
-                    withdraw_lost(&h, &c.name, &state).await;
+                    withdraw_lost(&h, &c.name, &state, None).await;
                     lost_at = None;
                 }
             }
@@ -326,15 +336,24 @@ fn jitter(d: Duration) -> Duration {
     d - Duration::from_millis(rand::random::<u64>() % q)
 }
 
-async fn withdraw_lost(h: &Hierarchy, name: &str, state: &Mutex<SubState>) {
+/// Withdraws a lost subordinate's contribution, unless `unless` was set first (in the
+/// engine: a session's push-update reconciled it meanwhile).
+async fn withdraw_lost(h: &Hierarchy, name: &str, state: &Mutex<SubState>, unless: Option<&Arc<AtomicBool>>) {
+    let unless = unless.cloned();
     let n = h
         .engine
         .query({
             let name = name.to_owned();
-            move |core| core.unmirror_except(&name, &HashSet::new())
+            move |core| {
+                if unless.is_some_and(|r| r.load(Ordering::SeqCst)) {
+                    return None;
+                }
+                Some(core.unmirror_except(&name, &HashSet::new()))
+            }
         })
         .await
-        .unwrap_or(0);
+        .flatten();
+    let Some(n) = n else { return };
     {
         let mut st = lock(state);
         st.status = Status::Withdrawn;
@@ -351,7 +370,7 @@ async fn session(
     c: &Subordinate,
     s: &Settings,
     state: &Mutex<SubState>,
-    reconciled: &AtomicBool,
+    reconciled: &Arc<AtomicBool>,
     alive: &Arc<AtomicBool>,
 ) -> String {
     let target = client::Target {
@@ -425,9 +444,18 @@ async fn session(
                 } else {
                     scis.into_iter().map(Change::Sci).collect()
                 };
-                let applied = apply(h, &c.name, changes, !incomplete, (c.max_scis, s.shared_scis), alive).await;
+                let first = !reconciled.load(Ordering::SeqCst);
+                let confirm = (!incomplete).then_some(reconciled);
+                let applied = apply(h, &c.name, changes, confirm, (c.max_scis, s.shared_scis), alive).await;
                 record(state, applied, true);
-                if !incomplete && !reconciled.swap(true, Ordering::SeqCst) {
+                if incomplete {
+                    // Not everything is in it (RFC 8641 section 3.11): ask again.
+                    let body =
+                        format!("<resync-subscription xmlns=\"{YANG_PUSH}\"><id>{id}</id></resync-subscription>");
+                    if let Err(e) = sess.rpc(&body, s.connect_timeout).await {
+                        return format!("resync-subscription: {e}");
+                    }
+                } else if first {
                     {
                         let mut st = lock(state);
                         st.status = Status::Subscribed;
@@ -440,7 +468,7 @@ async fn session(
             }
             Event::Changes { id: sid, changes, incomplete } if sid == id => {
                 let changes = if s.domain { site_changes(&c.name, changes) } else { changes };
-                let applied = apply(h, &c.name, changes, false, (c.max_scis, s.shared_scis), alive).await;
+                let applied = apply(h, &c.name, changes, None, (c.max_scis, s.shared_scis), alive).await;
                 record(state, applied, false);
                 if incomplete {
                     // Something changed that the edits do not say (RFC 8641 section 3.11):
@@ -492,17 +520,20 @@ fn record(state: &Mutex<SubState>, a: Applied, snapshot: bool) {
 }
 
 /// Applies one notification's changes in one engine job. With `full`, the changes list
-/// everything the subordinate holds (a push-update): whatever else it contributed goes.
+/// everything the subordinate holds (a complete push-update): whatever else it contributed
+/// goes, and the flag is set in the same job (the contribution is reconciled).
 async fn apply(
     h: &Hierarchy,
     name: &str,
     changes: Vec<Change>,
-    full: bool,
+    full: Option<&Arc<AtomicBool>>,
     (max, shared): (u32, bool),
     alive: &Arc<AtomicBool>,
 ) -> Applied {
     let name = name.to_owned();
     let alive = alive.clone();
+    let confirm = full.cloned();
+    let full = confirm.is_some();
     h.engine
         .query(move |core| {
             let mut out = Applied::default();
@@ -554,6 +585,9 @@ async fn apply(
             if full || clear.is_some() {
                 core.unmirror_except(&name, &keep);
             }
+            if let Some(r) = &confirm {
+                r.store(true, Ordering::SeqCst);
+            }
             if let Some((id, d)) = &out.first_refusal {
                 // One line per notification, however many entries it refused.
                 tracing::warn!(subordinate = %name, refused = out.refused, "entries refused, the first ({id}): {d}");
@@ -585,7 +619,9 @@ fn site_entry(site: &str, v: decode::ServiceView) -> SciView {
         cost: v.cost,
         reputation: v.reputation,
         security_label: v.security_label,
-        timestamp: Some(now),
+        // From the sequence (microseconds, never going back), not the clock: a wall clock
+        // stepped back must not make a newer aggregate look older.
+        timestamp: Some(DateTime::from_timestamp_micros(i64::try_from(seq).unwrap_or(i64::MAX)).unwrap_or(now)),
         sequence: Some(seq),
         state: None,
     }
