@@ -369,3 +369,44 @@ async fn seed004_scalability_domain_c_sma_aggregates_two_sites_before_the_c_ps()
     wait_gas(&cps, 150, "the lost site withdrawn").await;
     cps.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed003_agent_chain_an_overloaded_coordinator_dampens_its_subordinates_subscriptions() {
+    // The coordinator is its subordinates' adjacent peer: its overload (here: more mirrored
+    // updates per second than its rate threshold) is asked of them as YANG-Push dampening,
+    // and taken back when the overload ends.
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let s0 = sub(dirs[0].path());
+    register(&s0, &["x1", "x2"]).await;
+    report(&s0, 1, &[("x1", 100), ("x2", 100)]).await;
+    let coordinator = sub(dirs[1].path());
+    let mut nc = Nc::open(&coordinator).await;
+    let r = nc
+        .edit(&format!(
+            "<overload-control xmlns=\"urn:cats-sma:yang:cats-sma-overload\"><reporting>\
+             <evaluation-interval>100</evaluation-interval><rate-threshold>2</rate-threshold></reporting></overload-control>\
+             <hierarchy xmlns=\"urn:cats-sma:yang:cats-sma-hierarchy\">{}</hierarchy>",
+            subordinate("s0", s0.addr, &host_key(&s0).await)
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    nc.wait("s0 subscribed", STATE, |r| r.contains("<status>subscribed</status>")).await;
+    // Twenty updates a second for two seconds: ten times the threshold.
+    for seq in 2..42u64 {
+        report(&s0, seq, &[("x1", 100 + seq as u32)]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = nc.wait("dampening asked", STATE, |r| !r.contains("<dampening-period>0<")).await;
+    assert!(!r.contains("<dampening-changes>0<"), "{r}");
+    // The subordinate's subscription carries it (RFC 8641 modify-subscription).
+    let mut sub_nc = Nc::open(&s0).await;
+    let subs = sub_nc
+        .call(
+            "<get><filter type=\"subtree\"><subscriptions xmlns=\"urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications\"/></filter></get>",
+        )
+        .await;
+    let d = leaf_after(&subs, "<on-change", "dampening-period").and_then(|v| v.parse::<u32>().ok()).unwrap_or(0);
+    assert!(d > 0, "{subs}");
+    // The overload ends (no more updates): the dampening is taken back.
+    nc.wait("dampening back to 0", STATE, |r| r.contains("<dampening-period>0<")).await;
+}

@@ -37,6 +37,20 @@ pub const FILTER: &str = "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><metric
 pub const FILTER_SERVICES: &str = "<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"><services/></cats-sma>";
 
 const YANG_PUSH: &str = "urn:ietf:params:xml:ns:yang:ietf-yang-push";
+const SN: &str = "urn:ietf:params:xml:ns:yang:ietf-subscribed-notifications";
+
+/// The dampening period (centiseconds) that stands for a DOIC reduction of `r` percent on a
+/// subordinate's on-change subscription: none without overload, then growing with the
+/// reduction asked — 10 cs at 50 %, 90 cs at 90 %, 10 s at 100 %. Dampening coalesces the
+/// changes of each object within the period into one edit, so what the subordinate sends
+/// falls with it while every object's latest value still arrives.
+pub fn dampening_for(r: u8) -> u32 {
+    match r {
+        0 => 0,
+        100.. => 1000,
+        r => (u32::from(r) * 10 / (100 - u32::from(r))).clamp(1, 1000),
+    }
+}
 
 /// The duplicates listed per subordinate in the operational state.
 pub const DUPLICATES_SHOWN: usize = 1000;
@@ -85,6 +99,10 @@ pub struct SubState {
     pub duplicates: u64,
     pub refused: u64,
     pub withdrawals: u64,
+    /// The dampening period asked of the subordinate's subscription (centiseconds): the
+    /// coordinator's overload reduction towards it (seed 003), 0 when not overloaded.
+    pub dampening_cs: u32,
+    pub dampening_changes: u64,
     pub last_error: Option<(String, DateTime<Utc>)>,
     /// CSCI-ID → who holds it, for the SCIs of this subordinate refused as duplicates.
     pub duplicate: BTreeMap<String, String>,
@@ -107,6 +125,8 @@ impl SubState {
             duplicates: 0,
             refused: 0,
             withdrawals: 0,
+            dampening_cs: 0,
+            dampening_changes: 0,
             last_error: None,
             duplicate: BTreeMap::new(),
         }
@@ -401,7 +421,12 @@ async fn session(
         Err(e) => return failed(e),
     };
     let filter = if s.domain { FILTER_SERVICES } else { FILTER };
-    let id = match sess.rpc(&client::establish_on_change(filter, 0), s.connect_timeout).await {
+    // Seed 003 on this hop: the coordinator is its subordinates' adjacent peer. Its own
+    // overload (the reporting node's reduction, as towards its SCIs) is asked of them as
+    // YANG-Push dampening, the standard throttle of an on-change subscription.
+    let mut overload = Some(h.engine.doic.changed.subscribe());
+    let mut dampening = dampening_for(h.engine.doic.local().reduction);
+    let id = match sess.rpc(&client::establish_on_change(filter, dampening), s.connect_timeout).await {
         Ok(reply) => match client::subscription_id(&reply) {
             Ok(id) => id,
             Err(e) => return failed(e),
@@ -414,12 +439,42 @@ async fn session(
         st.session_id = Some(sess.session_id());
         st.subscription_id = Some(id);
         st.host_key_fingerprint = Some(sess.host_key_fingerprint().to_owned());
+        st.dampening_cs = dampening;
     }
     tracing::info!(subordinate = %c.name, subscription = id, "subscribed to the subordinate's metric cache");
     loop {
-        let msg = match sess.next_notification().await {
-            Ok(m) => m,
-            Err(e) => return e.to_string(),
+        let msg = tokio::select! {
+            m = sess.next_notification() => match m {
+                Ok(m) => m,
+                Err(e) => return e.to_string(),
+            },
+            changed = async {
+                match overload.as_mut() {
+                    Some(r) => r.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            } => {
+                if !changed {
+                    // The reporting node is gone (the agent stops): no more changes.
+                    overload = None;
+                }
+                let want = dampening_for(h.engine.doic.local().reduction);
+                if want != dampening {
+                    let body = format!(
+                        "<modify-subscription xmlns=\"{SN}\" xmlns:yp=\"{YANG_PUSH}\"><id>{id}</id>\
+                         <yp:on-change><yp:dampening-period>{want}</yp:dampening-period></yp:on-change></modify-subscription>"
+                    );
+                    if let Err(e) = sess.rpc(&body, s.connect_timeout).await {
+                        return format!("modify-subscription: {e}");
+                    }
+                    tracing::info!(subordinate = %c.name, "overload: dampening-period {dampening} -> {want} cs");
+                    dampening = want;
+                    let mut st = lock(state);
+                    st.dampening_cs = want;
+                    st.dampening_changes += 1;
+                }
+                continue;
+            }
         };
         // Up to a push-update of every SCI: decoded off the runtime's worker threads.
         let event = tokio::task::spawn_blocking(move || {

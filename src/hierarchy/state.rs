@@ -54,6 +54,8 @@ impl StateProvider for HierarchyState {
                 ("duplicates", st.duplicates),
                 ("refused", st.refused),
                 ("withdrawals", st.withdrawals),
+                ("dampening-period", u64::from(st.dampening_cs)),
+                ("dampening-changes", st.dampening_changes),
             ] {
                 put(leaf, &v.to_string())?;
             }
