@@ -220,7 +220,8 @@ impl Hierarchy {
                 running.insert(c.name.clone(), Running { config: c.clone(), task, state, alive });
                 continue;
             }
-            let inherited = previous.is_some();
+            // A running predecessor's contribution is inherited; a disabled one had none.
+            let inherited = previous.is_some_and(|p| p.config.enabled);
             let alive = Arc::new(AtomicBool::new(true));
             let task = tokio::spawn(run(self.clone(), c.clone(), s.clone(), state.clone(), inherited, alive.clone()));
             running.insert(c.name.clone(), Running { config: c.clone(), task, state, alive });
@@ -377,11 +378,13 @@ async fn withdraw_lost(h: &Hierarchy, name: &str, state: &Mutex<SubState>, unles
     {
         let mut st = lock(state);
         st.status = Status::Withdrawn;
-        st.withdrawals += 1;
+        st.withdrawals += u64::from(n > 0);
         st.duplicate.clear();
     }
-    tracing::warn!(subordinate = %name, withdrawn = n, "subordinate down for longer than withdraw-after: its SCIs are withdrawn");
-    (h.notify)(name, Status::Withdrawn, "withdraw-after expired", 0);
+    if n > 0 {
+        tracing::warn!(subordinate = %name, withdrawn = n, "subordinate down for longer than withdraw-after: its SCIs are withdrawn");
+        (h.notify)(name, Status::Withdrawn, "withdraw-after expired", 0);
+    }
 }
 
 /// One session: connect, subscribe, mirror until it ends; returns why it ended.
