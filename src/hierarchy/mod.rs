@@ -666,8 +666,9 @@ fn site_entry(site: &str, v: decode::ServiceView) -> SciView {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let now = Utc::now();
     let base = u64::try_from(now.timestamp_micros()).unwrap_or(0);
-    let seq = SEQ.fetch_max(base, Ordering::SeqCst).max(base) + 1;
-    SEQ.fetch_max(seq, Ordering::SeqCst);
+    // One atomic step: the next number above both the last one and the clock.
+    let next = |last: u64| last.max(base) + 1;
+    let seq = next(SEQ.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(next(last))).unwrap_or(0));
     SciView {
         csci_id: format!("{site}/{}", v.cs_id),
         cs_id: Some(v.cs_id),
