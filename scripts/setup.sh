@@ -18,6 +18,7 @@ APT_PACKAGES=(
     python3 python3-venv python3-pip
     mosquitto mosquitto-clients
     gobgpd softflowd
+    prometheus
     libyang2-tools yangcli
     openssh-client curl ca-certificates git
 )

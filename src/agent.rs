@@ -277,6 +277,7 @@ async fn start_engine(
         pending_policy: Default::default(),
     }));
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
+    server.metrics.register(Arc::new(crate::engine::northbound::metrics::EngineMetrics { engine: engine.clone() }));
     server.register_app_rpc(
         "cats-sma",
         Arc::new(crate::engine::northbound::rpc::EngineRpcs { engine: engine.clone(), pull: pull_rx }),
@@ -366,6 +367,7 @@ fn start_cps(
         .map_err(|e| e.to_string())?;
     datastores.register_consumer(Arc::new(consumer));
     datastores.register_state_provider(Arc::new(crate::cps::state::CpsState { adapters: adapters.clone() }));
+    server.metrics.register(Arc::new(crate::cps::state::CpsMetrics { adapters: adapters.clone() }));
     start_overload(datastores, server, &adapters, engine)?;
     Ok(adapters)
 }

@@ -115,3 +115,53 @@ impl StateProvider for CpsState {
         Ok(())
     }
 }
+
+/// The C-PS sessions in `/metrics`: advertisements sent, queue depth, drops, per peer.
+pub struct CpsMetrics {
+    pub adapters: Arc<Adapters>,
+}
+
+impl crate::mgmt::metrics::Source for CpsMetrics {
+    fn reads(&self) -> &'static [(&'static str, &'static str)] {
+        &[("cats-sma", "/cats-sma:cats-sma"), ("cats-sma-cps", C_PS)]
+    }
+
+    fn collect(&self, out: &mut crate::mgmt::metrics::Exposition) {
+        let mut rows = Vec::new();
+        for peer in self.adapters.registry.peers() {
+            let st = lock(&peer.status).clone();
+            let q = lock(&peer.queue);
+            rows.push((peer.settings.name.clone(), st, q.len(), q.dropped, q.superseded));
+        }
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        let f = out.gauge("cps_session_state", "Each C-PS session's state (1 for the current value)");
+        for (name, st, ..) in &rows {
+            f.set(&[("peer", name), ("state", st.state.yang())], 1);
+        }
+        let f = out.counter("cps_advertisements_sent", "Advertisements the C-PS acknowledged, per peer");
+        for (name, st, ..) in &rows {
+            f.count(&[("peer", name)], st.sent);
+        }
+        let f = out.counter("cps_full_syncs", "Full snapshots sent, per peer");
+        for (name, st, ..) in &rows {
+            f.count(&[("peer", name)], st.full_syncs);
+        }
+        let f = out.counter("cps_failed_requests", "Requests to the C-PS that failed (transport or 5xx), per peer");
+        for (name, st, ..) in &rows {
+            f.count(&[("peer", name)], st.failed);
+        }
+        let f = out.gauge("cps_queue_depth", "Advertisements buffered for the peer (YANG buffered-updates)");
+        for (name, _, len, ..) in &rows {
+            f.set(&[("peer", name)], *len as i64);
+        }
+        let f = out.counter("cps_advertisements_dropped", "Advertisements dropped from a full buffer, per peer");
+        for (name, _, _, dropped, _) in &rows {
+            f.count(&[("peer", name)], *dropped);
+        }
+        let f =
+            out.counter("cps_advertisements_superseded", "Buffered advertisements replaced by a newer one, per peer");
+        for (name, _, _, _, superseded) in &rows {
+            f.count(&[("peer", name)], *superseded);
+        }
+    }
+}

@@ -562,6 +562,9 @@ pub struct MetricCache {
     /// Entries in state HEALTHY (kept on every transition, so failure detection can ask
     /// "do other SCIs still report?" without a scan).
     healthy: usize,
+    /// Entries in state STALE and FAILED, kept the same way (ACTIVE is the rest).
+    stale: usize,
+    failed: usize,
     /// Entries evicted to make room since start (YANG cache/state/evictions).
     pub evictions: u64,
 }
@@ -586,6 +589,8 @@ impl MetricCache {
             max_entries: max_entries.max(1),
             function: ComputingTimeFunction::default(),
             healthy: 0,
+            stale: 0,
+            failed: 0,
             evictions: 0,
         }
     }
@@ -604,12 +609,29 @@ impl MetricCache {
         self.healthy
     }
 
+    /// Entries per SCI state, without a scan.
+    pub fn state_counts(&self) -> [(SciState, usize); 4] {
+        let active = self.cached.saturating_sub(self.healthy + self.stale + self.failed);
+        [
+            (SciState::Active, active),
+            (SciState::Healthy, self.healthy),
+            (SciState::Stale, self.stale),
+            (SciState::Failed, self.failed),
+        ]
+    }
+
     fn count_transition(&mut self, from: SciState, to: SciState) {
-        if from == SciState::Healthy {
-            self.healthy = self.healthy.saturating_sub(1);
+        match from {
+            SciState::Healthy => self.healthy = self.healthy.saturating_sub(1),
+            SciState::Stale => self.stale = self.stale.saturating_sub(1),
+            SciState::Failed => self.failed = self.failed.saturating_sub(1),
+            SciState::Active => {}
         }
-        if to == SciState::Healthy {
-            self.healthy += 1;
+        match to {
+            SciState::Healthy => self.healthy += 1,
+            SciState::Stale => self.stale += 1,
+            SciState::Failed => self.failed += 1,
+            SciState::Active => {}
         }
     }
 
@@ -1249,6 +1271,39 @@ mod tests {
         c.remove("c");
         check(&c);
         assert_eq!(c.healthy_members("B"), 0);
+    }
+
+    #[test]
+    fn issue21_entries_per_state_are_kept_not_walked() {
+        let mut c = MetricCache::new(100);
+        let (now, wall) = (Instant::now(), Utc::now());
+        let check = |c: &MetricCache| {
+            for (state, n) in c.state_counts() {
+                assert_eq!(n, c.entries().filter(|e| e.state == state).count(), "{state:?}");
+            }
+        };
+        for id in ["a", "b", "c", "d"] {
+            c.register(id, TTL, GRACE, now, wall);
+        }
+        check(&c);
+        for id in ["a", "b", "c"] {
+            let r = report(id, "A", 1, 10);
+            c.accept(&r, r.metrics, Flags::default(), now, wall);
+        }
+        check(&c);
+        c.fail("b", Input::HealthMonitor, wall);
+        check(&c);
+        // Past the TTL: a and c go STALE, then past the grace FAILED; d (never reported) too.
+        c.expire(now + TTL + Duration::from_millis(1), wall);
+        check(&c);
+        c.expire(now + TTL + GRACE + Duration::from_millis(2), wall);
+        check(&c);
+        c.remove("a");
+        check(&c);
+        let r = report("c", "A", 2, 10);
+        c.accept(&r, r.metrics, Flags::default(), now + TTL + GRACE + Duration::from_millis(3), wall);
+        check(&c);
+        assert_eq!(c.state_counts().iter().map(|(_, n)| n).sum::<usize>(), c.len());
     }
 
     /// The index hash reads every byte of a key whatever its length (the tail loads

@@ -81,6 +81,24 @@ pub struct Stats {
     pub rejected: [u64; Rejection::ALL.len()],
     pub last_rejection: [Option<DateTime<Utc>>; Rejection::ALL.len()],
     pub discontinuity: Option<DateTime<Utc>>,
+    /// Verdicts by transport (`Sender::transport`, `local` in-process): index 0 counts
+    /// accepted reports, 1 + `Rejection::index` each reason (the `/metrics` exposition).
+    pub by_transport: Vec<(&'static str, [u64; Rejection::ALL.len() + 1])>,
+}
+
+impl Stats {
+    /// Counts one verdict (`None`: accepted) of a report that came over `transport`.
+    pub fn tally(&mut self, transport: &'static str, verdict: Option<Rejection>, n: u64) {
+        let transport = if transport.is_empty() { "local" } else { transport };
+        let i = match self.by_transport.iter().position(|(t, _)| *t == transport) {
+            Some(i) => i,
+            None => {
+                self.by_transport.push((transport, [0; Rejection::ALL.len() + 1]));
+                self.by_transport.len() - 1
+            }
+        };
+        self.by_transport[i].1[verdict.map_or(0, |r| 1 + r.index())] += n;
+    }
 }
 
 /// A report held for review (anomaly action quarantine).
@@ -327,8 +345,9 @@ impl Core {
 
     /// Counts a message refused before it reached the report path (undecodable, wrong
     /// content type, too big): it was received and rejected.
-    pub fn count_rejection(&mut self, reason: Rejection, source: &str) {
+    pub fn count_rejection(&mut self, reason: Rejection, transport: &'static str, source: &str) {
         self.stats.received += 1;
+        self.stats.tally(transport, Some(reason), 1);
         self.reject(reason, source, "refused by the transport");
     }
 
@@ -347,6 +366,7 @@ impl Core {
             self.stats.received += 1;
             self.count_only(Rejection::Unauthenticated);
         }
+        self.stats.tally(sender.transport, Some(Rejection::Unauthenticated), reports.max(1) as u64);
         self.notify_auth_failure(sender, claimed, Rejection::Unauthenticated, detail);
     }
 
@@ -464,7 +484,9 @@ impl Core {
     pub fn ingest_from(&mut self, raw: &RawReport, sender: &Sender) -> Result<(), (Rejection, String)> {
         let now = self.clock.now();
         let at = (now, self.clock.wall_at(now));
-        self.ingest_at(raw, sender, at)
+        let verdict = self.ingest_at(raw, sender, at);
+        self.stats.tally(sender.transport, verdict.as_ref().err().map(|e| e.0), 1);
+        verdict
     }
 
     /// The reports of one message, in order, with one verdict each: [`Core::ingest_from`]
@@ -484,7 +506,9 @@ impl Core {
             if let Some(next) = raws.get(i + AHEAD) {
                 self.cache.prefetch(&next.csci_id);
             }
-            verdicts.push(self.ingest_at(raw, sender, at));
+            let verdict = self.ingest_at(raw, sender, at);
+            self.stats.tally(sender.transport, verdict.as_ref().err().map(|e| e.0), 1);
+            verdicts.push(verdict);
         }
         verdicts
     }

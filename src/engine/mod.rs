@@ -50,7 +50,8 @@ pub type IngestResult = Vec<Result<(), (Rejection, String)>>;
 /// A handle to the engine task; cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
-    jobs: mpsc::UnboundedSender<Job>,
+    /// Jobs with when they were handed over.
+    jobs: mpsc::UnboundedSender<(tokio::time::Instant, Job)>,
     /// The update controller the engine feeds; adapters and YANG-Push subscribe to its
     /// advertisements.
     pub updates: update::UpdateHandle,
@@ -97,7 +98,7 @@ impl Engine {
             limits.auth_failure_sources,
         );
         let slots = Arc::new(tokio::sync::Semaphore::new(limits.collector_queue.max(1)));
-        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Job)>();
         let (updates, _task) = update::spawn(update::UpdateConfig::default(), clock, 1024)
             .expect("the default update-control configuration is valid");
         let feed = updates.clone();
@@ -134,11 +135,15 @@ impl Engine {
                 // for it: a subscriber that joined meanwhile must see this job's changes.
                 tokio::select! {
                     job = rx.recv() => match job {
-                        Some(job) => {
+                        Some((queued, job)) => {
                             started = tokio::time::Instant::now();
                             core.tap = tap.receiver_count() > 0;
                             core.sci_rows = feed.sci_detail().is_some();
-                            job(&mut core)
+                            let received = core.stats.received;
+                            job(&mut core);
+                            if core.stats.received != received {
+                                crate::mgmt::metrics::observe_ingest(queued.elapsed());
+                            }
                         }
                         None => return,
                     },
@@ -207,14 +212,14 @@ impl Engine {
         let jobs = self.jobs.downgrade();
         move || {
             if let Some(jobs) = jobs.upgrade() {
-                let _ = jobs.send(Box::new(|_: &mut Core| {}));
+                let _ = jobs.send((tokio::time::Instant::now(), Box::new(|_: &mut Core| {})));
             }
         }
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.
     pub fn submit(&self, f: impl FnOnce(&mut Core) + Send + 'static) {
-        let _ = self.jobs.send(Box::new(f));
+        let _ = self.jobs.send((tokio::time::Instant::now(), Box::new(f)));
     }
 
     /// Waits for a slot in the engine queue for one collector message.

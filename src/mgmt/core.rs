@@ -79,6 +79,8 @@ pub struct Core {
     pub push: Arc<crate::push::Push>,
     /// Connection gates, the password-check pool and their counters (all listeners).
     pub limits: Arc<crate::mgmt::auth_limits::Limits>,
+    /// The `/metrics` exposition: its sources and the RPC counts.
+    pub metrics: crate::mgmt::metrics::Metrics,
 }
 
 impl Core {
@@ -113,7 +115,9 @@ impl Core {
             app_rpcs: Default::default(),
             push: Default::default(),
             limits,
+            metrics: Default::default(),
         });
+        server.metrics.register(Arc::new(ManagementMetrics { server: Arc::downgrade(&server) }));
         server.datastores.register_consumer(Arc::new(events::ConfigChangeNotifier { server: Arc::downgrade(&server) }));
         server.datastores.register_consumer(server.push.running_feed());
         server
@@ -165,5 +169,54 @@ impl Core {
 
     pub fn session_count(&self) -> usize {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The management plane's own figures in `/metrics`: sessions, notifications, subscriptions.
+struct ManagementMetrics {
+    server: std::sync::Weak<Core>,
+}
+
+impl crate::mgmt::metrics::Source for ManagementMetrics {
+    fn reads(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("ietf-netconf-monitoring", "/ietf-netconf-monitoring:netconf-state"),
+            ("ietf-subscribed-notifications", "/ietf-subscribed-notifications:subscriptions"),
+        ]
+    }
+
+    fn collect(&self, out: &mut crate::mgmt::metrics::Exposition) {
+        let Some(s) = self.server.upgrade() else { return };
+        let mut by_transport: std::collections::BTreeMap<&'static str, i64> = Default::default();
+        for info in s.sessions.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            *by_transport.entry(*info.transport.lock().unwrap_or_else(|e| e.into_inner())).or_default() += 1;
+        }
+        let f = out.gauge("netconf_sessions", "NETCONF sessions open, by transport");
+        for (t, n) in by_transport {
+            f.set(&[("transport", t)], n);
+        }
+        let st = &s.stats;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.counter("netconf_sessions_opened", "NETCONF sessions opened since start").count(&[], get(&st.in_sessions));
+        out.counter("netconf_sessions_dropped", "NETCONF sessions ended without close-session or kill-session")
+            .count(&[], get(&st.dropped_sessions));
+        out.counter("notifications_sent", "Notifications sent to NETCONF subscribers")
+            .count(&[], get(&st.out_notifications));
+        out.counter("notifications_dropped", "Notifications a slow subscriber could not receive")
+            .count(&[], get(&st.dropped_notifications));
+        let subs = s.push.entries();
+        let (mut sent, mut excluded, mut suspended) = (0u64, 0u64, 0i64);
+        for e in &subs {
+            sent += e.counters.sent.load(Ordering::Relaxed);
+            excluded += e.counters.excluded.load(Ordering::Relaxed);
+            suspended += i64::from(e.counters.suspended.load(Ordering::Relaxed));
+        }
+        out.gauge("subscriptions", "Dynamic subscriptions (RFC 8639), and how many are suspended")
+            .set(&[("state", "active")], subs.len() as i64 - suspended)
+            .set(&[("state", "suspended")], suspended);
+        out.counter("subscription_notifications_sent", "Notifications the live dynamic subscriptions sent")
+            .count(&[], sent);
+        out.counter("subscription_notifications_excluded", "Events the live dynamic subscriptions' filters excluded")
+            .count(&[], excluded);
     }
 }

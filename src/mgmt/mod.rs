@@ -23,6 +23,7 @@ pub mod core;
 pub mod error;
 pub mod events;
 pub mod filter;
+pub mod metrics;
 pub mod ns;
 pub mod users;
 pub mod with_defaults;

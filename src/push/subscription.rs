@@ -385,6 +385,7 @@ pub async fn run_datastore(
                     patch_id += 1;
                     if let Some(t) = oldest {
                         super::probe::record(t);
+                        crate::mgmt::metrics::observe_push(t.elapsed());
                     }
                 }
                 Sent::Full => flow.suspend(&out),

@@ -188,6 +188,10 @@ impl Restconf {
             .map(|k| match k {
                 media::BodyKind::Data(e) | media::BodyKind::Patch(e) => e,
             });
+        // The Prometheus exposition has a media type of its own, negotiated by nothing.
+        if path == "/metrics" {
+            return self.metrics(&parts.method, &parts.headers, cert_user, permit.as_ref()).await;
+        }
         let accept_hdr = parts.headers.get("accept").and_then(|v| v.to_str().ok());
         // Root discovery needs no credentials (RFC 8040 section 3.1 / RFC 6415), and has
         // media types of its own (XRD, JRD), negotiated before the yang-data ones.
@@ -198,14 +202,7 @@ impl Restconf {
             let f = Failure::status(406, ErrorTag::InvalidValue, "none of the Accept media types can be produced");
             return error_reply(&f, Encoding::Json);
         };
-        let user = match cert_user {
-            Some(u) => Some(u),
-            None => match parts.headers.get("authorization").and_then(|v| v.to_str().ok()) {
-                Some(h) => self.auth.basic(h, peer).await,
-                None => None,
-            },
-        };
-        let Some(user) = user else {
+        let Some(user) = self.user(&parts.headers, cert_user, peer).await else {
             let mut r = error_reply(
                 &Failure::status(
                     401,
@@ -258,8 +255,11 @@ impl Restconf {
         };
         debug!(user = %caller.user, method = %req.method, path = %req.path, "RESTCONF request");
         let this = self.clone();
+        let method = req.method.clone();
         let result = route(&this, &caller, req).await;
         drop(identity);
+        let tag = result.as_ref().err().and_then(|(f, _)| f.errors.first()).map_or("ok", |e| e.tag.as_str());
+        self.core.metrics.count_rpc("restconf", method.as_str(), tag);
         match result {
             Ok(r) => r,
             Err((f, enc)) => {
@@ -267,6 +267,71 @@ impl Restconf {
                 error_reply(&f, enc)
             }
         }
+    }
+
+    /// Who the request is from: the client certificate's user, or HTTP Basic.
+    async fn user(&self, headers: &HeaderMap, cert_user: Option<String>, peer: Option<SocketAddr>) -> Option<String> {
+        match cert_user {
+            Some(u) => Some(u),
+            None => match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                Some(h) => self.auth.basic(h, peer).await,
+                None => None,
+            },
+        }
+    }
+
+    /// `GET /metrics`: the Prometheus / OpenMetrics exposition (`mgmt::metrics`), for the
+    /// same users as RESTCONF, showing only the figures whose data NACM lets the user read.
+    async fn metrics(
+        self: &Arc<Self>,
+        method: &Method,
+        headers: &HeaderMap,
+        cert_user: Option<String>,
+        permit: Option<&Arc<Permit>>,
+    ) -> Reply {
+        let text = |status: u16, body: String| {
+            let mut r = Response::new(RcBody::text(body));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            r.headers_mut().insert("content-type", HeaderValue::from_static("text/plain; charset=utf-8"));
+            r
+        };
+        if method != Method::GET && method != Method::HEAD {
+            let mut r = text(405, "/metrics answers GET and HEAD\n".into());
+            r.headers_mut().insert("allow", HeaderValue::from_static("GET, HEAD"));
+            return r;
+        }
+        let Some(user) = self.user(headers, cert_user, permit.map(|p| p.peer)).await else {
+            let mut r = text(401, "authentication required (HTTP Basic or a client certificate)\n".into());
+            r.headers_mut().insert("www-authenticate", HeaderValue::from_static("Basic realm=\"restconf\""));
+            return r;
+        };
+        if let Some(p) = permit {
+            p.establish();
+        }
+        let core = self.core.clone();
+        let who = user.clone();
+        // The sources may wait for the engine task: off the runtime's workers.
+        let rendered = tokio::task::spawn_blocking(move || {
+            let access = core.nacm.read_access(&who)?;
+            core.metrics.render(&|module, path| access.allows(module, path))
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(body) = rendered else {
+            self.core.metrics.count_rpc("restconf", "metrics", ErrorTag::AccessDenied.as_str());
+            crate::mgmt::audit::event(crate::mgmt::audit::Category::NacmDenial)
+                .outcome("failure")
+                .user(&user)
+                .transport("https")
+                .field("resource", "/metrics")
+                .emit_aggregated(format!("metrics:{user}"));
+            return text(403, format!("NACM lets {user} read none of the data /metrics shows\n"));
+        };
+        self.core.metrics.count_rpc("restconf", "metrics", "ok");
+        let mut r = Response::new(if method == Method::HEAD { RcBody::empty() } else { RcBody::text(body) });
+        r.headers_mut().insert("content-type", HeaderValue::from_static(crate::mgmt::metrics::CONTENT_TYPE));
+        r
     }
 }
 

@@ -237,7 +237,7 @@ pub fn overload_headers(
 }
 
 async fn count(engine: &Engine, reason: Rejection) {
-    engine.submit_peer(move |core| core.count_rejection(reason, "http")).await;
+    engine.submit_peer(move |core| core.count_rejection(reason, "http", "http")).await;
 }
 
 /// 429 Too Many Requests with `Retry-After` (whole seconds) and the `rate-limited` reason.

@@ -404,7 +404,7 @@ fn ingest(
     if let Some(Err(e)) = claimed.as_deref().map(|c| check_id(IdKind::CsciId, c)) {
         warn!(topic = %shown, "MQTT message refused: the topic's {e}");
         engine.submit(move |core| {
-            core.count_rejection(Rejection::Malformed, "mqtt");
+            core.count_rejection(Rejection::Malformed, "mqtt", "mqtt");
             drop(slot);
         });
         return;
@@ -415,7 +415,7 @@ fn ingest(
         Err(e) => {
             warn!(topic = %shown, "MQTT report refused: {:?}", e.to_string());
             engine.submit(move |core| {
-                core.count_rejection(Rejection::Malformed, "mqtt");
+                core.count_rejection(Rejection::Malformed, "mqtt", "mqtt");
                 drop(slot);
             });
             return;

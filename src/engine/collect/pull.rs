@@ -546,13 +546,13 @@ async fn pull_one(
             Err(e) => {
                 warn!(csci_id, url, "pulled report refused: {:?}", e.to_string());
                 status.failed(&csci_id, format!("undecodable answer: {e}"));
-                engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
+                engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, "pull", &csci_id)).await;
             }
         },
         Err(FetchError::Refused(e)) => {
             warn!(csci_id, url, "pulled report refused: {e:?}");
             status.failed(&csci_id, e);
-            engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
+            engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, "pull", &csci_id)).await;
         }
         Err(e) => {
             // TLS failures are what an operator must see at once; an unreachable SCI is

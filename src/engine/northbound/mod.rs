@@ -3,6 +3,7 @@
 //! operational datastore, `state.rs`).
 
 pub mod config;
+pub mod metrics;
 pub mod rpc;
 pub mod state;
 pub mod typed;

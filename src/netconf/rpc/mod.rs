@@ -129,6 +129,8 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
     ctx.info.in_rpcs.fetch_add(1, Ordering::Relaxed);
     let bad = |errors: Vec<RpcError>, attrs: &str| {
         stats.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
+        let tag = errors.first().map_or("ok", |e| e.tag.as_str());
+        ctx.server.metrics.count_rpc("netconf", "none", tag);
         ctx.info.in_bad_rpcs.fetch_add(1, Ordering::Relaxed);
         (errors_reply(ctx, attrs, &errors), After::Continue)
     };
@@ -198,9 +200,10 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
     };
+    let tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag.as_str());
+    let name = if op.ns.as_deref() == Some(NS_BASE) { op.name.clone() } else { qualified(op) };
+    ctx.server.metrics.count_rpc("netconf", &name, tag.unwrap_or("ok"));
     if changes_state(op) {
-        let tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag.as_str());
-        let name = if op.ns.as_deref() == Some(NS_BASE) { op.name.clone() } else { qualified(op) };
         crate::mgmt::audit::operation("netconf", &ctx.info.username, ctx.id, &name, tag);
     }
     let after = if op.is(NS_BASE, "close-session") && result.is_ok() { After::Close } else { After::Continue };

@@ -162,7 +162,7 @@ fn answer(engine: &Engine, announced: Option<&crate::overload::wire::Supported>,
 }
 
 async fn count(engine: &Engine, reason: Rejection) {
-    engine.submit_peer(move |core| core.count_rejection(reason, TRANSPORT)).await;
+    engine.submit_peer(move |core| core.count_rejection(reason, TRANSPORT, TRANSPORT)).await;
 }
 
 fn verdict(raw: Option<&RawReport>, correlation_id: String) -> pb::Verdict {

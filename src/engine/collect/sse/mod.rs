@@ -319,7 +319,7 @@ impl Subscriber {
         };
         warn!(csci_id, url = self.url, "SSE event refused: {refused}");
         self.status.failed(&csci_id, refused);
-        self.engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, &csci_id)).await;
+        self.engine.submit_peer(move |core| core.count_rejection(Rejection::Malformed, "sse", &csci_id)).await;
     }
 }
 
