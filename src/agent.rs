@@ -161,6 +161,14 @@ impl Agent {
     pub async fn shutdown(self) {
         self.cps.shutdown();
         self.bgp.shutdown();
+        self.engine
+            .query(|core| {
+                let now = core.clock.now();
+                if let Some(r) = core.recorder.as_mut() {
+                    r.flush(now);
+                }
+            })
+            .await;
         // The engine takes no report after this; the next run continues its history.
         match crate::engine::restart::save(&self.engine, &self.state.path).await {
             Ok(n) => info!(histories = n, "validator history saved for the next run"),
@@ -235,6 +243,26 @@ async fn start_engine(
             )
         })
         .map_err(|e| e.to_string())?;
+    // The recording starts with the configuration, before any report.
+    if boot.record.path.is_some() {
+        let settings = boot.record.clone();
+        let xml = datastores
+            .with_tree(crate::datastore::Datastore::Running, crate::record::config_xml)
+            .map_err(|e| e.to_string())?;
+        let opened = engine
+            .query(move |core| {
+                let now = core.clock.now();
+                let r = crate::record::Recorder::open(settings, now, core.clock.wall_at(now))?;
+                let path = r.path().display().to_string();
+                core.recorder = Some(Box::new(r));
+                core.record(|| crate::record::Event::Config { xml });
+                Ok::<_, std::io::Error>(path)
+            })
+            .await
+            .ok_or("the engine stopped")?
+            .map_err(|e| format!("record file: {e}"))?;
+        info!(path = %opened, "recording SCI reports and configuration changes for cats-sma replay");
+    }
     // The validator's memory from the last run, before any collector can deliver a report.
     restore_validator_history(&engine, state_dir).await?;
     let (pull_tx, pull_rx) = tokio::sync::watch::channel(pull_settings);

@@ -933,3 +933,20 @@ pub fn hierarchy_decode(data: &[u8]) {
         _ => {}
     }
 }
+
+/// A recording (`crate::record`): parsed or refused, never a panic; what parses keeps its
+/// order in time and prints back to what parses the same.
+pub fn record_read(data: &[u8]) {
+    if data.len() > MAX_INPUT {
+        return;
+    }
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok((_, lines)) = crate::record::parse(text) {
+        assert!(lines.windows(2).all(|w| w[0].t <= w[1].t));
+        for l in &lines {
+            let again = serde_json::to_string(l).expect("a parsed line prints");
+            let back: crate::record::Line = serde_json::from_str(&again).expect("a printed line parses");
+            assert_eq!(&back, l);
+        }
+    }
+}

@@ -24,6 +24,7 @@ pub mod netconf;
 pub mod notif;
 pub mod overload;
 pub mod push;
+pub mod record;
 pub mod restconf;
 pub mod routing;
 #[doc(hidden)]

@@ -104,4 +104,5 @@ corpus_tests!(
     client_cert,
     notif_decoders,
     hierarchy_decode,
+    record_read,
 );

@@ -43,6 +43,23 @@ enum Command {
         /// Serve RESTCONF over plain HTTP (tests only; loopback addresses only).
         #[arg(long = "restconf-plain-http-for-tests")]
         restconf_plain_http: bool,
+        /// Record every SCI report, refusal, quarantine decision and configuration change
+        /// to FILE (rotated; `[record]` sets the sizes), for `cats-sma replay`.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
+    },
+    /// Re-run the metric engine on a recording (`run --record`) under injected time and
+    /// print the advertisements and state changes it produces: the same bytes on every run.
+    Replay {
+        /// The recording.
+        file: PathBuf,
+        /// Replay against this configuration instead (XML, as `get-config` or the startup
+        /// file holds it) and print what would have been advertised differently.
+        #[arg(long = "with-config", value_name = "CONFIG")]
+        with_config: Option<PathBuf>,
+        /// Seconds to run on after the last recorded event.
+        #[arg(long, default_value_t = 5)]
+        tail: u64,
     },
     /// Check a bootstrap file and exit (0 when it is usable).
     CheckConfig { file: PathBuf },
@@ -65,6 +82,29 @@ pub fn main() -> i32 {
                 1
             }
         },
+        Command::Replay { file, with_config, tail } => {
+            let tail = std::time::Duration::from_secs(tail);
+            let result = match &with_config {
+                Some(c) => crate::record::replay::diff(&file, c, tail),
+                None => crate::record::replay::run(&file, None, tail),
+            };
+            match result {
+                Ok(lines) => {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    for l in lines {
+                        if writeln!(out, "{l}").is_err() {
+                            return 1;
+                        }
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("cats-sma replay: {e}");
+                    1
+                }
+            }
+        }
         Command::HashPassword => {
             let mut line = String::new();
             if std::io::stdin().lock().read_line(&mut line).is_err() {
@@ -90,6 +130,7 @@ pub fn main() -> i32 {
             sci_plain_http,
             restconf_listen,
             restconf_plain_http,
+            record,
         } => {
             init_tracing();
             let mut boot = match config {
@@ -119,6 +160,9 @@ pub fn main() -> i32 {
             }
             if restconf_plain_http {
                 boot.restconf.plain_http_for_tests = true;
+            }
+            if record.is_some() {
+                boot.record.path = record;
             }
             if let Err(e) = boot.check() {
                 eprintln!("cats-sma: {e}");

@@ -49,6 +49,8 @@ pub struct Bootstrap {
     pub message_limits: message_limits::MessageLimits,
     /// How reports to C-PSes are signed (`[cps]`).
     pub cps: CpsSettings,
+    /// Recording what goes into the engine, for `cats-sma replay` (`[record]`).
+    pub record: crate::record::RecordSettings,
 }
 
 /// `[cps]`: the C-SMA's report signing key (seed 004, Metric Integrity).
@@ -247,6 +249,7 @@ impl Bootstrap {
         self.peer_limits.check()?;
         self.limits.check()?;
         self.audit.check()?;
+        self.record.check()?;
         let mut seen = std::collections::HashSet::new();
         for u in &self.users {
             if u.name.is_empty() || u.name.chars().any(|c| c.is_whitespace() || c.is_control()) {

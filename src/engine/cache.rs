@@ -435,12 +435,19 @@ pub struct IdHash {
     seed: u64,
 }
 
+static SEED: OnceLock<u64> = OnceLock::new();
+
 impl Default for IdHash {
     fn default() -> Self {
-        static SEED: OnceLock<u64> = OnceLock::new();
         let seed = *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64) | 1);
         IdHash { seed }
     }
+}
+
+/// Fixes the process's hash seed before any cache exists (replay: the same recording walks
+/// its services in the same order on every run). No effect once a cache was built.
+pub fn fix_hash_seed(seed: u64) {
+    let _ = SEED.set(seed | 1);
 }
 
 impl BuildHasher for IdHash {

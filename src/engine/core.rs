@@ -198,6 +198,8 @@ pub const QUARANTINE_CAPACITY: usize = 10_000;
 
 pub struct Core {
     pub clock: Clock,
+    /// The recording of what goes into the engine (`crate::record`), when one is made.
+    pub recorder: Option<Box<crate::record::Recorder>>,
     pub validation: ValidationConfig,
     pub cache_config: CacheConfig,
     pub cache: MetricCache,
@@ -252,6 +254,7 @@ impl Core {
         let cache_config = CacheConfig::default();
         Core {
             clock,
+            recorder: None,
             validation: ValidationConfig::default(),
             cache: MetricCache::new(cache_config.max_entries),
             cache_config,
@@ -343,9 +346,22 @@ impl Core {
         }
     }
 
+    /// Records `ev` when a recording is being made.
+    pub fn record(&mut self, ev: impl FnOnce() -> crate::record::Event) {
+        if let Some(r) = self.recorder.as_mut() {
+            let now = self.clock.now();
+            r.record(now, self.clock.wall_at(now), &ev());
+        }
+    }
+
     /// Counts a message refused before it reached the report path (undecodable, wrong
     /// content type, too big): it was received and rejected.
     pub fn count_rejection(&mut self, reason: Rejection, transport: &'static str, source: &str) {
+        self.record(|| crate::record::Event::Refused {
+            transport: transport.to_owned(),
+            reason: reason.identity().to_owned(),
+            source: source.to_owned(),
+        });
         self.stats.received += 1;
         self.stats.tally(transport, Some(reason), 1);
         self.reject(reason, source, "refused by the transport");
@@ -362,6 +378,13 @@ impl Core {
     /// A message refused by its transport's authentication (seed 004: every failure is
     /// counted, logged and notified). Counts the message's reports as rejected.
     pub fn auth_failure(&mut self, sender: &Sender, claimed: Option<CsciId>, detail: String, reports: usize) {
+        self.record(|| crate::record::Event::AuthFailure {
+            transport: sender.transport.to_owned(),
+            address: sender.address,
+            claimed: claimed.clone(),
+            detail: detail.clone(),
+            reports,
+        });
         for _ in 0..reports.max(1) {
             self.stats.received += 1;
             self.count_only(Rejection::Unauthenticated);
@@ -482,6 +505,7 @@ impl Core {
     /// taken at its word. The sender may only report for itself and for the CS-IDs it is
     /// registered for (seed 004, SCI Authentication).
     pub fn ingest_from(&mut self, raw: &RawReport, sender: &Sender) -> Result<(), (Rejection, String)> {
+        self.record(|| crate::record::Event::reports(std::slice::from_ref(raw), sender));
         let now = self.clock.now();
         let at = (now, self.clock.wall_at(now));
         let verdict = self.ingest_at(raw, sender, at);
@@ -496,6 +520,7 @@ impl Core {
     /// lets those overlap instead of waiting for each in turn.
     pub fn ingest_batch(&mut self, raws: &[RawReport], sender: &Sender) -> Vec<Result<(), (Rejection, String)>> {
         const AHEAD: usize = 4;
+        self.record(|| crate::record::Event::reports(raws, sender));
         let now = self.clock.now();
         let at = (now, self.clock.wall_at(now));
         for r in raws.iter().take(AHEAD) {
@@ -773,6 +798,7 @@ impl Core {
     /// `accept`, a released report enters the cache if it is still newer than what the
     /// cache holds. Returns how many were released.
     pub fn clear_quarantine(&mut self, csci_id: Option<&str>, accept: bool) -> u32 {
+        self.record(|| crate::record::Event::Quarantine { csci_id: csci_id.map(str::to_owned), accept });
         let (released, kept): (Vec<_>, Vec<_>) =
             self.quarantine.drain(..).partition(|q| csci_id.is_none_or(|c| q.report.csci_id == c));
         self.quarantine = kept.into();

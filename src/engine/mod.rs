@@ -69,6 +69,8 @@ pub struct Engine {
     /// Seed 003: the C-SMA as reporting node towards its SCIs (the collectors put its
     /// answers and reports in theirs).
     pub doic: Arc<crate::overload::report::ReportingNode>,
+    /// Whether the engine records what it takes (`crate::record`).
+    recording: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What [`Engine::load_sample`] measures.
@@ -106,6 +108,8 @@ impl Engine {
         let changes = tap.clone();
         let ingress = Arc::new(rate_limit::Ingress::default());
         let counters = ingress.counters.clone();
+        let recording = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let recording_flag = recording.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             core.auth_flood = flood;
@@ -191,6 +195,10 @@ impl Engine {
                     let _ = feed.send(u);
                 }
                 feed.record_accepted(core.stats.accepted);
+                if let Some(r) = core.recorder.as_mut() {
+                    recording_flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    r.flush_if_due(tokio::time::Instant::now());
+                }
             }
         });
         Engine {
@@ -202,6 +210,7 @@ impl Engine {
             ingress,
             slots,
             doic: crate::overload::report::ReportingNode::new(),
+            recording,
         }
     }
 
@@ -215,6 +224,11 @@ impl Engine {
                 let _ = jobs.send((tokio::time::Instant::now(), Box::new(|_: &mut Core| {})));
             }
         }
+    }
+
+    /// Whether a recording is being made (configuration consumers record commits then).
+    pub fn recording(&self) -> bool {
+        self.recording.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs `f` on the engine's state, in order with everything else, without waiting.

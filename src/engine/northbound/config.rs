@@ -493,6 +493,11 @@ impl ConfigConsumer for EngineConfig {
 
     fn apply(&self, tx: &Transaction<'_>) {
         let touched = |p: &str| tx.changes_under(&format!("{ROOT}/{p}")).next().is_some();
+        // A recording takes the new configuration before anything it changes.
+        if self.engine.recording() {
+            let xml = crate::record::config_xml(tx.config);
+            self.engine.submit(move |core| core.record(|| crate::record::Event::Config { xml }));
+        }
         if let Some(p) = self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()).take() {
             self.engine.submit(move |core| core.set_policy(p));
         }

@@ -1,0 +1,108 @@
+//! Record and replay (issue 21): a real agent records what its engine took (`run
+//! --record`); `cats-sma replay` re-runs the engine on the recording under injected time,
+//! the same bytes on every run and the same site values the live agent computed, and
+//! `--with-config` shows what another policy would have advertised instead.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const POLICY_NS: &str = "urn:cats-sma:yang:cats-sma-policy";
+
+fn report(csci: &str, seq: u64, gas: i64, health: &str) -> String {
+    let now = chrono::Utc::now().to_rfc3339();
+    format!(
+        r#"{{"csci-id":"{csci}","cs-id":"AR1","seq":{seq},"timestamp":"{now}","gas":{gas},"computing-time":12,"health":"{health}"}}"#
+    )
+}
+
+fn replay(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cats-sma")).arg("replay").args(args).output().expect("run replay");
+    assert!(out.status.success(), "replay {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed004_replay_of_a_recording_is_deterministic_and_shows_a_policy_what_if() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("engine.rec");
+    let agent =
+        start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0", "--record", rec.to_str().unwrap()]);
+    let sci = agent.sci_addr.unwrap();
+    let mut nc = Nc::open(&agent).await;
+    let r = nc.edit(&format!("<scis>{}{}</scis>", registered("sci-1", 1000), registered("sci-2", 300))).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let post = |body: String| async move { http_post(sci, "/reports", "application/json", body.as_bytes()).await };
+    assert_eq!(post(report("sci-1", 1, 400, "HEALTHY")).await.0, 200);
+    assert_eq!(post(report("sci-2", 1, 200, "HEALTHY")).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(post(report("sci-1", 2, 430, "HEALTHY")).await.0, 200);
+    // Refused: malformed, and an SCI nobody registered.
+    assert_eq!(post("{oops".into()).await.0, 400);
+    assert_eq!(post(report("sci-9", 1, 5, "HEALTHY")).await.0, 422);
+    // A policy change mid-recording, then sci-2 stops reporting (STALE, then FAILED).
+    let r = nc
+        .edit(&format!(
+            "<policy xmlns=\"{POLICY_NS}\"><transforms><gas-safety-factor>0.9</gas-safety-factor></transforms></policy>"
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    for seq in 3..8 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(post(report("sci-1", seq, 400 + seq as i64 * 10, "HEALTHY")).await.0, 200);
+    }
+    let live = nc.wait("sci-2 failed", &entry("sci-2"), |r| r.contains("<state>failed</state>")).await;
+    assert!(live.contains("failed"), "{live}");
+    let services = nc.get("<services/>").await;
+    // reported-gas is the policy module's (its own xmlns).
+    let live_gas = services
+        .split("<reported-gas")
+        .nth(1)
+        .and_then(|r| r.split_once('>'))
+        .and_then(|(_, r)| r.split_once('<'))
+        .map(|(v, _)| v.to_owned())
+        .unwrap_or_else(|| panic!("no AR1 reported-gas: {services}"));
+    drop(nc);
+    let mut agent = agent;
+    assert!(agent.terminate().success());
+
+    // Deterministic: two runs (two processes, two hash seeds of their own), one output.
+    let a = replay(&[rec.to_str().unwrap()]);
+    let b = replay(&[rec.to_str().unwrap()]);
+    assert_eq!(a, b, "two replays of one recording differ");
+    assert!(a.contains("notify sci-state-change") && a.contains("failed"), "{a}");
+    assert!(a.contains("notify auth-failure") || a.contains("advertise AR1"), "{a}");
+    // The engine's result is the live agent's: the last advertised AR1 value.
+    let last = a.lines().rev().find(|l| l.contains(" advertise AR1 ")).expect("AR1 advertised");
+    assert!(last.contains(&format!(" gas={live_gas} ")), "live reported-gas {live_gas}, replay: {last}\n{a}");
+
+    // What if the policy had said 0.5? The last configuration recorded, with that factor.
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let configs: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["ev"] == "config")
+        .map(|v| v["xml"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(configs.len() >= 3, "start, the SCIs, the policy: {configs:?}");
+    let last_config = configs.last().unwrap();
+    assert!(last_config.contains("<gas-safety-factor>0.9</gas-safety-factor>"), "{last_config}");
+    let other = last_config.replace("<gas-safety-factor>0.9<", "<gas-safety-factor>0.5<");
+    let other_file = dir.path().join("half.xml");
+    std::fs::write(&other_file, other).unwrap();
+    let d1 = replay(&[rec.to_str().unwrap(), "--with-config", other_file.to_str().unwrap()]);
+    let d2 = replay(&[rec.to_str().unwrap(), "--with-config", other_file.to_str().unwrap()]);
+    assert_eq!(d1, d2, "two what-if replays differ");
+    // sci-1 alone at the end: 470 × 0.9 recorded, × 0.5 in the what-if.
+    assert!(d1.lines().any(|l| l.starts_with("- ") && l.contains(&format!("advertise AR1 gas={live_gas} "))), "{d1}");
+    assert!(d1.lines().any(|l| l.starts_with("+ ") && l.contains("advertise AR1 gas=235 ")), "{d1}");
+    assert!(d1.lines().all(|l| l.starts_with("- ") || l.starts_with("+ ")), "{d1}");
+
+    // Not a recording: a clear error, exit 1.
+    let out = Command::new(env!("CARGO_BIN_EXE_cats-sma")).args(["replay"]).arg(&other_file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cats-sma recording"));
+}
