@@ -1,7 +1,8 @@
 //! Record and replay (issue 21): a real agent records what its engine took (`run
 //! --record`); `cats-sma replay` re-runs the engine on the recording under injected time,
 //! the same bytes on every run and the same site values the live agent computed, and
-//! `--with-config` shows what another policy would have advertised instead.
+//! `--with-config` shows what another policy would have advertised instead. And the
+//! operator's `cats-sma status` table over NETCONF.
 
 mod common;
 
@@ -105,4 +106,45 @@ async fn seed004_replay_of_a_recording_is_deterministic_and_shows_a_policy_what_
     let out = Command::new(env!("CARGO_BIN_EXE_cats-sma")).args(["replay"]).arg(&other_file).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cats-sma recording"));
+}
+
+/// `cats-sma status` (issue 21, the operator's CLI): over NETCONF with the host key of the
+/// agent's state directory pinned, the services, SCIs and their states as tables.
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc6241_status_command_prints_services_and_scis_over_netconf() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let agent = start_agent(&state, &["--sci-listen", "127.0.0.1:0"]);
+    let mut nc = Nc::open(&agent).await;
+    let r = nc.edit(&format!("<scis>{}{}</scis>", registered("sci-1", 5000), registered("sci-2", 5000))).await;
+    assert!(r.contains("<ok/>"), "{r}");
+    let (status, body) = http_post(
+        agent.sci_addr.unwrap(),
+        "/reports",
+        "application/json",
+        report("sci-1", 1, 640, "HEALTHY").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let run = |extra: &[&str], password: &str| {
+        Command::new(env!("CARGO_BIN_EXE_cats-sma"))
+            .args(["status", "--port", &agent.addr.port().to_string(), "--state-dir"])
+            .arg(&state)
+            .args(extra)
+            .env("CATS_SMA_PASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[], PASSWORD);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 services, 2 SCIs (1 active, 1 healthy)"), "{text}");
+    assert!(text.lines().any(|l| l.trim_start().starts_with("AR1") && l.contains("640")), "{text}");
+    assert!(text.lines().any(|l| l.trim_start().starts_with("sci-2") && l.contains("active")), "{text}");
+    // A wrong password, and a host key that is not the agent's: refused, exit 1.
+    let out = run(&[], "wrong");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run(&["--host-key-fingerprint", "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"], PASSWORD);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("host key"), "{:?}", out);
 }

@@ -61,6 +61,29 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         tail: u64,
     },
+    /// Connect to an agent over NETCONF and print its services, SCIs and C-PS sessions.
+    /// The password comes from CATS_SMA_PASSWORD (or --key); the host key is the one in
+    /// the state directory (an agent on this machine) or --host-key-fingerprint.
+    Status {
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = super::DEFAULT_NETCONF_PORT)]
+        port: u16,
+        #[arg(long, default_value = "admin")]
+        user: String,
+        /// An unencrypted OpenSSH private key to log in with.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// The agent's SSH host key fingerprint (SHA256:…), as it logs it at start.
+        #[arg(long = "host-key-fingerprint", value_name = "SHA256:…")]
+        host_key_fingerprint: Option<String>,
+        /// The state directory whose host key to trust (the default: the agent's default).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// SCIs listed at most.
+        #[arg(long = "max-scis", default_value_t = 50)]
+        max_scis: usize,
+    },
     /// Check a bootstrap file and exit (0 when it is usable).
     CheckConfig { file: PathBuf },
     /// Read a password from stdin and print its argon2 hash, for `password_hash` in a
@@ -82,6 +105,18 @@ pub fn main() -> i32 {
                 1
             }
         },
+        Command::Status { host, port, user, key, host_key_fingerprint, state_dir, max_scis } => {
+            let state_dir = state_dir.unwrap_or_else(|| Bootstrap::default().state_dir());
+            super::status::run(super::status::StatusArgs {
+                host,
+                port,
+                user,
+                key,
+                host_key_fingerprint,
+                state_dir,
+                max_scis,
+            })
+        }
         Command::Replay { file, with_config, tail } => {
             let tail = std::time::Duration::from_secs(tail);
             let result = match &with_config {

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod message_limits;
 pub mod peer_limits;
 pub mod state;
+pub mod status;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
