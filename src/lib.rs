@@ -27,6 +27,7 @@ pub mod push;
 pub mod record;
 pub mod restconf;
 pub mod routing;
+pub mod sim;
 #[doc(hidden)]
 pub mod testing;
 pub mod text;

@@ -148,3 +148,68 @@ async fn rfc6241_status_command_prints_services_and_scis_over_netconf() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("host key"), "{:?}", out);
 }
+
+/// `cats-sma simulate` (issue 21): HMAC-signed SCIs over HTTP with the failure profile (a
+/// quarter stop halfway: the agent takes them STALE), and the same over MQTT (a real
+/// mosquitto) and gRPC, every report accepted and counted in the summary.
+#[tokio::test(flavor = "multi_thread")]
+async fn seed004_simulated_scis_over_http_mqtt_and_grpc_with_credentials_and_a_failure_profile() {
+    use base64ct::Encoding;
+    let dir = tempfile::tempdir().unwrap();
+    let key = b"0123456789abcdef0123456789abcdef";
+    let b64 = base64ct::Base64::encode_string(key);
+    let key_file = dir.path().join("sci.key");
+    std::fs::write(&key_file, &b64).unwrap();
+    let mqtt = common::mosquitto::free_port();
+    let _broker = common::mosquitto::broker(dir.path(), mqtt);
+    let grpc = common::mosquitto::free_port();
+    let agent = start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0"]);
+    let mut nc = Nc::open(&agent).await;
+    let sci = |id: String| {
+        format!(
+            "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><credential-ref>sim</credential-ref>\
+             <expected-interval>200</expected-interval></sci>"
+        )
+    };
+    let scis: String = ["h", "m", "g"].iter().flat_map(|p| (0..4).map(move |i| format!("{p}{i}"))).map(sci).collect();
+    let r = nc
+        .edit(&format!(
+            "<collection><authentication><credential><name>sim</name><type>hmac-sha256</type><key>{b64}</key>\
+             </credential></authentication>\
+             <mqtt><enabled>true</enabled><broker-host>127.0.0.1</broker-host><broker-port>{mqtt}</broker-port>\
+             <allow-plaintext>true</allow-plaintext></mqtt>\
+             <grpc><enabled>true</enabled><port>{grpc}</port><tls><enabled>false</enabled></tls></grpc></collection>\
+             <scis>{scis}</scis>"
+        ))
+        .await;
+    assert!(r.contains("<ok/>"), "{r}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let simulate = |transport: &str, target: String, prefix: &str, profile: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cats-sma"))
+            .args(["simulate", "--transport", transport, "--target", &target, "--scis", "4", "--prefix", prefix])
+            .args(["--profile", profile, "--fail-percent", "25", "--duration", "3", "--interval-ms", "200"])
+            .arg("--hmac-key-file")
+            .arg(&key_file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let http = simulate("http", format!("http://{}", agent.sci_addr.unwrap()), "h", "failure");
+    assert!(http.contains("rejected 0, transport errors 0"), "{http}");
+    let sent: u64 = http.split("sent ").nth(1).and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
+    assert!(http.contains(&format!("accepted {sent},")) && sent >= 40, "{http}");
+    // h0 stopped halfway: STALE by now (or FAILED); h1 still reported until the end.
+    let r = nc.wait("h0 stale", &entry("h0"), |r| r.contains("<state>stale</state>") || r.contains("failed")).await;
+    assert!(r.contains("h0"), "{r}");
+    let grpc_out = simulate("grpc", format!("http://127.0.0.1:{grpc}"), "g", "steady");
+    assert!(grpc_out.contains("rejected 0, transport errors 0"), "{grpc_out}");
+    let mqtt_out = simulate("mqtt", format!("127.0.0.1:{mqtt}"), "m", "ramp");
+    assert!(mqtt_out.contains("transport errors 0"), "{mqtt_out}");
+    // MQTT has no answers: the agent's own state shows the reports arrived, signed.
+    let r = nc.wait("m3 reported", &entry("m3"), |r| r.contains("<state>healthy</state>")).await;
+    assert!(r.contains("<authentication>credential</authentication>") || r.contains("hmac"), "{r}");
+    let r = nc.get(&entry("g2")).await;
+    assert!(r.contains("<gas>"), "{r}");
+}

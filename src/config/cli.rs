@@ -84,6 +84,9 @@ enum Command {
         #[arg(long = "max-scis", default_value_t = 50)]
         max_scis: usize,
     },
+    /// Simulated SCIs reporting to an agent (HTTP(S), MQTT or gRPC) with a load profile,
+    /// a progress line and a summary.
+    Simulate(crate::sim::SimArgs),
     /// Check a bootstrap file and exit (0 when it is usable).
     CheckConfig { file: PathBuf },
     /// Read a password from stdin and print its argon2 hash, for `password_hash` in a
@@ -116,6 +119,25 @@ pub fn main() -> i32 {
                 state_dir,
                 max_scis,
             })
+        }
+        Command::Simulate(args) => {
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("cats-sma simulate: {e}");
+                    return 1;
+                }
+            };
+            match rt.block_on(crate::sim::run(args)) {
+                Ok(summary) => {
+                    print!("{summary}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("cats-sma simulate: {e}");
+                    1
+                }
+            }
         }
         Command::Replay { file, with_config, tail } => {
             let tail = std::time::Duration::from_secs(tail);
