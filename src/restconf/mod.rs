@@ -312,21 +312,31 @@ impl Restconf {
         let who = user.clone();
         // The sources may wait for the engine task: off the runtime's workers.
         let rendered = tokio::task::spawn_blocking(move || {
-            let access = core.nacm.read_access(&who)?;
-            core.metrics.render(&|module, path| access.allows(module, path))
+            let Some(access) = core.nacm.read_access(&who) else {
+                return Err(format!(
+                    "the NACM read rules of {who} depend on data (rules with predicates): /metrics cannot filter \
+                     its figures per entry"
+                ));
+            };
+            core.metrics
+                .render(&|module, path| access.allows(module, path))
+                .ok_or_else(|| format!("NACM lets {who} read none of the data /metrics shows"))
         })
-        .await
-        .ok()
-        .flatten();
-        let Some(body) = rendered else {
-            self.core.metrics.count_rpc("restconf", "metrics", ErrorTag::AccessDenied.as_str());
-            crate::mgmt::audit::event(crate::mgmt::audit::Category::NacmDenial)
-                .outcome("failure")
-                .user(&user)
-                .transport("https")
-                .field("resource", "/metrics")
-                .emit_aggregated(format!("metrics:{user}"));
-            return text(403, format!("NACM lets {user} read none of the data /metrics shows\n"));
+        .await;
+        let body = match rendered {
+            Err(e) => return text(500, format!("rendering the metrics failed: {e}\n")),
+            Ok(Ok(b)) => b,
+            Ok(Err(reason)) => {
+                self.core.metrics.count_rpc("restconf", "metrics", ErrorTag::AccessDenied.as_str());
+                crate::mgmt::audit::event(crate::mgmt::audit::Category::NacmDenial)
+                    .outcome("failure")
+                    .user(&user)
+                    .transport("https")
+                    .field("resource", "/metrics")
+                    .field("reason", reason.as_str())
+                    .emit_aggregated(format!("metrics:{user}"));
+                return text(403, format!("{reason}\n"));
+            }
         };
         self.core.metrics.count_rpc("restconf", "metrics", "ok");
         let mut r = Response::new(if method == Method::HEAD { RcBody::empty() } else { RcBody::text(body) });
