@@ -64,7 +64,6 @@
       sciSeries: new Map(), // csci-id -> [{t, gas, ct, health, state}]
       reports: new Map(), // csci-id -> [entry snapshot], newest first
       notifications: [], // newest first
-      seenEvents: new Set(),
       auditCounts: null,
       auditLog: [], // newest first
       streams: {},
@@ -342,13 +341,12 @@
       if (name) subscriptionState(n, sub);
       return;
     }
-    // After a reconnection the replay overlaps what was already shown.
-    if (S.seenEvents.has(raw)) return;
-    S.seenEvents.add(raw);
-    S.notifications.unshift({ time: n.eventTime, name: unprefix(name), module: name.split(":")[0], body: strip(body) });
+    // After a reconnection the replay (from the last event time seen) overlaps what is shown.
+    if (S.notifications.some((x) => x.raw === raw)) return;
+    S.notifications.unshift({ time: n.eventTime, name: unprefix(name), module: name.split(":")[0], body: strip(body), raw });
     S.notifications.sort((a, b) => (a.time < b.time ? 1 : a.time > b.time ? -1 : 0));
     S.notifications.length = Math.min(S.notifications.length, MAX_EVENTS);
-    S.replayFrom = n.eventTime;
+    S.replayFrom = S.notifications[0].time;
     render();
   }
 
@@ -490,12 +488,13 @@
 
   function sciTable(list) {
     const byId = new Map(configured().map((c) => [c["csci-id"], c]));
-    const ids = new Set([...list.map((e) => e["csci-id"])]);
+    const cached = new Map(entries().map((e) => [e["csci-id"], e]));
+    const ids = new Set(list.map((e) => e["csci-id"]));
     return h("table", { class: "grid", id: "sci-table" },
       h("thead", {}, h("tr", {}, ["CSCI-ID", "Service", "State", "Health", "GAS", "Computing time", "Seq",
         "Last report", "Flags"].map((c) => h("th", {}, c)))),
       h("tbody", {}, [...ids].sort().map((id) => {
-        const e = entry(id) || {};
+        const e = cached.get(id) || {};
         return h("tr", { "data-sci": id },
           h("td", {}, sciLink(id)),
           h("td", {}, e["cs-id"] ? svcLink(e["cs-id"]) : show((byId.get(id) || {})["cs-id"])),
