@@ -4,6 +4,8 @@
 #   2. a Rust toolchain (rustup) with rustfmt and clippy, Rust >= 1.85
 #   3. the Python venv .venv with netconf-tests/requirements.txt
 #   4. the IETF/IANA YANG modules from pyang's wheel, copied into yang/ietf/
+#   5. the console browser test's npm packages (npm ci in tests/console; the browser
+#      is Debian's chromium from step 1, never a download)
 # Run as root, or as a user with sudo. Safe to run again: a second run only
 # checks and changes nothing.
 set -euo pipefail
@@ -21,12 +23,16 @@ APT_PACKAGES=(
     prometheus
     libyang2-tools yangcli
     openssh-client curl ca-certificates git
+    chromium
 )
 
 VENV=$REPO_ROOT/.venv
 REQUIREMENTS=$REPO_ROOT/netconf-tests/requirements.txt
 VENV_STAMP=$VENV/.cats-sma-requirements.sha256
 YANG_DEST=$REPO_ROOT/yang/ietf
+CONSOLE_TEST=$REPO_ROOT/tests/console
+CONSOLE_STAMP=$CONSOLE_TEST/node_modules/.cats-sma-package-lock.sha256
+MIN_NODE_MAJOR=20
 
 start_time=$(date +%s)
 summary=()
@@ -240,11 +246,36 @@ check_mosquitto_tls() {
     fi
 }
 
+# ------------------------------------------------ 5. console browser test ---
+# tests/console.rs drives Debian's chromium with playwright-core (npm). Node.js comes with
+# the machine (playwright-core needs >= 20, newer than Debian 12's nodejs), so it is
+# checked, not installed.
+install_console_test() {
+    local want node_major
+    have node && have npm || die "node and npm are needed by the console browser test (tests/console): install Node.js >= $MIN_NODE_MAJOR with npm"
+    node_major=$(node -p 'process.versions.node.split(".")[0]')
+    [ "$node_major" -ge "$MIN_NODE_MAJOR" ] ||
+        die "playwright-core needs Node.js >= $MIN_NODE_MAJOR, found $(node --version)"
+    [ -x /usr/bin/chromium ] || die "/usr/bin/chromium is missing although the chromium package was asked for"
+    want=$(sha256sum "$CONSOLE_TEST/package-lock.json" | awk '{print $1}')
+    if [ -f "$CONSOLE_STAMP" ] && [ "$(cat "$CONSOLE_STAMP")" = "$want" ] &&
+        [ -f "$CONSOLE_TEST/node_modules/playwright-core/package.json" ]; then
+        summary+=("tests/console npm packages up to date")
+        return
+    fi
+    log "installing the console test's npm packages (npm ci in ${CONSOLE_TEST#"$REPO_ROOT"/})"
+    (cd "$CONSOLE_TEST" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 retry npm ci --no-audit --no-fund) ||
+        die "npm ci in $CONSOLE_TEST failed"
+    printf '%s\n' "$want" >"$CONSOLE_STAMP"
+    summary+=("tests/console: npm ci")
+}
+
 install_system_packages
 check_mosquitto_tls
 install_rust
 setup_venv
 install_ietf_modules
+install_console_test
 
 elapsed=$(($(date +%s) - start_time))
 joined=$(printf '%s; ' "${summary[@]}")

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod console;
 pub mod data;
 pub mod error;
 pub mod media;
@@ -197,6 +198,10 @@ impl Restconf {
         // media types of its own (XRD, JRD), negotiated before the yang-data ones.
         if path == "/.well-known/host-meta" || path == "/.well-known/host-meta.json" {
             return host_meta(&parts.method, path.ends_with(".json"), accept_hdr);
+        }
+        // The operator console's static files: no data, no credentials (docs/console.md).
+        if path == "/console" || path.starts_with("/console/") {
+            return console::serve(&parts.method, &path);
         }
         let Some(accept) = media::accept(accept_hdr, content_enc) else {
             let f = Failure::status(406, ErrorTag::InvalidValue, "none of the Accept media types can be produced");
