@@ -1,5 +1,5 @@
 """End-to-end CATS demo (issue 6): three C-SMAs (cats-sma) for three service sites, their
-SCIs simulated with shifting load, one reference C-PS, and a live view of the site the
+SCIs simulated with shifting load (`cats-sma simulate --profile cycle`), one reference C-PS, and a live view of the site the
 C-PS would choose for each service from one ingress router.
 
 Started by scripts/demo.sh (which builds the binaries); everything listens on 127.0.0.1
@@ -10,13 +10,10 @@ import argparse
 import base64
 import datetime as dt
 import hashlib
-import hmac
 import json
-import math
 import os
 import shutil
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -167,55 +164,43 @@ def agent_config(site, services, cps_port, grpc_port=None, prefix=None):
 </config>"""
 
 
-class Sci(threading.Thread):
-    """One simulated SCI: POSTs a report every 0.5 s while alive; its GAS follows a cycle."""
+class Sci:
+    """One simulated SCI: a `cats-sma simulate` process (profile cycle: its load rises and
+    falls on the demo's cycle, shifted by its site's phase) POSTing a report every 0.5 s
+    over HTTPS, signed with the SCI's own HMAC key. Stopped and started again to simulate
+    a failure and its recovery."""
 
-    def __init__(self, url, csci, cs, base, phase, t0, cafile):
-        super().__init__(daemon=True)
-        self.url, self.csci, self.cs, self.base, self.phase, self.t0 = url, csci, cs, base, phase, t0
+    def __init__(self, bin, work, base_url, csci, cs, base, phase, t0, cafile, log):
+        self.bin, self.base_url, self.csci, self.cs = bin, base_url, csci, cs
+        self.base, self.phase, self.t0, self.cafile, self.log = base, phase, t0, cafile, log
         # The agent's SCI listener speaks HTTPS with a certificate it generated into its
-        # state directory on the first start: trust exactly that one.
-        self.tls = ssl.create_default_context(cafile=cafile)
-        self.alive = threading.Event()
-        self.alive.set()
-        self.stop = threading.Event()
-        self.seq = int(time.time() * 1000)
-        self.errors = 0
+        # state directory on the first start: the simulator trusts exactly that one.
+        self.keyfile = work / f"{csci}.key"
+        self.keyfile.write_text(base64.b64encode(sci_key(csci)).decode())
+        os.chmod(self.keyfile, 0o600)
+        self.proc = None
 
-    def metrics(self):
-        t = time.time() - self.t0
-        busy = 0.5 + 0.45 * math.sin(2 * math.pi * t / PERIOD + self.phase)  # 0.05 .. 0.95
-        gas = max(1, int(self.base * (1 - busy)))
-        ct = int(4 + 20 * busy)
-        return gas, ct
+    def start(self):
+        self.proc = subprocess.Popen(
+            [self.bin, "simulate", "--transport", "http", "--target", self.base_url, "--cacert", self.cafile,
+             "--id", self.csci, "--cs-id", self.cs, "--profile", "cycle", "--period", str(PERIOD),
+             "--phase", str(self.phase), "--cycle-origin", str(self.t0), "--gas", str(self.base),
+             "--interval-ms", "500", "--duration", "86400", "--connections", "1",
+             "--hmac-key-file", str(self.keyfile)],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
 
-    def run(self):
-        while not self.stop.wait(0.5):
-            if not self.alive.is_set():
-                continue
-            gas, ct = self.metrics()
-            self.seq += 1
-            report = {
-                "csci-id": self.csci,
-                "cs-id": self.cs,
-                "seq": self.seq,
-                "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(),
-                "gas": gas,
-                "computing-time": ct,
-                "health": "HEALTHY",
-            }
-            body = json.dumps(report).encode()
-            ts = str(int(time.time()))
-            sig = hmac.new(sci_key(self.csci), ts.encode() + b"\n" + body, hashlib.sha256).hexdigest()
-            req = urllib.request.Request(
-                self.url,
-                body,
-                {"Content-Type": "application/json", "Authorization": f"CATS-HMAC-SHA256 ts={ts}, sig={sig}"},
-            )
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def pause(self):
+        if self.running():
+            self.proc.terminate()
             try:
-                urllib.request.urlopen(req, timeout=2, context=self.tls).read()
-            except (urllib.error.URLError, OSError):
-                self.errors += 1
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    close = pause
 
 
 def select(cps_port, cs):
@@ -476,8 +461,8 @@ def hierarchy_site(args, procs, log, work, site, services, phase, t0, cps_port, 
             # Kept in startup: the subordinate restarted later still knows its SCIs.
             m.copy_config(source="running", target="startup")
         for cs, base in share.items():
-            sci = Sci(f"https://127.0.0.1:{sci_port}/reports", f"{name}-{cs.lower()}", cs, base, phase, t0,
-                      str(work / name / "sci-cert.pem"))
+            sci = Sci(args.bin, work, f"https://127.0.0.1:{sci_port}", f"{name}-{cs.lower()}", cs, base, phase, t0,
+                      str(work / name / "sci-cert.pem"), log)
             sci.start()
             scis.append(sci)
         subordinates.append((name, nc_port, host_key_line(p.early_lines)))
@@ -538,8 +523,8 @@ def main():
                                  timeout=30) as m:
                 m.edit_config(target="running", config=agent_config(site, services, cps_port, grpc_port))
             for cs, base in services.items():
-                sci = Sci(f"https://127.0.0.1:{sci_port}/reports", f"{site}-{cs.lower()}", cs, base, phase, t0,
-                          str(work / site / "sci-cert.pem"))
+                sci = Sci(args.bin, work, f"https://127.0.0.1:{sci_port}", f"{site}-{cs.lower()}", cs, base, phase,
+                          t0, str(work / site / "sci-cert.pem"), log)
                 sci.start()
                 scis.append(sci)
         # Let every site's first advertisement reach the C-PS before the clock starts.
@@ -566,12 +551,12 @@ def main():
             t = time.time() - start
             if t >= args.duration:
                 break
-            if failed.alive.is_set() and fail_at <= t < recover_at:
-                failed.alive.clear()
+            if failed.running() and fail_at <= t < recover_at:
+                failed.pause()
                 events.append(f"t={t:4.0f}s  SCI site-b-llm1 stops reporting (failure): its C-SMA "
                               "withdraws LLM1 at site-b once the TTL and grace period expire")
-            elif not failed.alive.is_set() and t >= recover_at:
-                failed.alive.set()
+            elif not failed.running() and t >= recover_at:
+                failed.start()
                 events.append(f"t={t:4.0f}s  SCI site-b-llm1 reports again: LLM1 at site-b is advertised again")
             if hier:
                 hier.step(t, args.duration, events)
@@ -582,7 +567,7 @@ def main():
         print("\ndemo stopped")
     finally:
         for s in scis:
-            s.stop.set()
+            s.close()
         procs.stop()
         log.close()
         # Keep the log, not the agents' state directories.
@@ -590,6 +575,8 @@ def main():
             shutil.rmtree(work / site, ignore_errors=True)
         for d in work.glob("site-a-s*"):
             shutil.rmtree(d, ignore_errors=True)
+        for k in work.glob("*.key"):
+            k.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

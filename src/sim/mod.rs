@@ -10,6 +10,10 @@
 //!   with half their GAS.
 //! - `failure`: steady, and `--fail-percent` of the SCIs stop reporting halfway through
 //!   (the agent's failure detection takes them STALE, then FAILED).
+//! - `cycle`: the load rises and falls on a sine of `--period` seconds shifted by `--phase`
+//!   radians, from `--cycle-origin` (Unix seconds; several processes given the same origin
+//!   keep their phases): busy = 0.5 + 0.45 sin(2πt/period + phase), GAS = base × (1 − busy),
+//!   computing time 4 + 20 × busy ms (the demo's SCIs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +38,7 @@ pub enum Profile {
     Ramp,
     Burst,
     Failure,
+    Cycle,
 }
 
 /// `cats-sma simulate` options.
@@ -51,6 +56,9 @@ pub struct SimArgs {
     /// Their CSCI-IDs are PREFIX0, PREFIX1, …
     #[arg(long, default_value = "sim-")]
     pub prefix: String,
+    /// Explicit CSCI-IDs instead (repeat the option; `--scis` is then their number).
+    #[arg(long = "id")]
+    pub ids: Vec<String>,
     /// The CS-IDs the SCIs serve, round robin (repeat the option for several).
     #[arg(long = "cs-id", default_values_t = vec!["AR1".to_owned()])]
     pub cs_ids: Vec<String>,
@@ -65,6 +73,14 @@ pub struct SimArgs {
     /// An SCI's base GAS.
     #[arg(long, default_value_t = 500)]
     pub gas: u32,
+    /// With `--profile cycle`: seconds of one load cycle, its phase (radians) and the Unix
+    /// time the cycle counts from (default: the start).
+    #[arg(long, default_value_t = 40.0)]
+    pub period: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub phase: f64,
+    #[arg(long)]
+    pub cycle_origin: Option<f64>,
     /// With `--profile failure`: the share of SCIs that stop halfway.
     #[arg(long, default_value_t = 20)]
     pub fail_percent: u32,
@@ -120,6 +136,13 @@ pub fn metrics(args: &SimArgs, i: usize, t: Duration, d: Duration) -> (u32, u32,
     let base = args.gas.saturating_add((i % 7) as u32 * args.gas / 50);
     let f = if d.is_zero() { 0.0 } else { (t.as_secs_f64() / d.as_secs_f64()).min(1.0) };
     match args.profile {
+        Profile::Cycle => {
+            let now = Utc::now().timestamp_micros() as f64 / 1e6;
+            let since = args.cycle_origin.map_or(t.as_secs_f64(), |o| now - o);
+            let busy = 0.5 + 0.45 * (2.0 * std::f64::consts::PI * since / args.period.max(0.001) + args.phase).sin();
+            let gas = ((f64::from(args.gas) * (1.0 - busy)) as u32).max(1);
+            (gas, (4.0 + 20.0 * busy) as u32, "HEALTHY")
+        }
         Profile::Ramp => {
             let gas = (f64::from(base) * (1.0 - 0.9 * f)).round() as u32;
             let health = if gas * 10 < base * 3 { "DEGRADED" } else { "HEALTHY" };
@@ -140,18 +163,36 @@ fn alive(args: &SimArgs, i: usize, t: Duration, d: Duration) -> bool {
     !(args.profile == Profile::Failure && failing && t * 2 >= d)
 }
 
+/// SCI `i`'s CSCI-ID.
+pub fn csci_id(args: &SimArgs, i: usize) -> String {
+    match args.ids.get(i) {
+        Some(id) => id.clone(),
+        None => format!("{}{i}", args.prefix),
+    }
+}
+
 fn report_json(args: &SimArgs, i: usize, seq: u64, t: Duration, d: Duration) -> String {
     let (gas, ct, health) = metrics(args, i, t, d);
-    format!(
-        r#"{{"csci-id":"{}{i}","cs-id":"{}","seq":{seq},"timestamp":"{}","gas":{gas},"computing-time":{ct},"health":"{health}"}}"#,
-        args.prefix,
-        args.cs_ids[i % args.cs_ids.len().max(1)],
-        Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-    )
+    let r = crate::engine::report::RawReport {
+        csci_id: csci_id(args, i),
+        cs_id: args.cs_ids[i % args.cs_ids.len().max(1)].clone(),
+        sequence: seq,
+        timestamp: Utc::now(),
+        gas: i64::from(gas),
+        computing_time: i64::from(ct),
+        health: health.to_owned(),
+        cost: None,
+        reputation: None,
+        security_label: None,
+    };
+    serde_json::to_string(&r).unwrap_or_default()
 }
 
 /// Runs the simulation; prints progress to stderr and returns the summary.
-pub async fn run(args: SimArgs) -> Result<String, String> {
+pub async fn run(mut args: SimArgs) -> Result<String, String> {
+    if !args.ids.is_empty() {
+        args.scis = args.ids.len();
+    }
     if args.scis == 0 || args.cs_ids.is_empty() {
         return Err("--scis and --cs-id must not be empty".into());
     }
@@ -319,7 +360,7 @@ async fn worker(
     duration: Duration,
 ) {
     let mut reactors: Vec<SciReactor> =
-        ids.iter().map(|i| SciReactor::new(&format!("{}{i}", args.prefix), &args.csma_id)).collect();
+        ids.iter().map(|&i| SciReactor::new(&csci_id(&args, i), &args.csma_id)).collect();
     let mut health: Vec<&'static str> = vec!["HEALTHY"; ids.len()];
     let base_seq = Utc::now().timestamp_micros().max(0) as u64;
     let mut round = 0u64;
@@ -409,7 +450,7 @@ async fn send(
             if let Some(p) = sign(body.as_bytes()) {
                 props.user_properties.push(("authorization".to_owned(), p));
             }
-            let topic = format!("cats/sci/{}{i}/report", args.prefix);
+            let topic = format!("cats/sci/{}/report", csci_id(args, i));
             if let Err(e) = c.publish_with_properties(topic, QoS::AtLeastOnce, false, body.into_bytes(), props).await {
                 tally.error(e.to_string());
             }
@@ -502,5 +543,14 @@ mod tests {
         let dead: Vec<usize> = (0..10).filter(|&i| !alive(&fail, i, Duration::from_secs(60), d)).collect();
         assert_eq!(dead, vec![0, 1]);
         assert!((0..10).all(|i| alive(&fail, i, Duration::from_secs(10), d)));
+        // cycle: a quarter period after the origin with phase 0 the load peaks (busy 0.95).
+        let origin = (Utc::now().timestamp_micros() as f64 / 1e6 - 10.0).to_string();
+        let cycle = args(&["--profile", "cycle", "--gas", "400", "--period", "40", "--cycle-origin", &origin]);
+        let (g, ct, _) = metrics(&cycle, 3, Duration::ZERO, d);
+        assert!((19..=21).contains(&g) && (22..=23).contains(&ct), "{g} {ct}");
+        let explicit = args(&["--id", "a:1", "--id", "b\"2"]);
+        assert_eq!((csci_id(&explicit, 1), csci_id(&args(&[]), 4)), ("b\"2".to_owned(), "sim-4".to_owned()));
+        let v: serde_json::Value = serde_json::from_str(&report_json(&explicit, 1, 7, Duration::ZERO, d)).unwrap();
+        assert_eq!((v["csci-id"].as_str(), v["sequence"].as_u64()), (Some("b\"2"), Some(7)));
     }
 }
