@@ -303,6 +303,7 @@ async fn start_engine(
         mqtt: mqtt_tx,
         pull: pull_tx,
         pending_policy: Default::default(),
+        replay: false,
     }));
     datastores.register_state_provider(Arc::new(state::EngineState { engine: engine.clone() }));
     server.metrics.register(Arc::new(crate::engine::northbound::metrics::EngineMetrics { engine: engine.clone() }));

@@ -15,10 +15,7 @@ const NACM: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-acm";
 const BOB_PW: &str = "bob-metrics-pw";
 
 fn report(csci: &str, seq: u64, gas: i64) -> String {
-    let now = chrono::Utc::now().to_rfc3339();
-    format!(
-        r#"{{"csci-id":"{csci}","cs-id":"AR1","seq":{seq},"timestamp":"{now}","gas":{gas},"computing-time":12,"health":"HEALTHY"}}"#
-    )
+    report_json(csci, "AR1", seq, gas, "HEALTHY")
 }
 
 /// A Prometheus server, killed and reaped on drop.

@@ -14,10 +14,7 @@ use common::*;
 const POLICY_NS: &str = "urn:cats-sma:yang:cats-sma-policy";
 
 fn report(csci: &str, seq: u64, gas: i64, health: &str) -> String {
-    let now = chrono::Utc::now().to_rfc3339();
-    format!(
-        r#"{{"csci-id":"{csci}","cs-id":"AR1","seq":{seq},"timestamp":"{now}","gas":{gas},"computing-time":12,"health":"{health}"}}"#
-    )
+    report_json(csci, "AR1", seq, gas, health)
 }
 
 fn replay(args: &[&str]) -> String {

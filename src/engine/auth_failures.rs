@@ -113,6 +113,8 @@ impl Aggregator {
                 _ => false,
             }
         });
+        // The table is a hash map: summaries due together go out in one order every time.
+        out.sort_by(|a, b| (a.0.transport, a.0.address, a.0.overflow).cmp(&(b.0.transport, b.0.address, b.0.overflow)));
         out
     }
 

@@ -124,6 +124,7 @@ impl Engine {
                     core.next_maintenance_edge(),
                     core.next_auth_summary(),
                     core.discovery.next_deadline(),
+                    core.recorder.as_ref().and_then(|r| r.next_flush()),
                 ]
                 .into_iter()
                 .flatten()
@@ -137,7 +138,17 @@ impl Engine {
                 let started;
                 // Whether anyone listens is read when the work arrives, not before waiting
                 // for it: a subscriber that joined meanwhile must see this job's changes.
+                // Timers first when both are ready: a deadline that has passed comes before
+                // work handed over after it (and the order is the same on every run, which
+                // replay needs). A tick moves every deadline past now, so jobs never starve.
                 tokio::select! {
+                    biased;
+                    _ = sleep => {
+                        started = tokio::time::Instant::now();
+                        core.tap = tap.receiver_count() > 0;
+                        core.sci_rows = feed.sci_detail().is_some();
+                        core.tick()
+                    }
                     job = rx.recv() => match job {
                         Some((queued, job)) => {
                             started = tokio::time::Instant::now();
@@ -151,12 +162,6 @@ impl Engine {
                         }
                         None => return,
                     },
-                    _ = sleep => {
-                        started = tokio::time::Instant::now();
-                        core.tap = tap.receiver_count() > 0;
-                        core.sci_rows = feed.sci_detail().is_some();
-                        core.tick()
-                    }
                 }
                 // Global maintenance windows (seed 004, Policy Engine): an edge suppresses or
                 // releases non-critical (or all) updates, before this round's site changes.

@@ -30,6 +30,8 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Distinct (transport, operation, error-tag) triples counted; more (an operation name is
 /// the client's to choose) are counted under operation `other`.
 const MAX_RPC_SERIES: usize = 512;
+/// The longest operation name counted under its own name.
+const MAX_LABEL: usize = 64;
 
 type Labels = Vec<(&'static str, String)>;
 /// Counts per operation name.
@@ -199,7 +201,11 @@ impl Metrics {
             *n += 1;
             return;
         }
-        let op = if self.rpc_series.load(Ordering::Relaxed) < MAX_RPC_SERIES { operation } else { "other" };
+        // A name is at most MAX_LABEL bytes of what a YANG identifier may hold; the series
+        // are at most MAX_RPC_SERIES: whatever clients send, this holds a few tens of KiB.
+        let fits = operation.len() <= MAX_LABEL
+            && operation.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+        let op = if fits && self.rpc_series.load(Ordering::Relaxed) < MAX_RPC_SERIES { operation } else { "other" };
         let n = ops.entry(op.to_owned()).or_insert_with(|| {
             self.rpc_series.fetch_add(1, Ordering::Relaxed);
             0
@@ -309,6 +315,14 @@ mod tests {
         for i in 0..10 * MAX_RPC_SERIES {
             m.count_rpc("netconf", &format!("op{i}"), "operation-not-supported");
         }
+        // Long names and names no YANG identifier has are never series of their own.
+        let fresh = Metrics::default();
+        fresh.count_rpc("netconf", &"x".repeat(MAX_LABEL + 1), "access-denied");
+        fresh.count_rpc("netconf", "a\"b", "access-denied");
+        fresh.count_rpc("netconf", "cats-sma:resync", "access-denied");
+        let series = fresh.rpcs.lock().unwrap();
+        let ops = &series[&("netconf", "access-denied")];
+        assert_eq!((ops["other"], ops["cats-sma:resync"], ops.len()), (2, 1, 2));
         let series = m.rpcs.lock().unwrap();
         let ops = &series[&("netconf", "operation-not-supported")];
         assert!(ops.len() <= MAX_RPC_SERIES + 1);

@@ -98,6 +98,27 @@ fn data_with_extension(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// The modules that define nodes in the schema subtree at `path` (itself included); None
+/// when the path names no schema node (the caller then assumes any module may).
+type ModuleNames = Option<Arc<Vec<String>>>;
+
+fn modules_under(path: &str) -> ModuleNames {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<HashMap<String, ModuleNames>>> = std::sync::OnceLock::new();
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = cache.get(path) {
+        return m.clone();
+    }
+    let found = crate::yang::context().find_path(path).ok().map(|n| {
+        let mut names: Vec<String> = n.traverse().map(|d| d.module().name().to_owned()).collect();
+        names.sort();
+        names.dedup();
+        Arc::new(names)
+    });
+    // Paths come from the agent's own code (a fixed few), never from a client.
+    cache.insert(path.to_owned(), found.clone());
+    found
+}
+
 /// Whether a schema node carries the extension `ietf-netconf-acm:<name>`.
 fn has_nacm_extension(n: &yang2::schema::SchemaNode<'_>, name: &str) -> bool {
     // SAFETY: the node belongs to the process-global context, so its compiled extension
@@ -590,6 +611,39 @@ impl Nacm {
         !policy.enabled || self.recovery_user.as_deref() == Some(user)
     }
 
+    /// May `user` read everything under the schema node `path` (defined by `module`): the
+    /// node itself, and no read rule of the user's rule-lists denies the node's module or
+    /// anything beneath it, whatever the rule's predicates. Stricter than NACM's per-node
+    /// decision (a deny shadowed by an earlier permit still counts), as fits a reader that
+    /// gets only figures derived from the whole subtree (`/metrics`).
+    pub fn may_read_subtree(&self, user: &str, module: &str, path: &str) -> bool {
+        let policy = self.policy();
+        if self.unrestricted(user, &policy) {
+            return true;
+        }
+        if !self.data_decision(&policy, user, Access::Read, module, path) {
+            return false;
+        }
+        let groups = policy.groups.get(user);
+        let mut rules = policy
+            .rule_lists
+            .iter()
+            .filter(|rl| rl.groups.iter().any(|g| g == "*" || groups.is_some_and(|gs| gs.contains(g))))
+            .flat_map(|rl| rl.rules.iter())
+            .filter(|r| r.ops & Access::Read as u8 != 0 && r.action == Action::Deny);
+        !rules.any(|r| match &r.target {
+            Target::Data(p) => {
+                let p = crate::datastore::change::schema_path_of(p);
+                p.strip_prefix(path).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            }
+            // A module's nodes anywhere under the subtree (an augmenting module).
+            Target::Any => {
+                r.module != "*" && r.module != module && modules_under(path).is_none_or(|m| m.contains(&r.module))
+            }
+            _ => false,
+        })
+    }
+
     /// May `user` invoke `module:rpc`? close-session is always allowed (section 3.4.4).
     pub fn may_exec(&self, user: &str, module: &str, rpc: &str) -> bool {
         let policy = self.policy();
@@ -951,6 +1005,53 @@ mod tests {
             "/cats-sma:cats-sma/scis/sci[csci-id=\"a]'b\"]/cs-id",
             false
         ));
+    }
+
+    #[test]
+    fn issue21_a_subtree_is_readable_only_when_no_deny_reaches_inside_it() {
+        let ctx = crate::yang::context();
+        let nacm = Nacm::new(None);
+        let policy = |rules: &str| {
+            let xml = format!(
+                "<nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"><groups><group><name>ops</name>\
+                 <user-name>bob</user-name></group></groups><rule-list><name>r</name><group>ops</group>{rules}\
+                 </rule-list></nacm>"
+            );
+            // libyang reads up to a NUL.
+            let t = yang2::data::DataTree::parse_string(
+                ctx,
+                format!("{xml}\0"),
+                yang2::data::DataFormat::XML,
+                yang2::data::DataParserFlags::NO_VALIDATION,
+                yang2::data::DataValidationFlags::empty(),
+            )
+            .unwrap();
+            nacm.load(&t);
+        };
+        let deny = |target: &str| {
+            format!(
+                "<rule><name>x</name>{target}<access-operations>read</access-operations><action>deny</action></rule>"
+            )
+        };
+        let services = ("cats-sma", "/cats-sma:cats-sma/services");
+        let ok = |n: &Nacm| n.may_read_subtree("bob", services.0, services.1);
+        policy("");
+        assert!(ok(&nacm));
+        // A leaf inside, with or without predicates: the whole group is hidden.
+        policy(&deny("<module-name>cats-sma</module-name><path xmlns:c=\"urn:cats-sma:yang:cats-sma\">/c:cats-sma/c:services/c:service[c:cs-id='AR1']/c:site-gas</path>"));
+        assert!(!ok(&nacm));
+        // Elsewhere: no effect.
+        policy(&deny(
+            "<module-name>cats-sma</module-name><path xmlns:c=\"urn:cats-sma:yang:cats-sma\">/c:cats-sma/c:scis</path>",
+        ));
+        assert!(ok(&nacm));
+        // A module that augments the subtree (reported-gas), and one that does not.
+        policy(&deny("<module-name>cats-sma-policy</module-name>"));
+        assert!(!ok(&nacm));
+        policy(&deny("<module-name>ietf-netconf-acm</module-name>"));
+        assert!(ok(&nacm));
+        // The recovery user is never restricted.
+        assert!(Nacm::new(Some("bob".into())).may_read_subtree("bob", services.0, services.1));
     }
 
     #[test]

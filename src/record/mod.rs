@@ -38,6 +38,11 @@ use crate::engine::report::RawReport;
 
 /// The format's version (the `version` of the start line).
 pub const VERSION: u32 = 1;
+/// The latest `t` a recording may have: a year, in microseconds (a longer idle gap would
+/// replay as a year of heartbeats).
+const MAX_T: u64 = 366 * 86_400 * 1_000_000;
+/// The most reports one recorded message may stand for.
+const MAX_REPORTS: usize = 1 << 20;
 
 /// `[record]` in the bootstrap file (or `cats-sma run --record FILE`).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -165,6 +170,8 @@ pub struct Recorder {
     /// The configuration, repeated at the head of every file.
     config: Option<String>,
     last_flush: Instant,
+    /// Written since the last flush.
+    dirty: bool,
     /// Write errors so far (the first is logged).
     pub errors: u64,
 }
@@ -174,8 +181,17 @@ impl Recorder {
     /// restart never overwrites the last run's recording).
     pub fn open(settings: RecordSettings, now: Instant, wall: DateTime<Utc>) -> io::Result<Recorder> {
         let path = settings.path.clone().ok_or_else(|| io::Error::other("no record path"))?;
-        let mut r =
-            Recorder { settings, path, file: None, size: 0, start: now, config: None, last_flush: now, errors: 0 };
+        let mut r = Recorder {
+            settings,
+            path,
+            file: None,
+            size: 0,
+            start: now,
+            config: None,
+            last_flush: now,
+            dirty: false,
+            errors: 0,
+        };
         if r.path.exists() {
             r.rotate()?;
         }
@@ -184,10 +200,12 @@ impl Recorder {
     }
 
     fn begin(&mut self, now: Instant, wall: DateTime<Utc>) -> io::Result<()> {
+        // A new file, never one that is there: the last one was rotated away, and a file
+        // someone else created at this path (to be handed the configuration's secrets) is
+        // refused, as is a current recording that could not be rotated (kept, not truncated).
         let file = OpenOptions::new()
-            .create(true)
+            .create_new(true)
             .write(true)
-            .truncate(true)
             .mode(0o600)
             .custom_flags(crate::datastore::persist::O_NOFOLLOW)
             .open(&self.path)?;
@@ -230,6 +248,7 @@ impl Recorder {
         let f = self.file.as_mut().ok_or_else(|| io::Error::other("the recording is closed"))?;
         f.write_all(&line)?;
         self.size += line.len() as u64;
+        self.dirty = true;
         Ok(())
     }
 
@@ -269,8 +288,14 @@ impl Recorder {
         }
     }
 
+    /// When buffered lines are due to be written out (None: nothing buffered).
+    pub fn next_flush(&self) -> Option<Instant> {
+        self.dirty.then(|| self.last_flush + Duration::from_secs(1))
+    }
+
     pub fn flush(&mut self, now: Instant) {
         self.last_flush = now;
+        self.dirty = false;
         if let Some(f) = self.file.as_mut() {
             if f.flush().is_err() {
                 self.errors += 1;
@@ -309,7 +334,16 @@ pub fn read(path: &Path) -> Result<(DateTime<Utc>, Vec<Line>), String> {
 pub fn parse(text: &str) -> Result<(DateTime<Utc>, Vec<Line>), String> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let wall = match lines.next().map(|(i, l)| (i, serde_json::from_str::<Line>(l))) {
-        Some((_, Ok(Line { ev: Event::Start { version: VERSION, wall }, .. }))) => wall,
+        Some((_, Ok(Line { ev: Event::Start { version: VERSION, wall }, .. }))) => {
+            let (lo, hi): (DateTime<Utc>, DateTime<Utc>) = (
+                "2000-01-01T00:00:00Z".parse().unwrap_or_default(),
+                "2100-01-01T00:00:00Z".parse().unwrap_or_default(),
+            );
+            if wall < lo || wall > hi {
+                return Err(": the start time is not between 2000 and 2100".into());
+            }
+            wall
+        }
         Some((_, Ok(Line { ev: Event::Start { version, .. }, .. }))) => {
             return Err(format!(": recording format version {version}, this agent reads {VERSION}"))
         }
@@ -323,6 +357,14 @@ pub fn parse(text: &str) -> Result<(DateTime<Utc>, Vec<Line>), String> {
         }
         if matches!(line.ev, Event::Start { .. }) {
             return Err(format!(":{}: a second start line", i + 1));
+        }
+        if line.t > MAX_T {
+            return Err(format!(":{}: t is more than a year after the start", i + 1));
+        }
+        if let Event::AuthFailure { reports, .. } = line.ev {
+            if reports > MAX_REPORTS {
+                return Err(format!(":{}: more than {MAX_REPORTS} reports in one message", i + 1));
+            }
         }
         out.push(line);
     }

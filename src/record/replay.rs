@@ -35,6 +35,8 @@ use crate::engine::Engine;
 
 /// How long the replay runs on after the last event (timers: TTLs, batching, heartbeats).
 pub const DEFAULT_TAIL: Duration = Duration::from_secs(5);
+/// The longest tail: a day.
+const MAX_TAIL: Duration = Duration::from_secs(86_400);
 
 /// The session id the replay's configuration edits are made as.
 const REPLAY_SESSION: crate::datastore::SessionId = 0;
@@ -201,11 +203,16 @@ async fn replay(
             }
         }
     }
-    tokio::time::sleep_until(origin + Duration::from_micros(last) + tail).await;
+    let end = Duration::from_micros(last).checked_add(tail.min(MAX_TAIL)).unwrap_or(Duration::from_micros(last));
+    tokio::time::sleep_until(origin + end).await;
     for _ in 0..4 {
         tokio::task::yield_now().await;
     }
     printer.abort();
+    // An engine that stopped (a panic on some input) gave no complete answer: say so.
+    if engine.query(|_| ()).await.is_none() {
+        return Err("the engine stopped during the replay (see the log); the output would be incomplete".into());
+    }
     let mut lines = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
     // One instant's lines: advertisements in their order, notifications in theirs.
     lines.sort_by_key(|(t, _)| *t);
@@ -233,6 +240,7 @@ fn register_engine_consumer(ds: &Arc<Datastores>, engine: &Engine) -> Result<(),
         mqtt: tokio::sync::watch::channel(m).0,
         pull: tokio::sync::watch::channel(p).0,
         pending_policy: Default::default(),
+        replay: true,
     }));
     Ok(())
 }

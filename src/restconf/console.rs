@@ -20,7 +20,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
 
 /// Only our own files and our own API: no inline script or style, no framing.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; connect-src 'self'; img-src 'self' data:; \
-     style-src 'self'; script-src 'self'; frame-ancestors 'none'";
+     style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'none'; base-uri 'none'";
 
 /// The asset a path names (`/console/` is the index), if any.
 fn asset(path: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {

@@ -264,7 +264,17 @@ impl Restconf {
         let result = route(&this, &caller, req).await;
         drop(identity);
         let tag = result.as_ref().err().and_then(|(f, _)| f.errors.first()).map_or("ok", |e| e.tag.as_str());
-        self.core.metrics.count_rpc("restconf", method.as_str(), tag);
+        let method = match method {
+            Method::GET
+            | Method::HEAD
+            | Method::POST
+            | Method::PUT
+            | Method::PATCH
+            | Method::DELETE
+            | Method::OPTIONS => method.as_str(),
+            _ => "other",
+        };
+        self.core.metrics.count_rpc("restconf", method, tag);
         match result {
             Ok(r) => r,
             Err((f, enc)) => {
@@ -317,14 +327,8 @@ impl Restconf {
         let who = user.clone();
         // The sources may wait for the engine task: off the runtime's workers.
         let rendered = tokio::task::spawn_blocking(move || {
-            let Some(access) = core.nacm.read_access(&who) else {
-                return Err(format!(
-                    "the NACM read rules of {who} depend on data (rules with predicates): /metrics cannot filter \
-                     its figures per entry"
-                ));
-            };
             core.metrics
-                .render(&|module, path| access.allows(module, path))
+                .render(&|module, path| core.nacm.may_read_subtree(&who, module, path))
                 .ok_or_else(|| format!("NACM lets {who} read none of the data /metrics shows"))
         })
         .await;

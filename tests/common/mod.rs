@@ -466,6 +466,14 @@ impl Nc {
     }
 }
 
+/// One SCI report as JSON (docs/sci-protocol.md), timestamped now.
+pub fn report_json(csci: &str, cs: &str, seq: u64, gas: i64, health: &str) -> String {
+    let now = chrono::Utc::now().to_rfc3339();
+    format!(
+        r#"{{"csci-id":"{csci}","cs-id":"{cs}","seq":{seq},"timestamp":"{now}","gas":{gas},"computing-time":12,"health":"{health}"}}"#
+    )
+}
+
 pub fn registered(id: &str, interval_ms: u32) -> String {
     format!(
         "<sci><csci-id>{id}</csci-id><cs-id>AR1</cs-id><authentication>none</authentication>\

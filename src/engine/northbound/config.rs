@@ -38,6 +38,11 @@ pub struct EngineConfig {
     pub mqtt: tokio::sync::watch::Sender<crate::engine::collect::mqtt::MqttSettings>,
     /// The policy compiled in prepare, installed in apply.
     pub pending_policy: std::sync::Mutex<Option<Policy>>,
+    /// Replay (`crate::record::replay`): a recorded configuration was the agent's running
+    /// one, so nothing is refused again, and no collector starts, so their files (TLS
+    /// certificates and keys, perhaps on another host) are not read. A policy that does not
+    /// compile is run without, as at start.
+    pub replay: bool,
 }
 
 /// The policy configuration (rules in list order, transforms, maintenance windows).
@@ -441,6 +446,15 @@ impl ConfigConsumer for EngineConfig {
     }
 
     fn prepare(&self, tx: &Transaction<'_>) -> Result<(), String> {
+        if self.replay {
+            if tx.changes_under(POLICY).next().is_some() {
+                let p = compile_policy(tx.config)
+                    .inspect_err(|e| tracing::error!("the recorded policy does not compile, replaying without it: {e}"))
+                    .ok();
+                *self.pending_policy.lock().unwrap_or_else(|e| e.into_inner()) = p;
+            }
+            return Ok(());
+        }
         // Settings the schema allows but the engine cannot use are refused here.
         if tx.changes_under(POLICY).next().is_some() {
             let p = compile_policy(tx.config)?;

@@ -72,6 +72,16 @@ impl Source for EngineMetrics {
             f.set(&[("state", state.yang())], n as i64);
         }
         out.counter("cache_evictions", "Metric-cache entries evicted to make room").count(&[], s.evictions);
+        let f = out.counter(
+            "ingress_refused",
+            "Messages refused by the ingress rate limits (per-source ones never reach the engine)",
+        );
+        use crate::engine::rate_limit::{Limit, TRANSPORTS};
+        for t in TRANSPORTS {
+            for (limit, name) in [(Limit::PerSource, "per-source"), (Limit::PerSci, "per-sci")] {
+                f.count(&[("transport", t), ("limit", name)], self.engine.ingress.counters.refused(limit, t).0);
+            }
+        }
         out.gauge("quarantined_reports", "Reports held in quarantine for review").set(&[], s.quarantine as i64);
         let f = out.gauge("site_gas", "The site's reported GAS per service, after policy");
         for m in &s.sites {

@@ -201,9 +201,23 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
         Err(e) => Err(vec![e]),
     };
     let tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag.as_str());
-    let name = if op.ns.as_deref() == Some(NS_BASE) { op.name.clone() } else { qualified(op) };
-    ctx.server.metrics.count_rpc("netconf", &name, tag.unwrap_or("ok"));
+    let base = op.ns.as_deref() == Some(NS_BASE);
+    // The metrics label: the operation's name when it is one this server has (an unknown
+    // name is the client's to choose, and would be a series of its own).
+    let unknown = matches!(
+        result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag),
+        Some(ErrorTag::UnknownElement | ErrorTag::UnknownNamespace | ErrorTag::OperationNotSupported)
+    );
+    let label = if unknown {
+        std::borrow::Cow::Borrowed("unknown")
+    } else if base {
+        std::borrow::Cow::Borrowed(op.name.as_str())
+    } else {
+        std::borrow::Cow::Owned(qualified(op))
+    };
+    ctx.server.metrics.count_rpc("netconf", &label, tag.unwrap_or("ok"));
     if changes_state(op) {
+        let name = if base { op.name.clone() } else { qualified(op) };
         crate::mgmt::audit::operation("netconf", &ctx.info.username, ctx.id, &name, tag);
     }
     let after = if op.is(NS_BASE, "close-session") && result.is_ok() { After::Close } else { After::Continue };
