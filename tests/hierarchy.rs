@@ -87,7 +87,8 @@ async fn coordinate(coordinator: &AgentProcess, subordinates: &str, cps: SocketA
     let r = nc
         .edit(&format!(
             r#"<agent><csma-id>{CSMA}</csma-id><site-id>{SITE}</site-id></agent>
-            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval></update-control></policy>
+            <policy xmlns="urn:cats-sma:yang:cats-sma-policy"><update-control><min-interval>0</min-interval>
+              <gas-delta-percent>0</gas-delta-percent><gas-delta-absolute>0</gas-delta-absolute></update-control></policy>
             <c-ps xmlns="urn:cats-sma:yang:cats-sma-cps"><peer><name>ref</name><url>http://{cps}</url>
               <allowed-cs-id>AR1</allowed-cs-id><psk><key-id>{KEY_ID}</key-id><key>{}</key></psk></peer></c-ps>
             <hierarchy xmlns="urn:cats-sma:yang:cats-sma-hierarchy"><withdraw-after>3</withdraw-after>
