@@ -245,22 +245,10 @@ async fn start_engine(
         .map_err(|e| e.to_string())?;
     // The recording starts with the configuration, before any report.
     if boot.record.path.is_some() {
-        let settings = boot.record.clone();
         let xml = datastores
             .with_tree(crate::datastore::Datastore::Running, crate::record::config_xml)
             .map_err(|e| e.to_string())?;
-        let opened = engine
-            .query(move |core| {
-                let now = core.clock.now();
-                let r = crate::record::Recorder::open(settings, now, core.clock.wall_at(now))?;
-                let path = r.path().display().to_string();
-                core.recorder = Some(Box::new(r));
-                core.record(|| crate::record::Event::Config { xml });
-                Ok::<_, std::io::Error>(path)
-            })
-            .await
-            .ok_or("the engine stopped")?
-            .map_err(|e| format!("record file: {e}"))?;
+        let opened = engine.start_recording(boot.record.clone(), xml).await?;
         info!(path = %opened, "recording SCI reports and configuration changes for cats-sma replay");
     }
     // The validator's memory from the last run, before any collector can deliver a report.

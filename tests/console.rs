@@ -35,14 +35,7 @@ fn browser_tools(dir: &Path) -> String {
 }
 
 fn users_file(dir: &Path) -> PathBuf {
-    let mut toml = String::new();
-    for (name, pw) in [("operator", "operator-pw"), ("viewer", "viewer-pw")] {
-        let hash = cats_sma::mgmt::users::hash_password(pw).unwrap();
-        toml.push_str(&format!("[[users]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n"));
-    }
-    let path = dir.join("boot.toml");
-    std::fs::write(&path, toml).unwrap();
-    path
+    boot_with_users(dir, &[("operator", "operator-pw"), ("viewer", "viewer-pw")])
 }
 
 fn ok(r: &HttpReply, what: &str) {

@@ -90,9 +90,7 @@ fn start_prometheus(dir: &std::path::Path, agent: &AgentProcess) -> Prometheus {
 #[tokio::test(flavor = "multi_thread")]
 async fn openmetrics_prometheus_scrapes_reports_by_transport_and_verdict_under_nacm() {
     let dir = tempfile::tempdir().unwrap();
-    let hash = cats_sma::mgmt::users::hash_password(BOB_PW).unwrap();
-    let boot = dir.path().join("boot.toml");
-    std::fs::write(&boot, format!("[[users]]\nname = \"bob\"\npassword_hash = \"{hash}\"\n")).unwrap();
+    let boot = boot_with_users(dir.path(), &[("bob", BOB_PW)]);
     let agent =
         start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0", "--config", boot.to_str().unwrap()]);
     let sci = agent.sci_addr.unwrap();

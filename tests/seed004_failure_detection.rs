@@ -179,9 +179,7 @@ fn entry(csci: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed004_sci_failure_detection_health_monitor_rpc_fails_the_sci_at_once_and_tells_the_cps() {
     let dir = tempfile::tempdir().unwrap();
-    let hash = cats_sma::mgmt::users::hash_password(BOB_PW).unwrap();
-    let boot = dir.path().join("boot.toml");
-    std::fs::write(&boot, format!("[[users]]\nname = \"bob\"\npassword_hash = \"{hash}\"\n")).unwrap();
+    let boot = boot_with_users(dir.path(), &[("bob", BOB_PW)]);
     let agent =
         start_agent(&dir.path().join("state"), &["--sci-listen", "127.0.0.1:0", "--config", boot.to_str().unwrap()]);
     let cps = start_cps(free_addr(), None).await;

@@ -58,7 +58,7 @@ enum Command {
         #[arg(long = "with-config", value_name = "CONFIG")]
         with_config: Option<PathBuf>,
         /// Seconds to run on after the last recorded event.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = crate::record::replay::DEFAULT_TAIL.as_secs())]
         tail: u64,
     },
     /// Connect to an agent over NETCONF and print its services, SCIs and C-PS sessions.

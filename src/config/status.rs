@@ -143,39 +143,22 @@ pub fn render(top: Option<&Element>, max_scis: usize) -> String {
         if by_state.is_empty() { String::new() } else { format!(" ({by_state})") },
         peers.len()
     );
-    let rows: Vec<Vec<String>> = services
-        .iter()
-        .map(|s| {
-            [
-                text(s, CATS, "cs-id"),
-                text(s, CATS, "site-gas"),
-                text(s, POLICY, "reported-gas"),
-                text(s, CATS, "computing-time"),
-                text(s, CATS, "health"),
-                text(s, CATS, "sci-count"),
-            ]
-            .map(str::to_owned)
-            .to_vec()
-        })
-        .collect();
+    // The cells of a row: each (namespace, leaf) of `e`, "-" when absent.
+    let cells = |e: &Element, leaves: &[(&str, &str)]| -> Vec<String> {
+        leaves.iter().map(|(ns, name)| text(e, ns, name).to_owned()).collect()
+    };
+    let leaves = [
+        (CATS, "cs-id"),
+        (CATS, "site-gas"),
+        (POLICY, "reported-gas"),
+        (CATS, "computing-time"),
+        (CATS, "health"),
+        (CATS, "sci-count"),
+    ];
+    let rows: Vec<Vec<String>> = services.iter().map(|s| cells(s, &leaves)).collect();
     table(&mut out, "SERVICES", &["CS-ID", "SITE-GAS", "REPORTED-GAS", "COMPUTING-TIME", "HEALTH", "SCIS"], &rows);
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .take(max_scis)
-        .map(|e| {
-            [
-                text(e, CATS, "csci-id"),
-                text(e, CATS, "cs-id"),
-                text(e, CATS, "state"),
-                text(e, CATS, "gas"),
-                text(e, CATS, "computing-time"),
-                text(e, CATS, "health"),
-                text(e, CATS, "timestamp"),
-            ]
-            .map(str::to_owned)
-            .to_vec()
-        })
-        .collect();
+    let leaves = ["csci-id", "cs-id", "state", "gas", "computing-time", "health", "timestamp"].map(|l| (CATS, l));
+    let rows: Vec<Vec<String>> = entries.iter().take(max_scis).map(|e| cells(e, &leaves)).collect();
     let title = if entries.len() > max_scis {
         format!("SCIS (the first {max_scis} of {})", entries.len())
     } else {

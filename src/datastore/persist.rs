@@ -15,6 +15,26 @@ use rand::RngExt;
 /// O_NOFOLLOW (std has no constant for it; its value differs per architecture).
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
 
+/// Rotates a numbered log: `PATH.keep` is dropped, `PATH.k` becomes `PATH.k+1`, `PATH`
+/// becomes `PATH.1`; with `keep` 0 `PATH` is removed. The audit trail and recordings.
+pub fn rotate_numbered(path: &Path, keep: u32) -> io::Result<()> {
+    let name = |k: u32| {
+        let mut p = path.as_os_str().to_owned();
+        p.push(format!(".{k}"));
+        std::path::PathBuf::from(p)
+    };
+    if keep == 0 {
+        return fs::remove_file(path);
+    }
+    let _ = fs::remove_file(name(keep));
+    for k in (1..keep).rev() {
+        if name(k).exists() {
+            fs::rename(name(k), name(k + 1))?;
+        }
+    }
+    fs::rename(path, name(1))
+}
+
 /// Atomically replaces `path` with `content`, mode 0600.
 pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {

@@ -81,23 +81,22 @@ pub struct Stats {
     pub rejected: [u64; Rejection::ALL.len()],
     pub last_rejection: [Option<DateTime<Utc>>; Rejection::ALL.len()],
     pub discontinuity: Option<DateTime<Utc>>,
-    /// Verdicts by transport (`Sender::transport`, `local` in-process): index 0 counts
-    /// accepted reports, 1 + `Rejection::index` each reason (the `/metrics` exposition).
-    pub by_transport: Vec<(&'static str, [u64; Rejection::ALL.len() + 1])>,
+    /// Verdicts by transport: one row per `rate_limit::TRANSPORTS` entry and a last one for
+    /// in-process callers; column 0 counts accepted reports, 1 + `Rejection::index` each
+    /// reason (the `/metrics` exposition).
+    pub by_transport: [[u64; Rejection::ALL.len() + 1]; super::rate_limit::TRANSPORTS.len() + 1],
 }
 
 impl Stats {
-    /// Counts one verdict (`None`: accepted) of a report that came over `transport`.
-    pub fn tally(&mut self, transport: &'static str, verdict: Option<Rejection>, n: u64) {
-        let transport = if transport.is_empty() { "local" } else { transport };
-        let i = match self.by_transport.iter().position(|(t, _)| *t == transport) {
-            Some(i) => i,
-            None => {
-                self.by_transport.push((transport, [0; Rejection::ALL.len() + 1]));
-                self.by_transport.len() - 1
-            }
-        };
-        self.by_transport[i].1[verdict.map_or(0, |r| 1 + r.index())] += n;
+    /// The transport name of a `by_transport` row.
+    pub fn transport_of_row(row: usize) -> &'static str {
+        super::rate_limit::TRANSPORTS.get(row).copied().unwrap_or("local")
+    }
+
+    /// Counts `n` verdicts (`None`: accepted) of reports that came over `transport`.
+    pub fn tally(&mut self, transport: &str, verdict: Option<Rejection>, n: u64) {
+        let row = super::rate_limit::transport_index(transport).unwrap_or(super::rate_limit::TRANSPORTS.len());
+        self.by_transport[row][verdict.map_or(0, |r| 1 + r.index())] += n;
     }
 }
 

@@ -109,7 +109,6 @@ impl Engine {
         let ingress = Arc::new(rate_limit::Ingress::default());
         let counters = ingress.counters.clone();
         let recording = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let recording_flag = recording.clone();
         tokio::spawn(async move {
             let mut core = Core::new(clock);
             core.auth_flood = flood;
@@ -201,7 +200,6 @@ impl Engine {
                 }
                 feed.record_accepted(core.stats.accepted);
                 if let Some(r) = core.recorder.as_mut() {
-                    recording_flag.store(true, std::sync::atomic::Ordering::Relaxed);
                     r.flush_if_due(tokio::time::Instant::now());
                 }
             }
@@ -229,6 +227,29 @@ impl Engine {
                 let _ = jobs.send((tokio::time::Instant::now(), Box::new(|_: &mut Core| {})));
             }
         }
+    }
+
+    /// Starts recording what the engine takes to `settings.path`, beginning with the
+    /// configuration `config_xml`; returns the file's path.
+    pub async fn start_recording(
+        &self,
+        settings: crate::record::RecordSettings,
+        config_xml: String,
+    ) -> Result<String, String> {
+        let opened = self
+            .query(move |core| {
+                let now = core.clock.now();
+                let r = crate::record::Recorder::open(settings, now, core.clock.wall_at(now))?;
+                let path = r.path().display().to_string();
+                core.recorder = Some(Box::new(r));
+                core.record(|| crate::record::Event::Config { xml: config_xml });
+                Ok::<_, std::io::Error>(path)
+            })
+            .await
+            .ok_or("the engine stopped")?
+            .map_err(|e| format!("record file: {e}"))?;
+        self.recording.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(opened)
     }
 
     /// Whether a recording is being made (configuration consumers record commits then).

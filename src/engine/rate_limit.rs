@@ -77,7 +77,7 @@ impl Limit {
 /// The collection transports counted (YANG `collection-transport`).
 pub const TRANSPORTS: [&str; 5] = ["http", "grpc", "mqtt", "pull", "sse"];
 
-fn transport_index(t: &str) -> Option<usize> {
+pub fn transport_index(t: &str) -> Option<usize> {
     TRANSPORTS.iter().position(|x| *x == t)
 }
 

@@ -289,23 +289,7 @@ impl Audit {
 
     fn rotate(&self, sink: &mut FileSink) -> io::Result<()> {
         sink.file = None;
-        let name = |k: u32| -> PathBuf {
-            let mut p = sink.path.clone().into_os_string();
-            p.push(format!(".{k}"));
-            PathBuf::from(p)
-        };
-        if self.settings.max_files == 0 {
-            std::fs::remove_file(&sink.path)?;
-        } else {
-            let _ = std::fs::remove_file(name(self.settings.max_files));
-            for k in (1..self.settings.max_files).rev() {
-                let from = name(k);
-                if from.exists() {
-                    std::fs::rename(&from, name(k + 1))?;
-                }
-            }
-            std::fs::rename(&sink.path, name(1))?;
-        }
+        crate::datastore::persist::rotate_numbered(&sink.path, self.settings.max_files)?;
         self.counters.rotations.fetch_add(1, Ordering::Relaxed);
         sink.size = 0;
         Ok(())

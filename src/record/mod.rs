@@ -155,8 +155,7 @@ impl Event {
 /// The transports' names as `Sender::transport` holds them (a recording names them as
 /// text; replay needs the static string back).
 pub fn transport_name(s: &str) -> &'static str {
-    const KNOWN: [&str; 6] = ["http", "grpc", "mqtt", "pull", "sse", "subordinate"];
-    KNOWN.into_iter().find(|k| *k == s).unwrap_or("")
+    crate::engine::rate_limit::TRANSPORTS.into_iter().find(|k| *k == s).unwrap_or("")
 }
 
 /// The recorder the engine task writes to.
@@ -223,22 +222,7 @@ impl Recorder {
         if let Some(mut f) = self.file.take() {
             f.flush()?;
         }
-        let name = |k: u32| -> PathBuf {
-            let mut p = self.path.clone().into_os_string();
-            p.push(format!(".{k}"));
-            PathBuf::from(p)
-        };
-        if self.settings.max_files == 0 {
-            std::fs::remove_file(&self.path)?;
-            return Ok(());
-        }
-        let _ = std::fs::remove_file(name(self.settings.max_files));
-        for k in (1..self.settings.max_files).rev() {
-            if name(k).exists() {
-                std::fs::rename(name(k), name(k + 1))?;
-            }
-        }
-        std::fs::rename(&self.path, name(1))
+        crate::datastore::persist::rotate_numbered(&self.path, self.settings.max_files)
     }
 
     fn put(&mut self, now: Instant, ev: &Event) -> io::Result<()> {

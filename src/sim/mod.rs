@@ -22,7 +22,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::time::Instant;
 
-use crate::cps::transport::{Endpoint, HttpTransport, Request, Transport, TransportError};
+use crate::cps::transport::{Endpoint, HttpTransport, Request, Transport};
 use crate::overload::sci::SciReactor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -171,8 +171,8 @@ pub fn csci_id(args: &SimArgs, i: usize) -> String {
     }
 }
 
-fn report_json(args: &SimArgs, i: usize, seq: u64, t: Duration, d: Duration) -> String {
-    let (gas, ct, health) = metrics(args, i, t, d);
+/// SCI `i`'s report with these metrics (from [`metrics`]).
+fn report_json(args: &SimArgs, i: usize, seq: u64, (gas, ct, health): (u32, u32, &str)) -> String {
     let r = crate::engine::report::RawReport {
         csci_id: csci_id(args, i),
         cs_id: args.cs_ids[i % args.cs_ids.len().max(1)].clone(),
@@ -375,14 +375,15 @@ async fn worker(
             if !alive(&args, i, t, duration) {
                 continue;
             }
-            let (_, _, h) = metrics(&args, i, t, duration);
+            let m = metrics(&args, i, t, duration);
+            let h = m.2;
             let changed = health[k] != h;
             health[k] = h;
             if !reactors[k].should_send(changed) {
                 tally.abated.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let body = report_json(&args, i, base_seq + round, t, duration);
+            let body = report_json(&args, i, base_seq + round, m);
             tally.sent.fetch_add(1, Ordering::Relaxed);
             send(&args, &tally, &mut sender, &mut reactors[k], i, body, key.as_deref()).await;
         }
@@ -437,7 +438,7 @@ async fn send(
                         _ => {}
                     }
                 }
-                Err(e) => tally.error(transport_error(e)),
+                Err(e) => tally.error(e.to_string()),
             }
         }
         Sender::Mqtt(c) => {
@@ -508,10 +509,6 @@ async fn send(
     }
 }
 
-fn transport_error(e: TransportError) -> String {
-    e.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,7 +547,8 @@ mod tests {
         assert!((19..=21).contains(&g) && (22..=23).contains(&ct), "{g} {ct}");
         let explicit = args(&["--id", "a:1", "--id", "b\"2"]);
         assert_eq!((csci_id(&explicit, 1), csci_id(&args(&[]), 4)), ("b\"2".to_owned(), "sim-4".to_owned()));
-        let v: serde_json::Value = serde_json::from_str(&report_json(&explicit, 1, 7, Duration::ZERO, d)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&report_json(&explicit, 1, 7, metrics(&explicit, 1, Duration::ZERO, d))).unwrap();
         assert_eq!((v["csci-id"].as_str(), v["sequence"].as_u64()), (Some("b\"2"), Some(7)));
     }
 }

@@ -466,6 +466,18 @@ impl Nc {
     }
 }
 
+/// A bootstrap file in `dir` adding these users (name, password) besides the admin.
+pub fn boot_with_users(dir: &Path, users: &[(&str, &str)]) -> PathBuf {
+    let mut toml = String::new();
+    for (name, pw) in users {
+        let hash = cats_sma::mgmt::users::hash_password(pw).unwrap();
+        toml.push_str(&format!("[[users]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n"));
+    }
+    let path = dir.join("boot.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
 /// One SCI report as JSON (docs/sci-protocol.md), timestamped now.
 pub fn report_json(csci: &str, cs: &str, seq: u64, gas: i64, health: &str) -> String {
     let now = chrono::Utc::now().to_rfc3339();

@@ -16,7 +16,7 @@ struct Snapshot {
     received: u64,
     accepted: u64,
     rejected: [u64; Rejection::ALL.len()],
-    by_transport: Vec<(&'static str, [u64; Rejection::ALL.len() + 1])>,
+    by_transport: [[u64; Rejection::ALL.len() + 1]; crate::engine::rate_limit::TRANSPORTS.len() + 1],
     states: [(crate::engine::model::SciState, usize); 4],
     evictions: u64,
     quarantine: usize,
@@ -43,7 +43,7 @@ impl Source for EngineMetrics {
                 received: core.stats.received,
                 accepted: core.stats.accepted,
                 rejected: core.stats.rejected,
-                by_transport: core.stats.by_transport.clone(),
+                by_transport: core.stats.by_transport,
                 states: core.cache.state_counts(),
                 evictions: core.cache.evictions,
                 quarantine: core.quarantine.len(),
@@ -55,7 +55,8 @@ impl Source for EngineMetrics {
         out.counter("reports_received", "SCI reports received (each report of a batch counts)").count(&[], s.received);
         out.counter("reports_accepted", "SCI reports accepted into the metric cache").count(&[], s.accepted);
         let f = out.counter("reports", "SCI reports by transport and verdict (accepted, or the rejection reason)");
-        for (transport, counts) in &s.by_transport {
+        for (row, counts) in s.by_transport.iter().enumerate().filter(|(_, c)| c.iter().any(|n| *n > 0)) {
+            let transport = crate::engine::core::Stats::transport_of_row(row);
             f.count(&[("transport", transport), ("verdict", "accepted")], counts[0]);
             for r in Rejection::ALL {
                 if counts[1 + r.index()] > 0 {

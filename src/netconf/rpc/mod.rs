@@ -200,12 +200,13 @@ pub fn handle_on(ctx: &SessionCtx, src: &str, inline: bool) -> (String, After) {
         Ok(()) => dispatch(ctx, op, src),
         Err(e) => Err(vec![e]),
     };
-    let tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag.as_str());
+    let first_tag = result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag);
+    let tag = first_tag.map(ErrorTag::as_str);
     let base = op.ns.as_deref() == Some(NS_BASE);
     // The metrics label: the operation's name when it is one this server has (an unknown
     // name is the client's to choose, and would be a series of its own).
     let unknown = matches!(
-        result.as_ref().err().and_then(|e| e.first()).map(|e| e.tag),
+        first_tag,
         Some(ErrorTag::UnknownElement | ErrorTag::UnknownNamespace | ErrorTag::OperationNotSupported)
     );
     let label = if unknown {
