@@ -311,6 +311,9 @@ async fn seed003_3_1_3_agent_chain_report_from_another_source_id_is_ignored() {
     relay.force_overload(60, None, Some("server-behind-the-c-ps"));
     impostor.force_overload(60, None, None);
     post(sci, 1, 130, "HEALTHY").await;
+    // The discovery snapshot first: reports posted within its batch window would share it,
+    // and the relay must answer (with its foreign report) at least twice.
+    wait_for("the discovery snapshot at the relay", || cst_services(&relay) == vec![("AR1".into(), 130)]).await;
     for i in 0..4u64 {
         post(sci, 2 + i, gas_step(i), "HEALTHY").await;
     }

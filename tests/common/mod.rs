@@ -70,6 +70,9 @@ pub fn start_agent(state_dir: &Path, extra: &[&str]) -> AgentProcess {
 }
 
 /// Like [`start_agent`], with the SCI listener as configured (TLS unless told otherwise).
+///
+/// To see what the agent did in a failing run: `TEST_AGENT_LOG` replaces its `RUST_LOG`
+/// (`info`), and `TEST_AGENT_LOG_FILE` appends every line it logs to that file.
 pub fn start_agent_tls(state_dir: &Path, extra: &[&str]) -> AgentProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cats-sma"))
         .args(["run", "--state-dir"])
@@ -79,7 +82,7 @@ pub fn start_agent_tls(state_dir: &Path, extra: &[&str]) -> AgentProcess {
         .args(["--restconf-listen", "127.0.0.1:0"])
         .args(extra)
         .env("CATS_SMA_ADMIN_PASSWORD", PASSWORD)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", std::env::var("TEST_AGENT_LOG").unwrap_or_else(|_| "info".into()))
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -94,6 +97,12 @@ pub fn start_agent_tls(state_dir: &Path, extra: &[&str]) -> AgentProcess {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             // Kept before the ready line is reported, so a test sees every line up to it.
             keep.lock().unwrap().push(line.clone());
+            if let Ok(d) = std::env::var("TEST_AGENT_LOG_FILE") {
+                use std::io::Write;
+                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(d) {
+                    let _ = writeln!(f, "{line}");
+                }
+            }
             if let Some(rest) = line.split("cats-sma ready: NETCONF over SSH listening on ").nth(1) {
                 let addr = rest.split([',', ' ', ';']).next().unwrap_or("").to_owned();
                 let sci = line
