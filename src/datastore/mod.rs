@@ -211,6 +211,22 @@ pub trait StateProvider: Send + Sync {
     fn typed(&self) -> Option<&dyn render::TypedState> {
         None
     }
+
+    /// The top-level data nodes, as (module, name), inside which this provider renders all
+    /// of its state; `None`: it may render anywhere. A read whose selection reaches none of
+    /// them does not ask the provider, and a read of whole top-level nodes knows which
+    /// providers have state there. Every provider says (no default), so that a new one
+    /// cannot be left out of a read by mistake.
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]>;
+
+    /// Appends this provider's state inside the top-level node `top` (one of its `scope`)
+    /// as XML: child elements of `top`, each with its `xmlns` unless it is in `top`'s
+    /// module, as seen by a reader who may read all of it. Only for state without default
+    /// values (printed the same in every with-defaults mode). `false`: this provider cannot,
+    /// and the read renders it through `render_selected`.
+    fn children_text(&self, _top: (&str, &str), _out: &mut String) -> bool {
+        false
+    }
 }
 
 /// The spare copy of running is kept in step by replaying a commit's changes only up to

@@ -193,12 +193,43 @@ impl Datastores {
     ) -> Result<(), RpcError> {
         let providers = self.providers.read().unwrap_or_else(|e| e.into_inner()).clone();
         for p in providers {
+            // A provider whose top-level nodes the selection does not reach has nothing for it.
+            if p.scope().is_some_and(|scope| !scope.iter().any(|(m, n)| sel.touches_top(m, n))) {
+                continue;
+            }
             p.render_selected(tree, sel, xpath)?;
         }
         if sel.touches_module("ietf-yang-library") {
             super::tree::merge_moving(tree, yang_library_cached(self.ctx)?)?;
         }
         Ok(())
+    }
+}
+
+impl Datastores {
+    /// The operational state inside the top-level node `module:name`, as XML child elements
+    /// of it, when every provider with state there gives it as text (see
+    /// [`super::StateProvider::children_text`]); `Some("")` when none has any. None: some
+    /// provider may render there and has no text for it (or the YANG library, which is
+    /// rendered by libyang), so the caller renders through the providers.
+    pub fn state_text(&self, module: &str, name: &str) -> Option<String> {
+        if module == "ietf-yang-library" {
+            return None;
+        }
+        let providers = self.providers.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        for p in providers.iter() {
+            match p.scope() {
+                None => return None,
+                Some(scope) if scope.iter().any(|(m, n)| *m == module && *n == name) => {
+                    if !p.children_text((module, name), &mut out) {
+                        return None;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Some(out)
     }
 }
 
@@ -337,18 +368,45 @@ fn schema_path(steps: &[Step]) -> String {
     p
 }
 
-/// The schema node at `steps` (None when the path names nothing in the schema).
-fn schema_node(steps: &[Step]) -> Option<yang2::schema::SchemaNode<'static>> {
-    crate::yang::context().find_path(&schema_path(steps)).ok()
+/// What a selection needs to know of the schema node at a path.
+#[derive(Clone, Debug)]
+struct SchemaFacts {
+    container_or_list: bool,
+    keys: std::sync::Arc<[String]>,
 }
 
-fn key_names(steps: &[Step]) -> Option<Vec<String>> {
-    let n = schema_node(steps)?;
-    Some(n.list_keys().map(|k| k.name().to_owned()).collect())
-}
+/// Paths at most this long are remembered, at most this many of them (about 1 MiB): the
+/// names come from clients' filters, so unknown ones are remembered too, within the bound.
+const SCHEMA_MEMO_PATH_MAX: usize = 256;
+const SCHEMA_MEMO_ENTRIES: usize = 4096;
 
-fn is_container_or_list(n: &yang2::schema::SchemaNode<'_>) -> bool {
-    matches!(n.kind(), yang2::schema::SchemaNodeKind::Container | yang2::schema::SchemaNodeKind::List)
+/// The schema node at `steps` (None when the path names nothing in the schema). Looked up
+/// once per path and remembered: the YANG context never changes once built, and a libyang
+/// path lookup per filter element was a tenth of a small `<get>`'s server time.
+fn schema_facts(steps: &[Step]) -> Option<SchemaFacts> {
+    static MEMO: std::sync::Mutex<Option<std::collections::HashMap<String, Option<SchemaFacts>>>> =
+        std::sync::Mutex::new(None);
+    let path = schema_path(steps);
+    let lock = || MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = lock().as_ref().and_then(|m| m.get(&path)) {
+        return found.clone();
+    }
+    let facts = crate::yang::context().find_path(&path).ok().map(|n| SchemaFacts {
+        container_or_list: matches!(
+            n.kind(),
+            yang2::schema::SchemaNodeKind::Container | yang2::schema::SchemaNodeKind::List
+        ),
+        keys: n.list_keys().map(|k| k.name().to_owned()).collect(),
+    });
+    if path.len() <= SCHEMA_MEMO_PATH_MAX {
+        let mut memo = lock();
+        let memo = memo.get_or_insert_with(Default::default);
+        if memo.len() >= SCHEMA_MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(path, facts.clone());
+    }
+    facts
 }
 
 /// One element of a subtree filter under the path `at` (its parent's steps).
@@ -364,7 +422,7 @@ fn subtree_node(f: &Element, module: &str, at: &mut Vec<Step>, sel: &mut Selecti
         return cover_parent(at, sel);
     }
     at.push(step);
-    let Some(schema) = schema_node(at) else {
+    let Some(schema) = schema_facts(at) else {
         // Names nothing in the schema: selects nothing (no data can have it).
         at.pop();
         return;
@@ -379,11 +437,11 @@ fn subtree_node(f: &Element, module: &str, at: &mut Vec<Step>, sel: &mut Selecti
         at.pop();
         return;
     }
-    if !is_container_or_list(&schema) {
+    if !schema.container_or_list {
         at.pop();
         return cover_parent(at, sel);
     }
-    let keys = key_names(at).unwrap_or_default();
+    let keys = schema.keys;
     let mut matches = Vec::new();
     let mut others = Vec::new();
     for c in &f.children {
@@ -501,9 +559,9 @@ fn path_steps(p: &str) -> Option<(Vec<Step>, bool)> {
         }
         steps.push(Step { module, name: local.to_owned(), keys: Vec::new() });
         // Not in the schema: libyang refuses the expression; let it say so.
-        schema_node(&steps)?;
+        let schema = schema_facts(&steps)?;
         if !preds.is_empty() {
-            let keys = key_names(&steps).unwrap_or_default();
+            let keys = schema.keys;
             match key_preds(preds, &keys) {
                 Some(k) => {
                     if let Some(last) = steps.last_mut() {

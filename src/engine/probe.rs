@@ -610,6 +610,10 @@ fn to_xml(s: &Snapshot) -> String {
 }
 
 impl crate::datastore::StateProvider for FailureState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(
         &self,
         tree: &mut yang2::data::DataTree<'static>,

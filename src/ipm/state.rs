@@ -144,6 +144,10 @@ pub fn objects(ipm: &Ipm) -> Vec<(String, Vec<(String, String)>)> {
 }
 
 impl StateProvider for IpmState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());

@@ -595,6 +595,10 @@ pub fn operation(transport: &'static str, user: &str, session: u32, operation: &
 pub struct AuditState;
 
 impl crate::datastore::StateProvider for AuditState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(
         &self,
         tree: &mut yang2::data::DataTree<'static>,

@@ -918,6 +918,10 @@ pub struct LimitsState {
 }
 
 impl crate::datastore::StateProvider for LimitsState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(
         &self,
         tree: &mut yang2::data::DataTree<'static>,

@@ -722,6 +722,12 @@ impl Nacm {
         }
     }
 
+    /// Whether NACM does not apply to `user`'s reads at all (the recovery session's user, or
+    /// NACM switched off): they see every node, whatever the data holds.
+    pub fn reads_everything(&self, user: &str) -> bool {
+        self.unrestricted(user, &self.policy())
+    }
+
     /// Whether reads by `user` may need pruning at all (a cheap test that lets unrestricted
     /// readers see the datastore without a copy).
     pub fn read_is_unrestricted(&self, user: &str, tree: &DataTree<'static>) -> bool {
@@ -900,6 +906,10 @@ impl ConfigConsumer for Nacm {
 }
 
 impl StateProvider for Nacm {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("ietf-netconf-acm", "nacm")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, _xpath: Option<&str>) -> Result<(), RpcError> {
         let [first, rest @ ..] = [
             ("denied-operations", &self.denied_operations),
@@ -937,6 +947,18 @@ impl StateProvider for Nacm {
                 .map_err(|e| RpcError::from_libyang(&e).with_path(format!("{ROOT}/{leaf}")))?;
         }
         Ok(())
+    }
+
+    fn children_text(&self, _top: (&str, &str), out: &mut String) -> bool {
+        use std::fmt::Write as _;
+        for (leaf, v) in [
+            ("denied-operations", &self.denied_operations),
+            ("denied-data-writes", &self.denied_data_writes),
+            ("denied-notifications", &self.denied_notifications),
+        ] {
+            let _ = write!(out, "<{leaf}>{}</{leaf}>", v.load(Ordering::Relaxed));
+        }
+        true
     }
 
     fn render_selected(

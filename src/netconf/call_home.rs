@@ -414,6 +414,10 @@ async fn attempt(
 }
 
 impl crate::datastore::StateProvider for CallHome {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), crate::error::RpcError> {
         use crate::datastore::tree::{quote, set};
         if crate::datastore::tree::outside_cats_sma(xpath) {

@@ -20,6 +20,10 @@ pub struct Monitoring {
 use crate::datastore::tree::{quote, set, yang_time as time};
 
 impl StateProvider for Monitoring {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("ietf-netconf-monitoring", "netconf-state")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if xpath.is_some_and(|x| !x.contains("netconf-state") && !x.starts_with("/*") && x != "/") {
             return Ok(());

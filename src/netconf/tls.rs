@@ -145,6 +145,10 @@ impl Status {
 }
 
 impl crate::datastore::StateProvider for Status {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), crate::error::RpcError> {
         use crate::datastore::tree::set;
         if crate::datastore::tree::outside_cats_sma(xpath) {

@@ -24,6 +24,10 @@ fn algorithm(v: u64) -> Option<String> {
 }
 
 impl StateProvider for OverloadState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());

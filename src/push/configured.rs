@@ -751,6 +751,10 @@ pub struct ConfiguredState {
 }
 
 impl StateProvider for ConfiguredState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("ietf-subscribed-notifications", "subscriptions")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if xpath.is_some_and(|x| !x.contains("subscribed-notifications") && !x.starts_with("/*") && x != "/") {
             return Ok(());

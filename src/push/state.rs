@@ -20,6 +20,10 @@ pub struct PushState {
 }
 
 impl StateProvider for PushState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("ietf-subscribed-notifications", "streams"), ("ietf-subscribed-notifications", "subscriptions")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if xpath.is_some_and(|x| !x.contains("subscribed-notifications") && !x.starts_with("/*") && x != "/") {
             return Ok(());

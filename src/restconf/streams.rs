@@ -45,6 +45,10 @@ pub struct MonitoringState {
 }
 
 impl StateProvider for MonitoringState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("ietf-restconf-monitoring", "restconf-state")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if xpath.is_some_and(|x| !x.contains("ietf-restconf-monitoring") && x != "/") {
             return Ok(());

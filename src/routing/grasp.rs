@@ -680,6 +680,10 @@ pub struct GraspState {
 }
 
 impl StateProvider for GraspState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());

@@ -50,6 +50,10 @@ fn connection(
 }
 
 impl StateProvider for CollectorState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         if crate::datastore::tree::outside_cats_sma(xpath) {
             return Ok(());

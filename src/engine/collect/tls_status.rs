@@ -128,6 +128,10 @@ pub(super) async fn open(
 }
 
 impl crate::datastore::StateProvider for TlsStatus {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(
         &self,
         tree: &mut yang2::data::DataTree<'static>,

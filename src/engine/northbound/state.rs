@@ -396,6 +396,10 @@ fn parse(xml: &str) -> Result<DataTree<'static>, RpcError> {
 }
 
 impl StateProvider for EngineState {
+    fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+        Some(&[("cats-sma", "cats-sma")])
+    }
+
     fn render(&self, tree: &mut DataTree<'static>, xpath: Option<&str>) -> Result<(), RpcError> {
         // The XPath covers at least what the reader selects: render only that.
         let sel = xpath.map(crate::datastore::select::Selection::from_xpath);

@@ -46,6 +46,14 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
 
 pub(crate) fn run_request(ctx: &SessionCtx, req: Request<'_>) -> OpResult {
     let Request { filter, wd, sel } = req;
+    if let Some(Filter::Subtree(el)) = &filter {
+        if super::get_config::small(el) {
+            let (ds, nacm, user) = (&ctx.server.datastores, &ctx.server.nacm, &ctx.info.username);
+            if let Some(data) = super::get_config::print_tops(ds, Datastore::Running, nacm, user, el, wd, true)? {
+                return Ok(Body::Data(data));
+            }
+        }
+    }
     if let Some(body) = typed(ctx, &sel, wd, None)? {
         return Ok(Body::Data(body));
     }

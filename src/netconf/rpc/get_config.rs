@@ -24,6 +24,9 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
             }
         }
         Some(Filter::Subtree(el)) if small(el) => {
+            if let Some(data) = print_tops(ds, source, nacm, user, el, wd, false)? {
+                return Ok(Body::Data(data));
+            }
             if let Some(selected) = select_whole(ds, source, nacm, user, el)? {
                 return Ok(Body::Data(data_element(selected.tree(), wd)?));
             }
@@ -42,6 +45,111 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
         Some(f) => f.apply(&tree).map_err(one)?,
     };
     Ok(Body::Data(data_element(tree.tree(), wd)?))
+}
+
+/// A subtree filter of top-level selection nodes only (`<nacm/>`: no children, no content
+/// match, no attribute), read by a user NACM hides nothing from, selects whole top-level
+/// nodes: each is printed straight from the datastore under its lock (no copy), in the
+/// datastore's order. With `state` (a `<get>`), the state the providers give as text for
+/// that node is put inside it, after its configuration (RFC 7950 section 7.5.7: a
+/// container's children may come in any order); state there is only shown to a user NACM
+/// does not apply to (it may be `nacm:default-deny-all`, like NACM's counters). The
+/// `<data>` element, or None when the general path must answer: another filter, a
+/// restricted reader, state a provider cannot give as text, a selected node that has state
+/// but no configuration.
+pub(crate) fn print_tops(
+    ds: &crate::datastore::Datastores,
+    source: crate::datastore::Datastore,
+    nacm: &crate::nacm::Nacm,
+    user: &str,
+    filter: &Element,
+    wd: crate::mgmt::with_defaults::WithDefaults,
+    state: bool,
+) -> Result<Option<String>, Vec<crate::error::RpcError>> {
+    use crate::yang::PrintText as _;
+    use yang2::data::{DataFormat, DataPrinterFlags};
+    let tops = &filter.children;
+    if tops.is_empty()
+        || !tops.iter().all(|f| {
+            f.children.is_empty()
+                && f.text.trim().is_empty()
+                && f.attrs.is_empty()
+                && f.ns.as_deref().is_some_and(|ns| !ns.is_empty())
+        })
+    {
+        return Ok(None);
+    }
+    // The providers' text first, outside the datastore's lock: (namespace, name, text).
+    let mut texts: Vec<(&str, &str, String)> = Vec::new();
+    if state {
+        let ctx = crate::yang::context();
+        for f in tops {
+            let ns = f.ns.as_deref().unwrap_or_default();
+            if texts.iter().any(|(n, name, _)| *n == ns && *name == f.name) {
+                continue;
+            }
+            // A namespace no module has selects nothing.
+            let Some(module) = ctx.get_module_latest_ns(ns) else { continue };
+            let Some(text) = ds.state_text(module.name(), &f.name) else { return Ok(None) };
+            if !text.is_empty() {
+                texts.push((ns, &f.name, text));
+            }
+        }
+        if !texts.is_empty() && !nacm.reads_everything(user) {
+            return Ok(None);
+        }
+    }
+    let flags = (DataPrinterFlags::SHRINK | wd.printer_flags()).bits();
+    let printed = ds
+        .with_tree(source, |tree| -> Option<Result<String, yang2::Error>> {
+            nacm.whole(user, tree)?;
+            let mut out = String::new();
+            let mut placed = 0;
+            let Some(first) = tree.reference() else { return texts.is_empty().then_some(Ok(out)) };
+            for node in first.inclusive_siblings() {
+                let schema = node.schema();
+                let (name, module) = (schema.name(), schema.module());
+                let ns = module.namespace();
+                if !tops.iter().any(|f| f.name == name && f.ns.as_deref() == Some(ns)) {
+                    continue;
+                }
+                let text = match node.print_text(DataFormat::XML, DataPrinterFlags::from_bits_retain(flags)) {
+                    Ok(t) => t.unwrap_or_default(),
+                    Err(e) => return Some(Err(e)),
+                };
+                match texts.iter().find(|(n, top, _)| *n == ns && *top == name) {
+                    None => out.push_str(&text),
+                    // State inside a list entry would go into every entry: the general path.
+                    Some(_) if schema.kind() != yang2::schema::SchemaNodeKind::Container => return None,
+                    Some((_, _, inside)) => {
+                        let body = text.trim_end();
+                        let close = format!("</{name}>");
+                        // Printed as an empty element or not at all: the general path.
+                        let head = body.strip_suffix(close.as_str())?;
+                        out.push_str(head);
+                        out.push_str(inside);
+                        out.push_str(&close);
+                        placed += 1;
+                    }
+                }
+            }
+            // Every node with state is a container, printed once above.
+            (placed == texts.len()).then_some(Ok(out))
+        })
+        .map_err(one)?;
+    let body = match printed {
+        None => return Ok(None),
+        Some(r) => r.map_err(|e| one(crate::error::RpcError::from_libyang(&e)))?,
+    };
+    if body.is_empty() {
+        return Ok(Some("<data/>".to_owned()));
+    }
+    let body = if wd == crate::mgmt::with_defaults::WithDefaults::ReportAllTagged {
+        crate::mgmt::with_defaults::fix_default_attribute_ns(body)
+    } else {
+        body
+    };
+    Ok(Some(format!("<data>{body}</data>")))
 }
 
 /// A small subtree filter walks only the branches it names, each at most once per
@@ -79,4 +187,116 @@ pub(crate) fn small(filter: &Element) -> bool {
         stack.extend(e.children.iter());
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::print_tops;
+    use crate::datastore::{Datastore, Datastores, Source};
+    use crate::mgmt::with_defaults::WithDefaults;
+
+    const ACM: &str = "urn:ietf:params:xml:ns:yang:ietf-netconf-acm";
+    const COUNTERS: &str = "<denied-operations>0</denied-operations><denied-data-writes>0</denied-data-writes>\
+                            <denied-notifications>0</denied-notifications>";
+
+    fn filter(inner: &str) -> crate::xml::Element {
+        crate::xml::parse(&format!("<filter type=\"subtree\">{inner}</filter>")).unwrap()
+    }
+
+    /// Running with a NACM group; NACM (recovery user `root`) renders its counters.
+    fn setup() -> (Datastores, Arc<crate::nacm::Nacm>) {
+        let ds = Datastores::open(crate::yang::context(), None).unwrap();
+        let xml = format!(
+            "<nacm xmlns=\"{ACM}\"><groups><group><name>ops</name><user-name>bob</user-name></group></groups></nacm>"
+        );
+        let cfg = ds.parse_config(xml.as_bytes(), yang2::data::DataFormat::XML).unwrap();
+        ds.copy(1, Source::Config(&cfg), Datastore::Running).unwrap();
+        let nacm = crate::nacm::Nacm::new(Some("root".into()));
+        ds.register_state_provider(nacm.clone());
+        (ds, nacm)
+    }
+
+    #[test]
+    fn rfc6241_7_7_a_whole_top_level_node_is_printed_from_running_with_its_state_inside() {
+        let (ds, nacm) = setup();
+        let f = filter(&format!("<nacm xmlns=\"{ACM}\"/>"));
+        let get =
+            print_tops(&ds, Datastore::Running, &nacm, "root", &f, WithDefaults::Explicit, true).unwrap().unwrap();
+        assert!(get.starts_with(&format!("<data><nacm xmlns=\"{ACM}\">")), "{get}");
+        assert!(get.contains("<group><name>ops</name><user-name>bob</user-name></group>"), "{get}");
+        assert!(get.ends_with(&format!("{COUNTERS}</nacm></data>")), "the counters after the configuration: {get}");
+        // get-config: the same configuration, no state.
+        let config =
+            print_tops(&ds, Datastore::Running, &nacm, "root", &f, WithDefaults::Explicit, false).unwrap().unwrap();
+        assert_eq!(config, get.replace(COUNTERS, ""));
+        // A filter naming the node twice selects it once.
+        let twice = filter(&format!("<nacm xmlns=\"{ACM}\"/><nacm xmlns=\"{ACM}\"/>"));
+        assert_eq!(
+            print_tops(&ds, Datastore::Running, &nacm, "root", &twice, WithDefaults::Explicit, true).unwrap(),
+            Some(get)
+        );
+        // A top-level node of a module with nothing in running: nothing.
+        let other = filter("<cats-sma xmlns=\"urn:cats-sma:yang:cats-sma\"/>");
+        assert_eq!(
+            print_tops(&ds, Datastore::Running, &nacm, "root", &other, WithDefaults::Explicit, false).unwrap(),
+            Some("<data/>".into())
+        );
+    }
+
+    #[test]
+    fn rfc8341_3_4_5_printed_top_level_nodes_only_for_readers_nacm_hides_nothing_from() {
+        let (ds, nacm) = setup();
+        let f = filter(&format!("<nacm xmlns=\"{ACM}\"/>"));
+        // `alice` is subject to NACM and /nacm is default-deny-all: the general path prunes.
+        assert_eq!(
+            print_tops(&ds, Datastore::Running, &nacm, "alice", &f, WithDefaults::Explicit, true).unwrap(),
+            None
+        );
+        assert_eq!(
+            print_tops(&ds, Datastore::Running, &nacm, "alice", &f, WithDefaults::Explicit, false).unwrap(),
+            None
+        );
+        // Anything but whole top-level selection nodes: the general path.
+        for inner in [
+            format!("<nacm xmlns=\"{ACM}\"><groups/></nacm>"),
+            format!("<nacm xmlns=\"{ACM}\">x</nacm>"),
+            "<nacm/>".to_owned(),
+        ] {
+            let f = filter(&inner);
+            assert_eq!(
+                print_tops(&ds, Datastore::Running, &nacm, "root", &f, WithDefaults::Explicit, true).unwrap(),
+                None,
+                "{inner}"
+            );
+        }
+    }
+
+    /// A provider with state inside /nacm and no text for it.
+    struct Opaque;
+    impl crate::datastore::StateProvider for Opaque {
+        fn render(
+            &self,
+            _: &mut yang2::data::DataTree<'static>,
+            _: Option<&str>,
+        ) -> Result<(), crate::error::RpcError> {
+            Ok(())
+        }
+        fn scope(&self) -> Option<&'static [(&'static str, &'static str)]> {
+            Some(&[("ietf-netconf-acm", "nacm")])
+        }
+    }
+
+    #[test]
+    fn state_a_provider_cannot_give_as_text_takes_the_general_path() {
+        let (ds, nacm) = setup();
+        ds.register_state_provider(Arc::new(Opaque));
+        let f = filter(&format!("<nacm xmlns=\"{ACM}\"/>"));
+        assert_eq!(print_tops(&ds, Datastore::Running, &nacm, "root", &f, WithDefaults::Explicit, true).unwrap(), None);
+        // The configuration alone does not ask the providers.
+        assert!(print_tops(&ds, Datastore::Running, &nacm, "root", &f, WithDefaults::Explicit, false)
+            .unwrap()
+            .is_some());
+    }
 }

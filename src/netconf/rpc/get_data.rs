@@ -311,6 +311,14 @@ mod tests {
             ));
         }
         xml.push_str("</scis></cats-sma>");
+        // NACM configuration in running on some rounds: a reader NACM applies to is then not
+        // given the default-deny-all /nacm whole.
+        if n % 2 == 1 {
+            xml.push_str(
+                "<nacm xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-acm\"><groups><group><name>ops</name>\
+                 <user-name>bob</user-name></group></groups></nacm>",
+            );
+        }
         let cfg = ds.parse_config(xml.as_bytes(), DataFormat::XML).unwrap();
         ds.copy(1, Source::Config(&cfg), Datastore::Running).unwrap();
         let engine = {
@@ -345,6 +353,8 @@ mod tests {
             .unwrap();
         let provider = Arc::new(EngineState { engine });
         ds.register_state_provider(provider.clone());
+        // NACM's counters, the state inside /nacm (the agent registers its own NACM).
+        ds.register_state_provider(Nacm::new(None));
         (ds, provider)
     }
 
@@ -460,9 +470,9 @@ mod tests {
             (Some(("/cats-sma:cats-sma/metric-cache", "permit")), "deny"),
             (Some(("/cats-sma:cats-sma/metric-cache/entry", "deny")), "permit"),
         ];
-        let (mut typed_served, mut compared, mut direct_served) = (0, 0, 0);
+        let (mut typed_served, mut compared, mut direct_served, mut tops_served) = (0, 0, 0, 0);
         for round in 0..4 {
-            let n = [0, 3, 12, 40][round];
+            let n = [0, 3, 12, 41][round];
             let (ds, _p) = state(&mut rng, &rt, n);
             for _ in 0..60 {
                 let k = sci(rng.below(n.max(1) + 2));
@@ -548,6 +558,25 @@ mod tests {
                 if let Filter::Subtree(f) = &filter {
                     let root = Nacm::new(Some("root".into()));
                     for (nacm, user) in [(&nacm, user), (&root, "root")] {
+                        // Whole top-level nodes printed from running, with the providers'
+                        // text inside (get) or without (get-config).
+                        for (state, source) in [(true, Datastore::Operational), (false, Datastore::Running)] {
+                            let printed =
+                                super::super::get_config::print_tops(&ds, Datastore::Running, nacm, user, f, wd, state)
+                                    .unwrap();
+                            let Some(got) = printed else { continue };
+                            tops_served += 1;
+                            let full = nacm.readable(user, ds.read(source, None).unwrap());
+                            let want = filter.apply(&full).unwrap().into_tree();
+                            let want = canonical(body(&print_data(&want, wd, false).unwrap()));
+                            let got = canonical(body(&got));
+                            if !only_empty(&want) || !only_empty(&got) {
+                                assert_eq!(
+                                    got, want,
+                                    "printed tops, filter {filter_xml}, user {user}, {wd:?}, {source:?}"
+                                );
+                            }
+                        }
                         let Some(mut tree) = super::super::get::select_direct(&ds, nacm, user, f, &sel).unwrap() else {
                             continue;
                         };
@@ -586,5 +615,6 @@ mod tests {
         // NACM leaving a selected container empty).
         assert!(typed_served * 3 > compared, "{typed_served} of {compared} served typed");
         assert!(direct_served * 20 > compared, "{direct_served} of {compared} served by get's direct path");
+        assert!(tops_served * 20 > compared, "{tops_served} of {compared} printed as whole top-level nodes");
     }
 }
