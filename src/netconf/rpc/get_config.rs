@@ -92,6 +92,14 @@ pub(crate) fn print_tops(
             let Some(module) = ctx.get_module_latest_ns(ns) else { continue };
             let Some(text) = ds.state_text(module.name(), &f.name) else { return Ok(None) };
             if !text.is_empty() {
+                // State inside a list entry would go into every entry: the general path.
+                let container = module
+                    .data()
+                    .find(|n| n.name() == f.name)
+                    .is_some_and(|n| n.kind() == yang2::schema::SchemaNodeKind::Container);
+                if !container {
+                    return Ok(None);
+                }
                 texts.push((ns, &f.name, text));
             }
         }
@@ -104,9 +112,9 @@ pub(crate) fn print_tops(
         .with_tree(source, |tree| -> Option<Result<String, yang2::Error>> {
             nacm.whole(user, tree)?;
             let mut out = String::new();
-            let mut placed = 0;
-            let Some(first) = tree.reference() else { return texts.is_empty().then_some(Ok(out)) };
-            for node in first.inclusive_siblings() {
+            let mut placed = vec![false; texts.len()];
+            let first = tree.reference();
+            for node in first.iter().flat_map(|f| f.inclusive_siblings()) {
                 let schema = node.schema();
                 let (name, module) = (schema.name(), schema.module());
                 let ns = module.namespace();
@@ -117,24 +125,38 @@ pub(crate) fn print_tops(
                     Ok(t) => t.unwrap_or_default(),
                     Err(e) => return Some(Err(e)),
                 };
-                match texts.iter().find(|(n, top, _)| *n == ns && *top == name) {
+                match texts.iter().position(|(n, top, _)| *n == ns && *top == name) {
                     None => out.push_str(&text),
-                    // State inside a list entry would go into every entry: the general path.
-                    Some(_) if schema.kind() != yang2::schema::SchemaNodeKind::Container => return None,
-                    Some((_, _, inside)) => {
+                    // A container (checked above): printed whole, as an empty element, or
+                    // not at all when it holds only defaults the mode leaves out.
+                    Some(i) => {
+                        let (inside, close) = (&texts[i].2, format!("</{name}>"));
                         let body = text.trim_end();
-                        let close = format!("</{name}>");
-                        // Printed as an empty element or not at all: the general path.
-                        let head = body.strip_suffix(close.as_str())?;
-                        out.push_str(head);
+                        if let Some(head) = body.strip_suffix(close.as_str()) {
+                            out.push_str(head);
+                        } else if let Some(head) = body.strip_suffix("/>") {
+                            out.push_str(head);
+                            out.push('>');
+                        } else if body.is_empty() {
+                            open_element(&mut out, name, ns);
+                        } else {
+                            return None;
+                        }
                         out.push_str(inside);
                         out.push_str(&close);
-                        placed += 1;
+                        placed[i] = true;
                     }
                 }
             }
-            // Every node with state is a container, printed once above.
-            (placed == texts.len()).then_some(Ok(out))
+            // Containers with state and no configuration at all.
+            for ((ns, name, inside), _) in texts.iter().zip(&placed).filter(|(_, p)| !**p) {
+                open_element(&mut out, name, ns);
+                out.push_str(inside);
+                out.push_str("</");
+                out.push_str(name);
+                out.push('>');
+            }
+            Some(Ok(out))
         })
         .map_err(one)?;
     let body = match printed {
@@ -150,6 +172,16 @@ pub(crate) fn print_tops(
         body
     };
     Ok(Some(format!("<data>{body}</data>")))
+}
+
+/// `<name xmlns="ns">` (the namespace of a module is a URI: no character to escape but `&`,
+/// `<` and `"`, escaped anyway).
+fn open_element(out: &mut String, name: &str, ns: &str) {
+    out.push('<');
+    out.push_str(name);
+    out.push_str(" xmlns=\"");
+    out.push_str(&crate::xml::escape_attr(ns));
+    out.push_str("\">");
 }
 
 /// A small subtree filter walks only the branches it names, each at most once per
@@ -271,6 +303,25 @@ mod tests {
                 "{inner}"
             );
         }
+    }
+
+    #[test]
+    fn rfc6243_a_container_of_defaults_only_still_carries_its_state() {
+        // Running without NACM configuration: /nacm holds only defaults, which explicit and
+        // trim leave out, so the counters come in an element of their own.
+        let ds = Datastores::open(crate::yang::context(), None).unwrap();
+        let nacm = crate::nacm::Nacm::new(Some("root".into()));
+        ds.register_state_provider(nacm.clone());
+        let f = filter(&format!("<nacm xmlns=\"{ACM}\"/>"));
+        let get = |wd| print_tops(&ds, Datastore::Running, &nacm, "root", &f, wd, true).unwrap().unwrap();
+        let only = format!("<data><nacm xmlns=\"{ACM}\">{COUNTERS}</nacm></data>");
+        assert_eq!(get(WithDefaults::Explicit), only);
+        assert_eq!(get(WithDefaults::Trim), only);
+        let all = get(WithDefaults::ReportAll);
+        assert!(
+            all.contains("<enable-nacm>true</enable-nacm>") && all.ends_with(&format!("{COUNTERS}</nacm></data>")),
+            "{all}"
+        );
     }
 
     /// A provider with state inside /nacm and no text for it.
