@@ -375,8 +375,9 @@ struct SchemaFacts {
     keys: std::sync::Arc<[String]>,
 }
 
-/// Paths at most this long are remembered, at most this many of them (about 1 MiB): the
-/// names come from clients' filters, so unknown ones are remembered too, within the bound.
+/// Paths at most this long are remembered, at most this many of them (about 2 MiB). Only
+/// paths the schema has are remembered: their number is the schema's, so names a client
+/// makes up cannot crowd them out (an unknown name is looked up each time, as before).
 const SCHEMA_MEMO_PATH_MAX: usize = 256;
 const SCHEMA_MEMO_ENTRIES: usize = 4096;
 
@@ -398,7 +399,7 @@ fn schema_facts(steps: &[Step]) -> Option<SchemaFacts> {
         ),
         keys: n.list_keys().map(|k| k.name().to_owned()).collect(),
     });
-    if path.len() <= SCHEMA_MEMO_PATH_MAX {
+    if facts.is_some() && path.len() <= SCHEMA_MEMO_PATH_MAX {
         let mut memo = lock();
         let memo = memo.get_or_insert_with(Default::default);
         if memo.len() >= SCHEMA_MEMO_ENTRIES {

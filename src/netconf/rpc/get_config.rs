@@ -55,8 +55,8 @@ pub fn run(ctx: &SessionCtx, op: &Element) -> OpResult {
 /// container's children may come in any order); state there is only shown to a user NACM
 /// does not apply to (it may be `nacm:default-deny-all`, like NACM's counters). The
 /// `<data>` element, or None when the general path must answer: another filter, a
-/// restricted reader, state a provider cannot give as text, a selected node that has state
-/// but no configuration.
+/// restricted reader, state a provider cannot give as text, state in a node that is not a
+/// container.
 pub(crate) fn print_tops(
     ds: &crate::datastore::Datastores,
     source: crate::datastore::Datastore,
@@ -103,14 +103,16 @@ pub(crate) fn print_tops(
                 texts.push((ns, &f.name, text));
             }
         }
-        if !texts.is_empty() && !nacm.reads_everything(user) {
-            return Ok(None);
-        }
     }
     let flags = (DataPrinterFlags::SHRINK | wd.printer_flags()).bits();
     let printed = ds
         .with_tree(source, |tree| -> Option<Result<String, yang2::Error>> {
             nacm.whole(user, tree)?;
+            // Decided under the lock with the configuration's test: a commit of NACM
+            // between the two cannot split them.
+            if !texts.is_empty() && !nacm.reads_everything(user) {
+                return None;
+            }
             let mut out = String::new();
             let mut placed = vec![false; texts.len()];
             let first = tree.reference();
@@ -322,6 +324,29 @@ mod tests {
             all.contains("<enable-nacm>true</enable-nacm>") && all.ends_with(&format!("{COUNTERS}</nacm></data>")),
             "{all}"
         );
+    }
+
+    #[test]
+    fn rfc8341_3_4_5_with_nacm_switched_off_every_reader_gets_the_printed_answer() {
+        let (ds, nacm) = setup();
+        let off = format!("<nacm xmlns=\"{ACM}\"><enable-nacm>false</enable-nacm></nacm>\0");
+        let t = yang2::data::DataTree::parse_string(
+            crate::yang::context(),
+            off.as_bytes(),
+            yang2::data::DataFormat::XML,
+            yang2::data::DataParserFlags::NO_VALIDATION,
+            yang2::data::DataValidationFlags::empty(),
+        )
+        .unwrap();
+        nacm.load(&t);
+        let f = filter(&format!("<nacm xmlns=\"{ACM}\"/>"));
+        let alice = print_tops(&ds, Datastore::Running, &nacm, "alice", &f, WithDefaults::Explicit, true).unwrap();
+        let root = print_tops(&ds, Datastore::Running, &nacm, "root", &f, WithDefaults::Explicit, true).unwrap();
+        assert!(alice.as_deref().is_some_and(|a| a.ends_with(&format!("{COUNTERS}</nacm></data>"))), "{alice:?}");
+        assert_eq!(alice, root);
+        // The candidate (get-config only): the same configuration as running here.
+        let cand = print_tops(&ds, Datastore::Candidate, &nacm, "alice", &f, WithDefaults::Explicit, false).unwrap();
+        assert_eq!(cand, root.map(|r| r.replace(COUNTERS, "")));
     }
 
     /// A provider with state inside /nacm and no text for it.
