@@ -728,6 +728,16 @@ impl Nacm {
         self.unrestricted(user, &self.policy())
     }
 
+    /// The state leaves of `/nacm` (RFC 8341 section 3.5.2), with their counters: one list
+    /// for the libyang render and the text.
+    fn counters(&self) -> [(&'static str, &AtomicU64); 3] {
+        [
+            ("denied-operations", &self.denied_operations),
+            ("denied-data-writes", &self.denied_data_writes),
+            ("denied-notifications", &self.denied_notifications),
+        ]
+    }
+
     /// Whether reads by `user` may need pruning at all (a cheap test that lets unrestricted
     /// readers see the datastore without a copy).
     pub fn read_is_unrestricted(&self, user: &str, tree: &DataTree<'static>) -> bool {
@@ -911,11 +921,7 @@ impl StateProvider for Nacm {
     }
 
     fn render(&self, tree: &mut DataTree<'static>, _xpath: Option<&str>) -> Result<(), RpcError> {
-        let [first, rest @ ..] = [
-            ("denied-operations", &self.denied_operations),
-            ("denied-data-writes", &self.denied_data_writes),
-            ("denied-notifications", &self.denied_notifications),
-        ];
+        let [first, rest @ ..] = self.counters();
         let value = |v: &AtomicU64| v.load(Ordering::Relaxed).to_string();
         // The container is usually there already (a read covering /nacm copies its
         // configuration): found among the top-level nodes, no path is parsed. Otherwise one
@@ -951,11 +957,7 @@ impl StateProvider for Nacm {
 
     fn children_text(&self, _top: (&str, &str), out: &mut String) -> bool {
         use std::fmt::Write as _;
-        for (leaf, v) in [
-            ("denied-operations", &self.denied_operations),
-            ("denied-data-writes", &self.denied_data_writes),
-            ("denied-notifications", &self.denied_notifications),
-        ] {
+        for (leaf, v) in self.counters() {
             let _ = write!(out, "<{leaf}>{}</{leaf}>", v.load(Ordering::Relaxed));
         }
         true

@@ -94,14 +94,15 @@ pub fn start_agent_tls(state_dir: &Path, extra: &[&str]) -> AgentProcess {
     let (tx, rx) = std::sync::mpsc::channel();
     let keep = lines.clone();
     std::thread::spawn(move || {
+        let mut log_file = std::env::var("TEST_AGENT_LOG_FILE")
+            .ok()
+            .and_then(|d| std::fs::OpenOptions::new().create(true).append(true).open(d).ok());
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             // Kept before the ready line is reported, so a test sees every line up to it.
             keep.lock().unwrap().push(line.clone());
-            if let Ok(d) = std::env::var("TEST_AGENT_LOG_FILE") {
+            if let Some(f) = log_file.as_mut() {
                 use std::io::Write;
-                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(d) {
-                    let _ = writeln!(f, "{line}");
-                }
+                let _ = writeln!(f, "{line}");
             }
             if let Some(rest) = line.split("cats-sma ready: NETCONF over SSH listening on ").nth(1) {
                 let addr = rest.split([',', ' ', ';']).next().unwrap_or("").to_owned();
