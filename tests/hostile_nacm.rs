@@ -819,3 +819,31 @@ async fn rfc8341_3_5_1_1_default_deny_write_data_needs_an_explicit_permit() {
     let r = bob.call(&edit(&instance.replace("<access-as>admin</access-as>", "<access-as>bob</access-as>"))).await;
     assert!(ok(&r), "{r}");
 }
+
+/// RFC 8341 section 3.5.2: what NACM refuses is counted in `/nacm`'s state. The admin's
+/// `<get>` of the whole `/nacm` (a filter the agent answers by printing the configuration
+/// in place with the counters inside) shows each refusal; bob, whom NACM applies to, gets
+/// nothing of `/nacm` (`default-deny-all`, section 3.5.1.2) by the same request.
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc8341_3_5_2_refusals_are_counted_in_a_get_of_the_whole_nacm() {
+    let (_d, agent) = agent("deny", "", "").await;
+    let mut admin = Nc::open(&agent, "admin", PASSWORD).await;
+    let mut bob = Nc::open(&agent, "bob", BOB_PW).await;
+    let get = format!("<get><filter type=\"subtree\"><nacm xmlns=\"{NACM}\"/></filter></get>");
+    let r = admin.call(&get).await;
+    let before = |leaf: &str| count(&r, leaf);
+    let (ops, writes) = (before("denied-operations"), before("denied-data-writes"));
+    assert!(r.contains("<group><name>ops</name><user-name>bob</user-name></group>"), "the configuration too: {r}");
+    // kill-session is default-deny-all; a write under write-default deny.
+    let k = bob.call("<kill-session><session-id>1</session-id></kill-session>").await;
+    assert_eq!(tag(&k), "access-denied", "{k}");
+    let w =
+        bob.call(&edit(&format!("<cats-sma xmlns=\"{CATS}\"><agent><site-id>s2</site-id></agent></cats-sma>"))).await;
+    assert_eq!(tag(&w), "access-denied", "{w}");
+    let r = admin.call(&get).await;
+    assert_eq!(count(&r, "denied-operations"), ops + 1, "{r}");
+    assert_eq!(count(&r, "denied-data-writes"), writes + 1, "{r}");
+    let b = bob.call(&get).await;
+    assert!(b.contains("<data/>") || b.contains("<data></data>"), "nothing of /nacm for bob: {b}");
+    admin_still_served(&agent).await;
+}
