@@ -46,6 +46,13 @@ async fn seed004_network_partition_upon_reconnection_a_full_sync_goes_before_any
     // every buffered delta, and none of those deltas before it (they are superseded).
     let cps = start_cps(addr, Some(state.clone())).await;
     wait_for("full sync after reconnection", || acked(&state) > *sent.last().unwrap()).await;
+    // The C-PS records the ack before its reply reaches the adapter: wait for the adapter
+    // to have taken the reply too, then read both sides.
+    let reconnection_ack = acked(&state);
+    wait_for("adapter took the ack", || {
+        peer.status.lock().unwrap().last_acked == Some(reconnection_ack) && peer.queue.lock().unwrap().is_empty()
+    })
+    .await;
     let got = applied(&state);
     assert_eq!(got.len(), 2, "the first snapshot, then the reconnection's: {got:?}");
     assert_eq!(got[0], first);
