@@ -40,7 +40,11 @@ async fn seed004_periodic_sync_keepalive_refreshes_the_cps_ttl_without_the_metri
     let acked_before = acked(&state);
     let hb = ctl.heartbeat();
     wait_for("keepalive", || keepalives(&state) == 1).await;
-    wait_for("heartbeat delivered", || peer.queue.lock().unwrap().is_empty()).await;
+    // The adapter empties its queue, then counts the send: wait for both.
+    wait_for("heartbeat delivered", || {
+        peer.queue.lock().unwrap().is_empty() && peer.status.lock().unwrap().keepalives_sent == 1
+    })
+    .await;
     assert_eq!(full_snapshots(&state), 1, "no metrics retransmitted");
     assert_eq!(acked(&state), acked_before, "a keepalive applies nothing");
     let st = peer.status.lock().unwrap().clone();
