@@ -83,8 +83,11 @@ async fn buffer_overflow_drops_the_oldest_counts_them_and_a_snapshot_settles_the
     let adapters = ctl.start_adapters();
     adapters.start_peer(settings("cps1", addr, Role::Primary, 5), transport(addr));
     wait_for("initial snapshot", || acked(&state) > 0).await;
-    cps.stop().await;
+    // The adapter takes the C-PS's reply after the C-PS recorded the ack: until then the
+    // snapshot is still queued, and the first overflow would drop it too.
     let peer = adapters.peer("cps1").unwrap();
+    wait_for("adapter took the ack", || peer.queue.lock().unwrap().is_empty()).await;
+    cps.stop().await;
     let before = applied(&state);
     for i in 0..12 {
         ctl.delta("AR1", 10 + i);
