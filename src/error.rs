@@ -206,6 +206,9 @@ impl RpcError {
             {
                 (ErrorTag::InvalidValue, None, None)
             }
+            // RFC 7950 8.3.1: a value breaking a pattern, length or range is invalid-value,
+            // with the restriction's own error-message, which then replaces libyang's.
+            None if restriction_messages().contains(msg.as_str()) => (ErrorTag::InvalidValue, None, None),
             None if msg.starts_with("Duplicate instance") => (ErrorTag::DataExists, quoted, None),
             None if msg.starts_with("List instance is missing its key") => (ErrorTag::MissingElement, None, None),
             None => (ErrorTag::OperationFailed, None, None),
@@ -232,3 +235,126 @@ impl fmt::Display for RpcError {
 impl std::error::Error for RpcError {}
 
 pub type Result<T> = std::result::Result<T, RpcError>;
+
+/// The error-messages the loaded modules give their type restrictions (pattern, length,
+/// range, in every member of a union too). libyang reports a value breaking such a
+/// restriction with that message in place of its own and no app-tag (unless the module
+/// gives one), so the message alone tells it apart from the other validation errors.
+fn restriction_messages() -> &'static std::collections::HashSet<String> {
+    static SET: std::sync::OnceLock<std::collections::HashSet<String>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        let mut out = std::collections::HashSet::new();
+        for m in crate::yang::context().modules(false) {
+            // SAFETY: a module of the process-wide context; the callback gets that module's
+            // compiled nodes (rpc input and output, notifications and actions included) and
+            // `out` for data, both alive for the walk.
+            unsafe {
+                yang2::ffi::lysc_module_dfs_full(
+                    m.as_raw(),
+                    Some(collect_restrictions),
+                    &mut out as *mut std::collections::HashSet<String> as *mut std::ffi::c_void,
+                );
+            }
+        }
+        out
+    })
+}
+
+/// `lysc_module_dfs_full` callback of [`restriction_messages`].
+unsafe extern "C" fn collect_restrictions(
+    node: *mut yang2::ffi::lysc_node,
+    data: *mut std::ffi::c_void,
+    _continue: *mut yang2::ffi::ly_bool,
+) -> yang2::ffi::LY_ERR::Type {
+    use yang2::ffi::{lysc_node_leaf, lysc_node_leaflist, LYS_LEAF, LYS_LEAFLIST};
+    let out = &mut *(data as *mut std::collections::HashSet<String>);
+    // The nodetype says which struct the node is; the type pointers lead to compiled types
+    // of the same context.
+    match u32::from((*node).nodetype) {
+        LYS_LEAF => restrictions_of((*(node as *const lysc_node_leaf)).type_, out),
+        LYS_LEAFLIST => restrictions_of((*(node as *const lysc_node_leaflist)).type_, out),
+        _ => {}
+    }
+    yang2::ffi::LY_ERR::LY_SUCCESS
+}
+
+/// # Safety
+/// `t` is null or a compiled type of the process-wide context.
+unsafe fn restrictions_of(t: *const yang2::ffi::lysc_type, out: &mut std::collections::HashSet<String>) {
+    use yang2::ffi::{
+        lysc_range, lysc_type_bin, lysc_type_dec, lysc_type_leafref, lysc_type_num, lysc_type_str, lysc_type_union,
+        LY_DATA_TYPE as T,
+    };
+    let text = |p: *const std::os::raw::c_char, out: &mut std::collections::HashSet<String>| {
+        if !p.is_null() {
+            out.insert(std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned());
+        }
+    };
+    let range = |r: *const lysc_range, out: &mut std::collections::HashSet<String>| {
+        if !r.is_null() {
+            text((*r).emsg, out);
+        }
+    };
+    // A libyang sized array: its length is stored just before its first item.
+    let items = |a: *const *mut std::ffi::c_void| -> usize {
+        if a.is_null() {
+            0
+        } else {
+            *(a as *const u64).sub(1) as usize
+        }
+    };
+    if t.is_null() {
+        return;
+    }
+    match (*t).basetype {
+        T::LY_TYPE_STRING => {
+            let s = t as *const lysc_type_str;
+            range((*s).length, out);
+            let p = (*s).patterns;
+            for i in 0..items(p as *const *mut std::ffi::c_void) {
+                text((**p.add(i)).emsg, out);
+            }
+        }
+        T::LY_TYPE_BINARY => range((*(t as *const lysc_type_bin)).length, out),
+        T::LY_TYPE_DEC64 => range((*(t as *const lysc_type_dec)).range, out),
+        T::LY_TYPE_INT8
+        | T::LY_TYPE_INT16
+        | T::LY_TYPE_INT32
+        | T::LY_TYPE_INT64
+        | T::LY_TYPE_UINT8
+        | T::LY_TYPE_UINT16
+        | T::LY_TYPE_UINT32
+        | T::LY_TYPE_UINT64 => range((*(t as *const lysc_type_num)).range, out),
+        T::LY_TYPE_UNION => {
+            let m = (*(t as *const lysc_type_union)).types;
+            for i in 0..items(m as *const *mut std::ffi::c_void) {
+                restrictions_of(*m.add(i), out);
+            }
+        }
+        T::LY_TYPE_LEAFREF => restrictions_of((*(t as *const lysc_type_leafref)).realtype, out),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 7950 8.3.1: a value against a restriction carrying its own error-message is
+    /// invalid-value, not operation-failed; a must's message (with its app-tag) is not.
+    #[test]
+    fn rfc7950_8_3_1_a_restriction_with_its_own_message_is_invalid_value() {
+        let msg = "no control, format or line separator characters";
+        assert!(restriction_messages().contains(msg), "the csci-id pattern's message");
+        let e = |msg: &str, apptag: Option<&str>| yang2::Error {
+            errcode: yang2::ffi::LY_ERR::LY_EVALID,
+            msg: Some(msg.into()),
+            path: None,
+            apptag: apptag.map(Into::into),
+        };
+        assert_eq!(RpcError::from_libyang(&e(msg, None)).tag, ErrorTag::InvalidValue);
+        let must = "An SCI with a credential-ref cannot be 'authentication none'.";
+        assert!(!restriction_messages().contains(must));
+        assert_eq!(RpcError::from_libyang(&e(must, Some("must-violation"))).tag, ErrorTag::OperationFailed);
+    }
+}
