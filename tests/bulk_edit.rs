@@ -143,3 +143,67 @@ async fn issue14_goal4_bulk_create_100k_scis_reaches_the_engine() {
     let reply = call(&mut s, 22, &cache_entry(N / 2)).await;
     assert!(!reply.contains(&format!("<csci-id>{}</csci-id>", id(N / 2))), "{}", &reply[..reply.len().min(800)]);
 }
+
+fn scis(entries: &str) -> String {
+    edit(&format!("<config><cats-sma xmlns=\"{CATS}\" xmlns:nc=\"{NC}\"><scis>{entries}</scis></cats-sma></config>"))
+}
+
+fn sci_entries(range: std::ops::Range<usize>) -> String {
+    range.map(|i| format!("<sci><csci-id>bulk-{i}</csci-id><cs-id>AR1</cs-id></sci>")).collect()
+}
+
+/// RFC 6241 7.2 / RFC 7950 9.4.5–9.4.6 on the bulk path: a large edit of running is parsed
+/// without libyang's value checks (they run once, in validation), so a value the schema's
+/// pattern or range refuses must still be refused, with nothing kept, whether it arrives in
+/// an entry created whole or as one leaf set; and the entries created whole get their
+/// defaults.
+#[tokio::test(flavor = "multi_thread")]
+async fn rfc7950_9_4_bulk_edit_of_running_still_checks_every_value_and_adds_every_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start_agent(&dir.path().join("state"), &[]);
+    let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
+    s.hello(true).await;
+    let count = |reply: &str| reply.matches("<sci>").count();
+    let get = format!(
+        "<get-config><source><running/></source><filter type=\"subtree\"><cats-sma xmlns=\"{CATS}\"><scis/></cats-sma></filter>\
+         <with-defaults xmlns=\"urn:ietf:params:xml:ns:yang:ietf-netconf-with-defaults\">report-all</with-defaults></get-config>"
+    );
+    // One entry first: the bulk entries are then created whole beside it.
+    let reply = call(&mut s, 1, &scis(&sci_entries(0..1))).await;
+    assert!(reply.contains("<ok/>"), "{reply}");
+
+    // A CSCI-ID holding a format character (U+200B), refused by the csci-id pattern, as
+    // the last of 5000 new entries: the whole edit is refused and none of them is kept.
+    let bad = format!("{}<sci><csci-id>bad\u{200b}id</csci-id><cs-id>AR1</cs-id></sci>", sci_entries(1..5000));
+    let reply = call(&mut s, 2, &scis(&bad)).await;
+    assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{}", &reply[..reply.len().min(800)]);
+    assert_eq!(count(&call(&mut s, 3, &get).await), 1);
+
+    // A value out of range on a leaf of a new entry, and on a leaf set alone.
+    let bad = format!(
+        "{}<sci><csci-id>bulk-x</csci-id><cs-id>AR1</cs-id><expected-interval>0</expected-interval></sci>",
+        sci_entries(1..5000)
+    );
+    let reply = call(&mut s, 4, &scis(&bad)).await;
+    assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{}", &reply[..reply.len().min(800)]);
+    let reply =
+        call(&mut s, 5, &scis("<sci><csci-id>bulk-0</csci-id><expected-interval>0</expected-interval></sci>")).await;
+    assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
+    let reply = call(&mut s, 6, &get).await;
+    assert_eq!(count(&reply), 1);
+    assert!(reply.contains("<expected-interval>5000</expected-interval>"), "{reply}");
+
+    // The same 5000 entries, valid: all there, each with its defaults.
+    let reply = call(&mut s, 7, &scis(&sci_entries(1..5000))).await;
+    assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(800)]);
+    let reply = call(&mut s, 8, &get).await;
+    assert_eq!(count(&reply), 5000);
+    for entry in reply.split("<sci>").skip(1) {
+        assert!(
+            entry.contains("<expected-interval>5000</expected-interval>")
+                && entry.contains("<authentication>required</authentication>"),
+            "an entry without its defaults: {}",
+            &entry[..entry.len().min(400)]
+        );
+    }
+}

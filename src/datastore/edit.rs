@@ -151,14 +151,19 @@ impl<'t> Editor<'t> {
     }
 
     /// Frees what the undo log still owns (subtrees unlinked by removals) without undoing
-    /// anything: the edit is kept.
+    /// anything: the edit is kept. A large delete's subtrees are freed off the request's
+    /// path ([`super::memory::free_later`]).
     fn forget(&mut self) {
-        for u in self.undo.drain(..) {
-            if let Undo::Unlinked { node, .. } | Undo::Pinned { node, .. } = u {
-                // SAFETY: the unlinked subtree is owned by the log alone.
-                unsafe { yang2::ffi::lyd_free_tree(node) };
-            }
-        }
+        let owned: Vec<super::memory::Garbage> = self
+            .undo
+            .drain(..)
+            .filter_map(|u| match u {
+                // The unlinked subtree is owned by the log alone.
+                Undo::Unlinked { node, .. } | Undo::Pinned { node, .. } => Some(super::memory::Garbage::Subtree(node)),
+                _ => None,
+            })
+            .collect();
+        super::memory::free_later(owned);
     }
 
     /// Makes the undo log safe against libyang's validation of the target, which may free

@@ -84,3 +84,119 @@ pub fn trim() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn trim() {}
+
+/// libyang data a commit no longer needs, freed by [`free_later`].
+pub(crate) enum Garbage {
+    /// An unlinked subtree (its node and everything below).
+    Subtree(*mut yang2::ffi::lyd_node),
+    /// A whole tree: the node and all its siblings, with everything below them.
+    Tree(*mut yang2::ffi::lyd_node),
+}
+
+// SAFETY: a Garbage value owns data nothing else points at (an unlinked subtree, a tree
+// its owner gave up); libyang frees nodes of one context from any thread (the context's
+// dictionary, the only shared state a free touches, has its own lock).
+unsafe impl Send for Garbage {}
+
+impl Garbage {
+    pub(crate) fn is_null(&self) -> bool {
+        match self {
+            Garbage::Subtree(n) | Garbage::Tree(n) => n.is_null(),
+        }
+    }
+
+    /// # Safety
+    /// Frees what the value owns; called once.
+    unsafe fn free(self) {
+        match self {
+            Garbage::Subtree(n) => yang2::ffi::lyd_free_tree(n),
+            Garbage::Tree(n) => yang2::ffi::lyd_free_all(n),
+        }
+    }
+}
+
+/// Below this many items, [`free_later`] frees at once: handing over costs more than it saves.
+const FREE_AT_ONCE: usize = 64;
+
+/// Frees libyang data off the request's path: a commit that deleted 100 000 entries owns
+/// 100 000 unlinked subtrees, and freeing them took 275 ms of a 0.9 s delete, under the
+/// datastore lock and before the reply. A background thread frees them instead (in the
+/// order given); small batches are freed at once. Memory stays bounded: what waits here was
+/// allocated already, and the trims of [`after_commit`] follow the frees.
+pub(crate) fn free_later(items: Vec<Garbage>) {
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Mutex, OnceLock};
+    static REAPER: OnceLock<Option<Mutex<Sender<Vec<Garbage>>>>> = OnceLock::new();
+    // A whole tree may be as large as its request: it always goes.
+    if items.len() < FREE_AT_ONCE && !items.iter().any(|g| matches!(g, Garbage::Tree(_))) {
+        free_now(items);
+        return;
+    }
+    let reaper = REAPER.get_or_init(|| {
+        let (tx, rx) = channel::<Vec<Garbage>>();
+        std::thread::Builder::new()
+            .name("ly-free".into())
+            .spawn(move || {
+                for batch in rx {
+                    free_now(batch);
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let rejected = match reaper {
+        Some(tx) => tx.lock().unwrap_or_else(|e| e.into_inner()).send(items).err().map(|e| e.0),
+        None => Some(items),
+    };
+    if let Some(items) = rejected {
+        free_now(items);
+    }
+}
+
+fn free_now(items: Vec<Garbage>) {
+    for g in items {
+        if !g.is_null() {
+            // SAFETY: each item is owned by the batch alone and freed once, here.
+            unsafe { g.free() };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use yang2::data::{Data, DataTree};
+
+    /// Trees handed to the background thread are freed there, small batches at once, and
+    /// the data the caller keeps is untouched.
+    #[test]
+    fn trees_are_freed_off_the_callers_path_and_the_rest_is_untouched() {
+        let ctx = crate::yang::context();
+        let kept = {
+            let mut t = DataTree::new(ctx);
+            t.new_path("/cats-sma:cats-sma/scis/sci[csci-id='kept']/cs-id", Some("AR1"), false).unwrap();
+            t
+        };
+        for n in [1usize, FREE_AT_ONCE, 3 * FREE_AT_ONCE] {
+            let mut garbage = Vec::new();
+            for i in 0..n {
+                let mut t = DataTree::new(ctx);
+                let path = format!("/cats-sma:cats-sma/scis/sci[csci-id='g{i}']/cs-id");
+                t.new_path(&path, Some("AR1"), false).unwrap();
+                let sci = t.find_path(&format!("/cats-sma:cats-sma/scis/sci[csci-id='g{i}']")).unwrap().as_raw();
+                // SAFETY: `sci` is a live node of `t`; once unlinked it is owned by the batch.
+                unsafe { yang2::ffi::lyd_unlink_tree(sci) };
+                garbage.push(Garbage::Subtree(sci));
+                garbage.push(Garbage::Tree(t.into_raw()));
+            }
+            garbage.push(Garbage::Tree(std::ptr::null_mut()));
+            free_later(garbage);
+        }
+        // Freeing runs beside new data of the same context.
+        for i in 0..1000 {
+            let mut t = DataTree::new(ctx);
+            t.new_path(&format!("/cats-sma:cats-sma/scis/sci[csci-id='n{i}']/cs-id"), Some("AR1"), false).unwrap();
+        }
+        assert!(kept.find_path("/cats-sma:cats-sma/scis/sci[csci-id='kept']").is_ok());
+    }
+}
