@@ -185,7 +185,11 @@ impl RpcError {
         // The first double-quoted word of libyang's message names the offending element
         // or namespace.
         let quoted = msg.split('"').nth(1).map(str::to_owned);
+        let restriction = restriction_messages().contains(msg.as_str());
         let (tag, bad_element, bad_namespace) = match e.apptag.as_deref() {
+            // RFC 7950 8.3.1: a value breaking a pattern, length or range is invalid-value,
+            // with the restriction's own error-message (and app-tag), which replace libyang's.
+            _ if restriction => (ErrorTag::InvalidValue, None, None),
             // RFC 7950 15.1-15.4: unique, max/min-elements, must → operation-failed.
             Some("data-not-unique" | "too-many-elements" | "too-few-elements" | "must-violation") => {
                 (ErrorTag::OperationFailed, None, None)
@@ -206,9 +210,6 @@ impl RpcError {
             {
                 (ErrorTag::InvalidValue, None, None)
             }
-            // RFC 7950 8.3.1: a value breaking a pattern, length or range is invalid-value,
-            // with the restriction's own error-message, which then replaces libyang's.
-            None if restriction_messages().contains(msg.as_str()) => (ErrorTag::InvalidValue, None, None),
             None if msg.starts_with("Duplicate instance") => (ErrorTag::DataExists, quoted, None),
             None if msg.starts_with("List instance is missing its key") => (ErrorTag::MissingElement, None, None),
             None => (ErrorTag::OperationFailed, None, None),
@@ -245,6 +246,11 @@ fn restriction_messages() -> &'static std::collections::HashSet<String> {
     SET.get_or_init(|| {
         let mut out = std::collections::HashSet::new();
         for m in crate::yang::context().modules(false) {
+            // An imported-only module has no compiled schema (and no data nodes).
+            // SAFETY: a module of the process-wide context.
+            if unsafe { (*m.as_raw()).compiled.is_null() } {
+                continue;
+            }
             // SAFETY: a module of the process-wide context; the callback gets that module's
             // compiled nodes (rpc input and output, notifications and actions included) and
             // `out` for data, both alive for the walk.

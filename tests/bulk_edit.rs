@@ -193,6 +193,32 @@ async fn rfc7950_9_4_bulk_edit_of_running_still_checks_every_value_and_adds_ever
     assert_eq!(count(&reply), 1);
     assert!(reply.contains("<expected-interval>5000</expected-interval>"), "{reply}");
 
+    // What names a node is checked before the node is looked up or created: a bad key on
+    // delete, a bad leaf-list value added to an existing entry (created whole otherwise).
+    let reply = call(&mut s, 20, &scis("<sci nc:operation=\"delete\"><csci-id>bad\u{200b}id</csci-id></sci>")).await;
+    assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
+    let reply = call(&mut s, 21, &scis("<sci><csci-id>bulk-0</csci-id><cs-id>AR\u{200b}2</cs-id></sci>")).await;
+    assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
+    // A refused edit leaves nothing, whatever refuses it: a later edit error (create of an
+    // entry that exists) after new entries, one with a bad cs-id; test-only.
+    let bad = format!(
+        "{}<sci><csci-id>bulk-y</csci-id><cs-id>AR\u{200b}3</cs-id></sci>\
+         <sci nc:operation=\"create\"><csci-id>bulk-0</csci-id><cs-id>AR1</cs-id></sci>",
+        sci_entries(1..100)
+    );
+    let reply = call(&mut s, 22, &scis(&bad)).await;
+    assert!(reply.contains("<rpc-error>"), "{reply}");
+    let test_only = format!(
+        "<edit-config><target><running/></target><test-option>test-only</test-option>\
+         <config><cats-sma xmlns=\"{CATS}\"><scis>{}<sci><csci-id>bulk-z</csci-id><cs-id>AR\u{200b}4</cs-id></sci></scis></cats-sma></config></edit-config>",
+        sci_entries(1..100)
+    );
+    let reply = call(&mut s, 23, &test_only).await;
+    assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
+    let reply = call(&mut s, 24, &get).await;
+    assert_eq!(count(&reply), 1, "{}", &reply[..reply.len().min(800)]);
+    assert!(reply.contains("<cs-id>AR1</cs-id>") && !reply.contains("AR\u{200b}"), "{reply}");
+
     // The same 5000 entries, valid: all there, each with its defaults.
     let reply = call(&mut s, 7, &scis(&sci_entries(1..5000))).await;
     assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(800)]);
