@@ -152,13 +152,13 @@ fn sci_entries(range: std::ops::Range<usize>) -> String {
     range.map(|i| format!("<sci><csci-id>bulk-{i}</csci-id><cs-id>AR1</cs-id></sci>")).collect()
 }
 
-/// RFC 6241 7.2 / RFC 7950 9.4.5–9.4.6 on the bulk path: a large edit of running is parsed
-/// without libyang's value checks (they run once, in validation), so a value the schema's
-/// pattern or range refuses must still be refused, with nothing kept, whether it arrives in
-/// an entry created whole or as one leaf set; and the entries created whole get their
-/// defaults.
+/// RFC 6241 7.2 / RFC 7950 8.3.1 and 9.4 on the bulk path: a value the schema's pattern or
+/// range refuses, in the last of 5 000 new entries, in a leaf set alone, as a key on delete
+/// or a leaf-list value added to an entry, is invalid-value; an edit refused for any reason
+/// (a later edit error, test-only) keeps nothing of what it created; the entries created
+/// whole get their defaults.
 #[tokio::test(flavor = "multi_thread")]
-async fn rfc7950_9_4_bulk_edit_of_running_still_checks_every_value_and_adds_every_default() {
+async fn rfc7950_9_4_a_refused_bulk_edit_keeps_nothing_and_created_entries_get_their_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start_agent(&dir.path().join("state"), &[]);
     let mut s = connect(agent.addr, "admin", PASSWORD).await.unwrap();
@@ -193,8 +193,7 @@ async fn rfc7950_9_4_bulk_edit_of_running_still_checks_every_value_and_adds_ever
     assert_eq!(count(&reply), 1);
     assert!(reply.contains("<expected-interval>5000</expected-interval>"), "{reply}");
 
-    // What names a node is checked before the node is looked up or created: a bad key on
-    // delete, a bad leaf-list value added to an existing entry (created whole otherwise).
+    // A bad key on delete, a bad leaf-list value added to an existing entry.
     let reply = call(&mut s, 20, &scis("<sci nc:operation=\"delete\"><csci-id>bad\u{200b}id</csci-id></sci>")).await;
     assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
     let reply = call(&mut s, 21, &scis("<sci><csci-id>bulk-0</csci-id><cs-id>AR\u{200b}2</cs-id></sci>")).await;

@@ -217,8 +217,8 @@ impl<'t> Editor<'t> {
             match u {
                 Undo::Created(path) => {
                     if let Err(e) = super::tree::remove(self.target, &path) {
-                        // Not expected: the values of a created node's path are checked
-                        // (`check_names`). Said, as a refused edit must leave nothing.
+                        // Not expected (the path's values were checked when the edit was
+                        // parsed). Said, as a refused edit must leave nothing.
                         tracing::error!(%path, error = %e, "rollback could not remove a node the edit created");
                     }
                 }
@@ -391,11 +391,6 @@ impl<'t> Editor<'t> {
         }
         let found = self.lookup(e, parent);
         let exists = found.is_some_and(|n| self.counts(n));
-        if !exists && matches!(op, EditOp::Delete | EditOp::Remove | EditOp::None) {
-            if let Err(err) = check_names(e) {
-                return self.fail(err);
-            }
-        }
         match (op, found) {
             (EditOp::Create, _) if exists => self.fail(
                 RpcError::application(ErrorTag::DataExists, format!("\"{}\" already exists", schema.name()))
@@ -553,10 +548,6 @@ impl<'t> Editor<'t> {
             return false;
         }
         if !plain_subtree(e) {
-            return false;
-        }
-        // A value its type refuses: the node-by-node path answers it (invalid-value).
-        if check_names(e).is_err() {
             return false;
         }
         // SAFETY: `parent` is a live inner node of the target tree, which this editor holds
@@ -831,49 +822,6 @@ fn all_siblings<'a, 'b>(node: &'a DataNodeRef<'a, 'b>) -> impl Iterator<Item = D
         }
     };
     first.into_iter().flat_map(|f| f.inclusive_siblings())
-}
-
-/// Checks the values that name edit node `e` in the target: its list keys, or its own value
-/// for a leaf-list value. An edit of running is parsed without libyang's value checks
-/// (`Datastores::parse_edit_for`), and these values are what the editor looks nodes up by
-/// and builds the undo paths of created subtrees from (a path holding a value its type
-/// refuses cannot be looked up, so a rollback could not remove the subtree): they are
-/// checked before an edit node is created whole, and before a missing node is answered
-/// data-missing (RFC 7950 8.3.1: invalid-value first). One check per entry of a bulk create
-/// (its key), the rest of its values being checked by validation.
-fn check_names(e: &DataNodeRef<'_, 'static>) -> Result<(), RpcError> {
-    let check = |n: &DataNodeRef<'_, 'static>| -> Result<(), RpcError> {
-        let Some(v) = n.value_canonical() else { return Ok(()) };
-        let schema = n.schema().as_raw();
-        // SAFETY: `schema` is the compiled node of a live data node of the process-wide
-        // context; `v` outlives the call, which only stores it into a value of its own and
-        // frees that again (no node is created).
-        let ret = unsafe {
-            let ctx = (*(*schema).module).ctx;
-            yang2::ffi::lyd_value_validate(
-                ctx,
-                schema,
-                v.as_ptr() as *const std::os::raw::c_char,
-                v.len(),
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        match ret {
-            yang2::ffi::LY_ERR::LY_SUCCESS | yang2::ffi::LY_ERR::LY_EINCOMPLETE => Ok(()),
-            _ => {
-                let mut err = RpcError::from_libyang(&yang2::Error::new(crate::yang::context()));
-                err.tag = ErrorTag::InvalidValue;
-                Err(err.with_path(n.path()))
-            }
-        }
-    };
-    match e.schema().kind() {
-        SchemaNodeKind::List => e.children().take_while(|k| k.schema().is_list_key()).try_for_each(|k| check(&k)),
-        SchemaNodeKind::LeafList => check(e),
-        _ => Ok(()),
-    }
 }
 
 fn is_leaf(kind: &SchemaNodeKind) -> bool {

@@ -407,45 +407,6 @@ impl Datastores {
         Self::parse_config_in(self.ctx, text, format, false)
     }
 
-    /// [`Datastores::parse_edit`] of an edit bound for `target`. For running, the values'
-    /// restrictions (pattern, length, range) are not checked at parse time
-    /// (LYD_PARSE_STORE_ONLY): every value of such an edit reaches running either through
-    /// libyang's node creation, which checks it (a leaf set or created alone), or inside a
-    /// subtree created whole, which no commit keeps without libyang's validation (full or
-    /// local, `local.rs`), and that checks every value again (a leafref with
-    /// require-instance false excepted: none in a configuration module today has a
-    /// restricted target). What names a node (list keys, a leaf-list value) is checked by
-    /// the editor before it looks the node up or creates it whole (`edit::check_names`): a
-    /// rollback removes created subtrees by their paths. Checking every value at parse as
-    /// well cost 9 % of a 100 000-SCI create (two pattern matches per entry; one is left).
-    /// An edit holding a union value is parsed with the checks: a union stored without
-    /// them may take another member type, so another canonical value, than validation
-    /// gives it. Other targets (the candidate, validated only at commit) keep them.
-    pub fn parse_edit_for(
-        &self,
-        text: &[u8],
-        format: DataFormat,
-        target: Datastore,
-    ) -> Result<DataTree<'static>, RpcError> {
-        if target != Datastore::Running {
-            return self.parse_edit(text, format);
-        }
-        let data = nul_terminated(text);
-        let flags = DataParserFlags::STRICT
-            | DataParserFlags::NO_STATE
-            | DataParserFlags::from_bits_retain(yang2::ffi::LYD_PARSE_STORE_ONLY);
-        let tree = match DataTree::parse_string(self.ctx, &data, format, flags, DataValidationFlags::NO_STATE) {
-            Ok(t) => t,
-            // The checked parse gives the error, as for any other edit.
-            Err(_) => return self.parse_edit(text, format),
-        };
-        if tree::holds_union(&tree) {
-            drop(tree);
-            return self.parse_edit(text, format);
-        }
-        Ok(tree)
-    }
-
     // ----- reading ---------------------------------------------------------------------
 
     /// Runs `f` on a configuration datastore's tree without copying it.

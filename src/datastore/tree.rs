@@ -188,35 +188,6 @@ pub fn yang_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Whether a data tree holds a union value (a leaf or leaf-list whose type, or whose
-/// leafref's target type, is a union), anywhere. Cost: one step over every node.
-pub(crate) fn holds_union(tree: &DataTree<'static>) -> bool {
-    use yang2::ffi::{
-        lysc_node_leaf, lysc_node_leaflist, lysc_type, lysc_type_leafref, LYS_LEAF, LYS_LEAFLIST, LY_DATA_TYPE,
-    };
-    // SAFETY: a type pointer of a compiled schema node of the process-wide context.
-    let union = |t: *const lysc_type| unsafe {
-        !t.is_null()
-            && ((*t).basetype == LY_DATA_TYPE::LY_TYPE_UNION
-                || (*t).basetype == LY_DATA_TYPE::LY_TYPE_LEAFREF && {
-                    let real = (*(t as *const lysc_type_leafref)).realtype;
-                    !real.is_null() && (*real).basetype == LY_DATA_TYPE::LY_TYPE_UNION
-                })
-    };
-    tree.traverse().any(|n| {
-        let s = n.schema().as_raw();
-        // SAFETY: `s` is the compiled schema node of a live data node; its nodetype says
-        // which struct it is.
-        unsafe {
-            match u32::from((*s).nodetype) {
-                LYS_LEAF => union((*(s as *const lysc_node_leaf)).type_),
-                LYS_LEAFLIST => union((*(s as *const lysc_node_leaflist)).type_),
-                _ => false,
-            }
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,17 +208,5 @@ mod tests {
         assert!(t.reference().is_none());
         t.new_path("/cats-sma:cats-sma/agent/csma-id", Some("b"), false).unwrap();
         assert!(t.find_path("/cats-sma:cats-sma/agent/csma-id").is_ok());
-    }
-
-    #[test]
-    fn a_union_value_is_found_anywhere_in_a_tree() {
-        let ctx = crate::yang::context();
-        let mut t = DataTree::new(ctx);
-        t.new_path("/cats-sma:cats-sma/scis/sci[csci-id='a']/cs-id", Some("AR1"), false).unwrap();
-        t.new_path("/cats-sma:cats-sma/collection/http/port", Some("8080"), false).unwrap();
-        assert!(!holds_union(&t), "strings, a uint and a leaf-list are not unions");
-        // inet:ip-address is a union of the IPv4 and IPv6 address types.
-        t.new_path("/cats-sma:cats-sma/collection/http/listen-address", Some("::1"), false).unwrap();
-        assert!(holds_union(&t));
     }
 }

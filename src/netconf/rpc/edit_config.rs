@@ -59,7 +59,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         }
         return Ok(Body::Ok);
     }
-    let edit = ds.parse_edit_for(text.as_bytes(), DataFormat::XML, target).map_err(locate(config, src))?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
     ds.edit_owned(ctx.id, target, edit, opts)?;
     Ok(Body::Ok)
 }

@@ -39,7 +39,7 @@ pub fn run(ctx: &SessionCtx, op: &Element, src: &str) -> OpResult {
         ds.copy(ctx.id, Source::Config(&tree), target).map_err(one)?;
         return Ok(Body::Ok);
     }
-    let edit = ds.parse_edit_for(text.as_bytes(), DataFormat::XML, target).map_err(locate(config, src))?;
+    let edit = ds.parse_edit(text.as_bytes(), DataFormat::XML).map_err(locate(config, src))?;
     ds.edit_owned(ctx.id, target, edit, EditOptions { default_operation, ..Default::default() })?;
     Ok(Body::Ok)
 }
