@@ -301,14 +301,6 @@ unsafe fn restrictions_of(t: *const yang2::ffi::lysc_type, out: &mut std::collec
             text((*r).emsg, out);
         }
     };
-    // A libyang sized array: its length is stored just before its first item.
-    let items = |a: *const *mut std::ffi::c_void| -> usize {
-        if a.is_null() {
-            0
-        } else {
-            *(a as *const u64).sub(1) as usize
-        }
-    };
     if t.is_null() {
         return;
     }
@@ -317,7 +309,7 @@ unsafe fn restrictions_of(t: *const yang2::ffi::lysc_type, out: &mut std::collec
             let s = t as *const lysc_type_str;
             range((*s).length, out);
             let p = (*s).patterns;
-            for i in 0..items(p as *const *mut std::ffi::c_void) {
+            for i in 0..crate::yang::array_len(p) {
                 text((**p.add(i)).emsg, out);
             }
         }
@@ -333,7 +325,7 @@ unsafe fn restrictions_of(t: *const yang2::ffi::lysc_type, out: &mut std::collec
         | T::LY_TYPE_UINT64 => range((*(t as *const lysc_type_num)).range, out),
         T::LY_TYPE_UNION => {
             let m = (*(t as *const lysc_type_union)).types;
-            for i in 0..items(m as *const *mut std::ffi::c_void) {
+            for i in 0..crate::yang::array_len(m) {
                 restrictions_of(*m.add(i), out);
             }
         }

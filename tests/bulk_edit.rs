@@ -130,7 +130,7 @@ async fn issue14_goal4_bulk_create_100k_scis_reaches_the_engine() {
         del.push_str(&format!("<sci nc:operation=\"delete\"><csci-id>{}</csci-id></sci>", id(i)));
     }
     del.push_str("</scis></cats-sma></config>");
-    let reply = call(&mut s, 20, &edit(&del)).await;
+    let reply = call(&mut s, 7, &edit(&del)).await;
     assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(500)]);
     let reply = call(
         &mut s,
@@ -140,7 +140,7 @@ async fn issue14_goal4_bulk_create_100k_scis_reaches_the_engine() {
     .await;
     assert!(!reply.contains("<sci>"), "{}", &reply[..reply.len().min(500)]);
     // And the engine dropped them.
-    let reply = call(&mut s, 22, &cache_entry(N / 2)).await;
+    let reply = call(&mut s, 9, &cache_entry(N / 2)).await;
     assert!(!reply.contains(&format!("<csci-id>{}</csci-id>", id(N / 2))), "{}", &reply[..reply.len().min(800)]);
 }
 
@@ -194,9 +194,9 @@ async fn rfc7950_9_4_a_refused_bulk_edit_keeps_nothing_and_created_entries_get_t
     assert!(reply.contains("<expected-interval>5000</expected-interval>"), "{reply}");
 
     // A bad key on delete, a bad leaf-list value added to an existing entry.
-    let reply = call(&mut s, 20, &scis("<sci nc:operation=\"delete\"><csci-id>bad\u{200b}id</csci-id></sci>")).await;
+    let reply = call(&mut s, 7, &scis("<sci nc:operation=\"delete\"><csci-id>bad\u{200b}id</csci-id></sci>")).await;
     assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
-    let reply = call(&mut s, 21, &scis("<sci><csci-id>bulk-0</csci-id><cs-id>AR\u{200b}2</cs-id></sci>")).await;
+    let reply = call(&mut s, 8, &scis("<sci><csci-id>bulk-0</csci-id><cs-id>AR\u{200b}2</cs-id></sci>")).await;
     assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
     // A refused edit leaves nothing, whatever refuses it: a later edit error (create of an
     // entry that exists) after new entries, one with a bad cs-id; test-only.
@@ -205,23 +205,23 @@ async fn rfc7950_9_4_a_refused_bulk_edit_keeps_nothing_and_created_entries_get_t
          <sci nc:operation=\"create\"><csci-id>bulk-0</csci-id><cs-id>AR1</cs-id></sci>",
         sci_entries(1..100)
     );
-    let reply = call(&mut s, 22, &scis(&bad)).await;
+    let reply = call(&mut s, 9, &scis(&bad)).await;
     assert!(reply.contains("<rpc-error>"), "{reply}");
     let test_only = format!(
         "<edit-config><target><running/></target><test-option>test-only</test-option>\
          <config><cats-sma xmlns=\"{CATS}\"><scis>{}<sci><csci-id>bulk-z</csci-id><cs-id>AR\u{200b}4</cs-id></sci></scis></cats-sma></config></edit-config>",
         sci_entries(1..100)
     );
-    let reply = call(&mut s, 23, &test_only).await;
+    let reply = call(&mut s, 10, &test_only).await;
     assert!(reply.contains("<error-tag>invalid-value</error-tag>"), "{reply}");
-    let reply = call(&mut s, 24, &get).await;
+    let reply = call(&mut s, 11, &get).await;
     assert_eq!(count(&reply), 1, "{}", &reply[..reply.len().min(800)]);
     assert!(reply.contains("<cs-id>AR1</cs-id>") && !reply.contains("AR\u{200b}"), "{reply}");
 
     // The same 5000 entries, valid: all there, each with its defaults.
-    let reply = call(&mut s, 7, &scis(&sci_entries(1..5000))).await;
+    let reply = call(&mut s, 12, &scis(&sci_entries(1..5000))).await;
     assert!(reply.contains("<ok/>"), "{}", &reply[..reply.len().min(800)]);
-    let reply = call(&mut s, 8, &get).await;
+    let reply = call(&mut s, 13, &get).await;
     assert_eq!(count(&reply), 5000);
     for entry in reply.split("<sci>").skip(1) {
         assert!(

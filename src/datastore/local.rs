@@ -43,6 +43,7 @@ use yang2::ffi;
 
 use super::change::{self, Change, ChangeOp, NodeKind};
 use super::validate::FastPath;
+use crate::yang::array_len;
 
 /// A compiled schema node, as a hashable address.
 type Snode = usize;
@@ -632,15 +633,6 @@ unsafe fn atoms(
     let out = (0..(*set).count as usize).map(|i| *objs.add(i) as Snode).collect();
     ffi::ly_set_free(set, None);
     Some(out)
-}
-
-/// The count of a libyang sized array.
-unsafe fn array_len<T>(a: *const T) -> usize {
-    if a.is_null() {
-        0
-    } else {
-        *(a as *const u64).sub(1) as usize
-    }
 }
 
 /// Every must, when and leafref of the config data of every module, with its atoms.

@@ -101,7 +101,7 @@ pub(crate) enum Garbage {
 unsafe impl Send for Garbage {}
 
 impl Garbage {
-    pub(crate) fn is_null(&self) -> bool {
+    fn is_null(&self) -> bool {
         match self {
             Garbage::Subtree(n) | Garbage::Tree(n) => n.is_null(),
         }

@@ -585,8 +585,8 @@ impl Datastores {
         if changes < memory::TRIM_AFTER_CHANGES {
             return;
         }
-        let garbage = edits.into_iter().map(|e| memory::Garbage::Tree(e.into_raw())).filter(|g| !g.is_null()).collect();
-        memory::free_later(garbage);
+        // An empty tree is a null root: `free_later` skips it.
+        memory::free_later(edits.into_iter().map(|e| memory::Garbage::Tree(e.into_raw())).collect());
     }
 
     /// [`Datastores::edit_all`] of edit trees the caller hands over (see

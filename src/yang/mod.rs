@@ -168,6 +168,18 @@ pub(crate) fn raw_ctx(ctx: &Context) -> *const yang2::ffi::ly_ctx {
     unsafe { (*m.as_raw()).ctx }
 }
 
+/// The count of a libyang sized array (`LY_ARRAY_COUNT`: stored just before its first item).
+///
+/// # Safety
+/// `a` is null or the first item of a libyang sized array.
+pub(crate) unsafe fn array_len<T>(a: *const T) -> usize {
+    if a.is_null() {
+        0
+    } else {
+        *(a as *const u64).sub(1) as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
