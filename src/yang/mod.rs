@@ -2,6 +2,7 @@
 //! are implemented with which features, their embedded source text (for get-schema), and
 //! the RFC 8525 yang-library content generated from the loaded context.
 
+mod fast_string;
 pub mod print;
 
 pub use print::PrintText;
@@ -73,7 +74,20 @@ pub const IMPLEMENTED: &[(&str, &[&str])] = &[
 /// Builds a fresh context with every module of [`IMPLEMENTED`], resolving imports only from
 /// the embedded sources (never from the file system).
 pub fn new_context() -> std::result::Result<Context, String> {
-    let mut ctx = Context::new(ContextFlags::DISABLE_SEARCHDIRS).map_err(|e| format!("libyang context: {e}"))?;
+    build_context(true)
+}
+
+/// [`new_context`], with or without the identifier string type plugin (`fast_string`;
+/// tests compare the two).
+fn build_context(fast_strings: bool) -> std::result::Result<Context, String> {
+    let ctx = Context::new(ContextFlags::DISABLE_SEARCHDIRS).map_err(|e| format!("libyang context: {e}"))?;
+    let raw = ctx.into_raw();
+    // SAFETY: `raw` is the context just created, with none of our modules loaded yet; it
+    // is taken back as a `Context` right after, whatever the result.
+    let registered = if fast_strings { unsafe { fast_string::register(raw) } } else { Ok(()) };
+    // SAFETY: `raw` came from `into_raw` above and is owned by nothing else.
+    let mut ctx = unsafe { Context::from_raw(&(), raw) };
+    registered?;
     let mut embedded: EmbeddedModules = HashMap::new();
     for m in sources() {
         embedded.insert(EmbeddedModuleKey::new(m.name, m.revision, None, None), m.text);
