@@ -994,3 +994,89 @@ fn issue22_new_entries_get_their_defaults_at_validation_only() {
     assert_eq!(value(&ds, Datastore::Running, &format!("{c}/expected-interval")).as_deref(), Some("5000"));
     assert_eq!(value(&ds, Datastore::Running, &format!("{c}/authentication")).as_deref(), Some("required"));
 }
+
+/// A random edit of the SCI list for [`rfc6241_7_2_edits_moved_into_running_equal_edits_copied`]:
+/// runs of new entries (the editor moves them into running as one run when the list is
+/// empty), entries that exist, per-entry operations, an operation below an entry, a value
+/// validation refuses (a `credential-ref` to no credential), and the whole list replaced or
+/// removed, so that the list is often empty again.
+fn random_sci_edit(rng: &mut Lcg) -> String {
+    let mut body = String::new();
+    let top = match rng.next(8) {
+        0 => r#" nc:operation="replace""#,
+        1 | 2 => return cfg(r#"<scis nc:operation="remove"/>"#),
+        _ => "",
+    };
+    // Half the edits only create or merge plain entries (what a bulk create sends).
+    let plain = rng.next(2) == 0;
+    for _ in 0..rng.next(30) + 1 {
+        let id = rng.next(60);
+        let op = match rng.next(if plain { 20 } else { 12 }) {
+            0 => r#" nc:operation="create""#,
+            1 => r#" nc:operation="merge""#,
+            2 => r#" nc:operation="replace""#,
+            3 => r#" nc:operation="delete""#,
+            4 => r#" nc:operation="remove""#,
+            _ => "",
+        };
+        let op = if plain && (op.contains("delete") || op.contains("remove")) { "" } else { op };
+        let mut inner = format!("<csci-id>s{id}</csci-id><cs-id>CS{}</cs-id>", rng.next(3));
+        match rng.next(if plain { 80 } else { 25 }) {
+            0 => inner.push_str("<credential-ref>missing</credential-ref>"),
+            1 if !plain => inner.push_str(r#"<expected-interval nc:operation="replace">7000</expected-interval>"#),
+            2 | 3 => inner.push_str(&format!("<expected-interval>{}</expected-interval>", 1000 + rng.next(5))),
+            4 => inner.push_str("<authentication>none</authentication>"),
+            _ => {}
+        }
+        body.push_str(&format!("<sci{op}>{inner}</sci>"));
+    }
+    cfg(&format!("<scis{top}>{body}</scis>"))
+}
+
+/// Running with every default printed, marked as such (a default flag lost or gained shows).
+fn running_all(ds: &Datastores) -> String {
+    use yang2::data::DataPrinterFlags;
+    ds.with_tree(Datastore::Running, |t| {
+        let flags = DataPrinterFlags::from_bits_retain(
+            (DataPrinterFlags::WITH_SIBLINGS | DataPrinterFlags::KEEP_EMPTY_CONT).bits()
+                | yang2::ffi::LYD_PRINT_WD_ALL_TAG,
+        );
+        t.print_string(DataFormat::XML, flags).unwrap().unwrap_or_default()
+    })
+    .unwrap()
+}
+
+/// RFC 6241 7.2: an edit handed over whole (NETCONF and RESTCONF parse each edit for one
+/// use) has its new subtrees moved into running — a run of new list entries as one run of
+/// siblings — where an edit that is only borrowed has them copied. The same random edits
+/// through both leave running the same (with defaults and their flags) and report the same
+/// changes in the same order, or the same errors with nothing kept.
+#[test]
+fn rfc6241_7_2_edits_moved_into_running_equal_edits_copied() {
+    let (copied, moved) = (open(), open());
+    let mut rng = Lcg(7);
+    let (mut ok, mut refused) = (0, 0);
+    for round in 0..300 {
+        let xml = random_sci_edit(&mut rng);
+        let before = running_all(&moved);
+        let a = edit(&copied, Datastore::Running, &xml);
+        let b = moved
+            .parse_edit(xml.as_bytes(), DataFormat::XML)
+            .map_err(|e| vec![e])
+            .and_then(|t| moved.edit_owned(1, Datastore::Running, t, EditOptions::default()));
+        match (&a, &b) {
+            (Ok(x), Ok(y)) => {
+                assert_eq!(x, y, "round {round}: the changes differ\n{xml}");
+                ok += 1;
+            }
+            (Err(x), Err(y)) => {
+                assert_eq!(x, y, "round {round}: the errors differ\n{xml}");
+                assert_eq!(running_all(&moved), before, "round {round}: a refused edit changed running\n{xml}");
+                refused += 1;
+            }
+            _ => panic!("round {round}: copied {a:?}, moved {b:?}\n{xml}"),
+        }
+        assert_eq!(running_all(&copied), running_all(&moved), "round {round}\n{xml}");
+    }
+    assert!(ok > 60 && refused > 30, "accepted {ok}, refused {refused}");
+}

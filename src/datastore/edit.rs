@@ -492,6 +492,9 @@ impl<'t> Editor<'t> {
                         return self.fail(err);
                     }
                 }
+                if inherited == EditOp::Merge && self.adopt_children(e, node) {
+                    return;
+                }
                 for child in e.children() {
                     if child.schema().is_list_key() {
                         continue;
@@ -611,6 +614,127 @@ impl<'t> Editor<'t> {
             self.undo.push(Undo::Created(c.path.clone()));
         }
         self.created.push(node);
+        true
+    }
+
+    /// Moves every child of the edit container `e` into `target`, its counterpart, in one
+    /// step when all of them are new: the bulk create of a list (100 000 entries in one
+    /// edit). Applies when the editor consumes the edit, `e` is a container whose children
+    /// are all config subtrees (no leaves) asking for merge / create / replace (or nothing)
+    /// with no metadata below them, and `target` holds no instance of any of their schema
+    /// nodes. libyang then moves the whole run of siblings (`lyd_unlink_siblings`, then
+    /// `lyd_insert_child`), keeping the edit's sorted index of a list instead of taking each
+    /// entry out of one index and into another (10 % of such a create, with the lookups).
+    /// The same Create changes, undo steps and defaults are recorded as
+    /// [`Editor::create_child_subtree`] records for each child. False, with nothing
+    /// changed, when it does not apply; the caller goes child by child.
+    fn adopt_children(&mut self, e: &DataNodeRef<'_, 'static>, target: *mut yang2::ffi::lyd_node) -> bool {
+        if !self.consume || e.schema().kind() != SchemaNodeKind::Container {
+            return false;
+        }
+        let internal = |m: &yang2::data::Metadata<'_, '_>| m.name() == "lyds_tree";
+        let mut moved: Vec<*mut yang2::ffi::lyd_node> = Vec::new();
+        let mut schema_seen: *const yang2::ffi::lysc_node = std::ptr::null();
+        let mut runs: Vec<*const yang2::ffi::lysc_node> = Vec::new();
+        for child in e.children() {
+            let schema = child.schema();
+            if !schema.is_config() || is_leaf(&schema.kind()) {
+                return false;
+            }
+            if !matches!(operation_of(&child), Ok(None | Some(EditOp::Merge | EditOp::Create | EditOp::Replace))) {
+                return false;
+            }
+            if !child.meta().all(|m| m.name() == "operation" || internal(&m))
+                || !child.traverse().skip(1).all(|n| n.meta().all(|m| internal(&m)))
+            {
+                return false;
+            }
+            // SAFETY: `child` is a live node of the edit tree.
+            let sch = unsafe { (*child.as_raw()).schema };
+            if sch == schema_seen {
+                // A second instance of the same schema node. Only entries of a list or
+                // leaf-list libyang keeps sorted (ordered-by system: equal ones are
+                // neighbours) are checked here, against their neighbour; an instance the
+                // edit repeats is an error the child-by-child walk reports (data-exists for
+                // a create) and moving both would not.
+                let sorted = matches!(schema.kind(), SchemaNodeKind::List | SchemaNodeKind::LeafList)
+                    && !schema.is_user_ordered();
+                let prev = *moved.last().expect("a previous child of the same schema");
+                // SAFETY: both are live siblings of the edit tree; only compared.
+                if !sorted
+                    || unsafe { yang2::ffi::lyd_compare_single(prev, child.as_raw(), 0) }
+                        == yang2::ffi::LY_ERR::LY_SUCCESS
+                {
+                    return false;
+                }
+            } else {
+                // libyang keeps the instances of one schema node together; should a later run
+                // of them come, the neighbour check above would not see across runs.
+                if runs.contains(&sch) {
+                    return false;
+                }
+                runs.push(sch);
+                // SAFETY: `target` is a live inner node of the target tree (the caller's
+                // lookup or creation) and `sch` a node of the process-wide context; only a
+                // lookup of the first instance.
+                let first = unsafe { (*(target as *mut yang2::ffi::lyd_node_inner)).child };
+                let mut found = std::ptr::null_mut();
+                if !first.is_null()
+                    && unsafe { yang2::ffi::lyd_find_sibling_val(first, sch, std::ptr::null(), 0, &mut found) }
+                        == yang2::ffi::LY_ERR::LY_SUCCESS
+                {
+                    return false;
+                }
+                schema_seen = sch;
+            }
+            moved.push(child.as_raw());
+        }
+        let Some(&first) = moved.first() else {
+            return false;
+        };
+        // SAFETY: the children are live nodes of the edit tree, which the caller of
+        // `apply_consuming` owns and does not read again; only `e`'s schema is read after
+        // this. Their only metadata besides libyang's sorted index is their own `operation`,
+        // freed here. Unlinked as one run of siblings (the first child starts it), they are
+        // linked under `target`, a live inner node of the target tree of the same context,
+        // which then owns them.
+        unsafe {
+            for &n in &moved {
+                let mut m = (*n).meta;
+                while !m.is_null() {
+                    let next = (*m).next;
+                    if std::ffi::CStr::from_ptr((*m).name).to_bytes() == b"operation" {
+                        yang2::ffi::lyd_free_meta_single(m);
+                    }
+                    m = next;
+                }
+            }
+            if yang2::ffi::lyd_unlink_siblings(first) != yang2::ffi::LY_ERR::LY_SUCCESS
+                || yang2::ffi::lyd_insert_child(target, first) != yang2::ffi::LY_ERR::LY_SUCCESS
+            {
+                // Not expected (no child is a key, all belong under `target`'s schema, and
+                // `target` has none of their kind). Wherever each child is now — in the edit,
+                // the run, or linked under `target` — it is taken out and freed, so the target
+                // keeps nothing unrecorded, and the edit fails.
+                for &n in &moved {
+                    yang2::ffi::lyd_unlink_tree(n);
+                    yang2::ffi::lyd_free_tree(n);
+                }
+                self.fail(RpcError::application(
+                    ErrorTag::OperationFailed,
+                    format!("could not link the new children of \"{}\"", e.schema().name()),
+                ));
+                return true;
+            }
+        }
+        for n in moved {
+            let first_change = self.changes.len();
+            self.record_subtree(ChangeOp::Create, n, false);
+            if let Some(c) = self.changes.get(first_change) {
+                self.undo.push(Undo::Created(c.path.clone()));
+            }
+            self.created.push(n);
+        }
         true
     }
 
