@@ -1007,10 +1007,16 @@ fn random_sci_edit(rng: &mut Lcg) -> String {
         1 | 2 => return cfg(r#"<scis nc:operation="remove"/>"#),
         _ => "",
     };
-    // Half the edits only create or merge plain entries (what a bulk create sends).
+    // Half the edits only create or merge plain entries (what a bulk create sends): each
+    // SCI and CS-ID once, but now and then one repeated (the child-by-child walk merges a
+    // repeat, or refuses a repeated create).
     let plain = rng.next(2) == 0;
+    let mut used = std::collections::HashSet::new();
     for _ in 0..rng.next(30) + 1 {
-        let id = rng.next(60);
+        let mut id = rng.next(60);
+        while plain && rng.next(20) != 0 && !used.insert(id) {
+            id = rng.next(60);
+        }
         let op = match rng.next(if plain { 20 } else { 12 }) {
             0 => r#" nc:operation="create""#,
             1 => r#" nc:operation="merge""#,
@@ -1020,7 +1026,13 @@ fn random_sci_edit(rng: &mut Lcg) -> String {
             _ => "",
         };
         let op = if plain && (op.contains("delete") || op.contains("remove")) { "" } else { op };
-        let mut inner = format!("<csci-id>s{id}</csci-id><cs-id>CS{}</cs-id>", rng.next(3));
+        let mut inner = format!("<csci-id>s{id}</csci-id>");
+        let first = rng.next(4);
+        let count = rng.next(3) + 1;
+        for k in 0..count {
+            let cs = if plain && rng.next(30) != 0 { (first + k) % 4 } else { rng.next(4) };
+            inner.push_str(&format!("<cs-id>CS{cs}</cs-id>"));
+        }
         match rng.next(if plain { 80 } else { 25 }) {
             0 => inner.push_str("<credential-ref>missing</credential-ref>"),
             1 if !plain => inner.push_str(r#"<expected-interval nc:operation="replace">7000</expected-interval>"#),
@@ -1079,4 +1091,7 @@ fn rfc6241_7_2_edits_moved_into_running_equal_edits_copied() {
         assert_eq!(running_all(&copied), running_all(&moved), "round {round}\n{xml}");
     }
     assert!(ok > 60 && refused > 30, "accepted {ok}, refused {refused}");
+    // The one-step move was taken (the copying path never takes it).
+    assert_eq!(copied.adopted_runs(), 0);
+    assert!(moved.adopted_runs() > 20, "runs moved in one step: {}", moved.adopted_runs());
 }

@@ -105,6 +105,9 @@ pub(crate) struct Editor<'t> {
     consume: bool,
     /// The subtrees created whole (copied or moved in), for [`Editor::add_defaults`].
     created: Vec<*mut yang2::ffi::lyd_node>,
+    /// How many runs of children [`Editor::adopt_children`] moved (tests check that the
+    /// path was taken).
+    pub adopted: u64,
 }
 
 impl<'t> Editor<'t> {
@@ -118,6 +121,7 @@ impl<'t> Editor<'t> {
             parent_path: None,
             consume: false,
             created: Vec::new(),
+            adopted: 0,
         }
     }
 
@@ -608,34 +612,43 @@ impl<'t> Editor<'t> {
             }
             dup
         };
+        self.record_created(node);
+        true
+    }
+
+    /// Records a subtree this editor linked into the target whole: its Create changes, the
+    /// undo step that removes it (by path, as validation may free and re-create nodes), and
+    /// its place in the list [`Editor::add_defaults`] completes.
+    fn record_created(&mut self, node: *mut yang2::ffi::lyd_node) {
         let first = self.changes.len();
         self.record_subtree(ChangeOp::Create, node, false);
         if let Some(c) = self.changes.get(first) {
             self.undo.push(Undo::Created(c.path.clone()));
         }
         self.created.push(node);
-        true
     }
 
     /// Moves every child of the edit container `e` into `target`, its counterpart, in one
     /// step when all of them are new: the bulk create of a list (100 000 entries in one
     /// edit). Applies when the editor consumes the edit, `e` is a container whose children
-    /// are all config subtrees (no leaves) asking for merge / create / replace (or nothing)
-    /// with no metadata below them, and `target` holds no instance of any of their schema
-    /// nodes. libyang then moves the whole run of siblings (`lyd_unlink_siblings`, then
-    /// `lyd_insert_child`), keeping the edit's sorted index of a list instead of taking each
-    /// entry out of one index and into another (10 % of such a create, with the lookups).
-    /// The same Create changes, undo steps and defaults are recorded as
-    /// [`Editor::create_child_subtree`] records for each child. False, with nothing
-    /// changed, when it does not apply; the caller goes child by child.
+    /// are all config subtrees (no leaves) asking for merge / create / replace (or nothing),
+    /// with no metadata below them but libyang's own sorted-list index, no instance the edit
+    /// repeats at any depth ([`distinct_sorted_neighbours`]), and `target` holds no instance
+    /// of any of their schema nodes. libyang then moves the whole run of siblings
+    /// (`lyd_unlink_siblings`, then `lyd_insert_child`), keeping the edit's sorted index of a
+    /// list instead of taking each entry out of one index and into another (10 % of such a
+    /// create, with the lookups). The same Create changes, undo steps and defaults are
+    /// recorded as [`Editor::create_child_subtree`] records for each child. False, with
+    /// nothing changed, when it does not apply; the caller goes child by child.
     fn adopt_children(&mut self, e: &DataNodeRef<'_, 'static>, target: *mut yang2::ffi::lyd_node) -> bool {
         if !self.consume || e.schema().kind() != SchemaNodeKind::Container {
             return false;
         }
         let internal = |m: &yang2::data::Metadata<'_, '_>| m.name() == "lyds_tree";
         let mut moved: Vec<*mut yang2::ffi::lyd_node> = Vec::new();
-        let mut schema_seen: *const yang2::ffi::lysc_node = std::ptr::null();
         let mut runs: Vec<*const yang2::ffi::lysc_node> = Vec::new();
+        // The children themselves first (cheap): a container whose counterpart already has
+        // children of the same kind is given up before any subtree is walked.
         for child in e.children() {
             let schema = child.schema();
             if !schema.is_config() || is_leaf(&schema.kind()) {
@@ -644,50 +657,56 @@ impl<'t> Editor<'t> {
             if !matches!(operation_of(&child), Ok(None | Some(EditOp::Merge | EditOp::Create | EditOp::Replace))) {
                 return false;
             }
-            if !child.meta().all(|m| m.name() == "operation" || internal(&m))
-                || !child.traverse().skip(1).all(|n| n.meta().all(|m| internal(&m)))
-            {
+            if !child.meta().all(|m| m.name() == "operation" || internal(&m)) {
                 return false;
             }
             // SAFETY: `child` is a live node of the edit tree.
             let sch = unsafe { (*child.as_raw()).schema };
-            if sch == schema_seen {
-                // A second instance of the same schema node. Only entries of a list or
-                // leaf-list libyang keeps sorted (ordered-by system: equal ones are
-                // neighbours) are checked here, against their neighbour; an instance the
-                // edit repeats is an error the child-by-child walk reports (data-exists for
-                // a create) and moving both would not.
-                let sorted = matches!(schema.kind(), SchemaNodeKind::List | SchemaNodeKind::LeafList)
-                    && !schema.is_user_ordered();
-                let prev = *moved.last().expect("a previous child of the same schema");
-                // SAFETY: both are live siblings of the edit tree; only compared.
-                if !sorted
-                    || unsafe { yang2::ffi::lyd_compare_single(prev, child.as_raw(), 0) }
-                        == yang2::ffi::LY_ERR::LY_SUCCESS
-                {
-                    return false;
+            match moved.last() {
+                // SAFETY: `prev` is the live sibling before `child`.
+                Some(&prev) if unsafe { (*prev).schema } == sch => {
+                    if !distinct_sorted_neighbours(prev, &child) {
+                        return false;
+                    }
                 }
-            } else {
-                // libyang keeps the instances of one schema node together; should a later run
-                // of them come, the neighbour check above would not see across runs.
-                if runs.contains(&sch) {
-                    return false;
+                _ => {
+                    // libyang keeps the instances of one schema node together; should a
+                    // later run of them come, the neighbour check would not see across runs.
+                    if runs.contains(&sch) {
+                        return false;
+                    }
+                    runs.push(sch);
+                    // SAFETY: `target` is a live inner node of the target tree (the caller's
+                    // lookup or creation) and `sch` a node of the process-wide context; only
+                    // a lookup of the first instance.
+                    let first = unsafe { (*(target as *mut yang2::ffi::lyd_node_inner)).child };
+                    let mut found = std::ptr::null_mut();
+                    if !first.is_null()
+                        && unsafe { yang2::ffi::lyd_find_sibling_val(first, sch, std::ptr::null(), 0, &mut found) }
+                            == yang2::ffi::LY_ERR::LY_SUCCESS
+                    {
+                        return false;
+                    }
                 }
-                runs.push(sch);
-                // SAFETY: `target` is a live inner node of the target tree (the caller's
-                // lookup or creation) and `sch` a node of the process-wide context; only a
-                // lookup of the first instance.
-                let first = unsafe { (*(target as *mut yang2::ffi::lyd_node_inner)).child };
-                let mut found = std::ptr::null_mut();
-                if !first.is_null()
-                    && unsafe { yang2::ffi::lyd_find_sibling_val(first, sch, std::ptr::null(), 0, &mut found) }
-                        == yang2::ffi::LY_ERR::LY_SUCCESS
-                {
-                    return false;
-                }
-                schema_seen = sch;
             }
             moved.push(child.as_raw());
+        }
+        // Then everything below them: no metadata but the sorted index, no repeated instance.
+        for child in e.children() {
+            for n in child.traverse().skip(1) {
+                if !n.meta().all(|m| internal(&m)) {
+                    return false;
+                }
+                // SAFETY: `n` is a live node of the edit tree; its next sibling is read as is.
+                let next = unsafe { (*n.as_raw()).next };
+                if !next.is_null() && unsafe { (*next).schema == (*n.as_raw()).schema } {
+                    // SAFETY: `next` is a live sibling of `n` in the same tree.
+                    let next = unsafe { DataNodeRef::from_raw(n.tree(), next) };
+                    if !distinct_sorted_neighbours(n.as_raw(), &next) {
+                        return false;
+                    }
+                }
+            }
         }
         let Some(&first) = moved.first() else {
             return false;
@@ -728,13 +747,9 @@ impl<'t> Editor<'t> {
             }
         }
         for n in moved {
-            let first_change = self.changes.len();
-            self.record_subtree(ChangeOp::Create, n, false);
-            if let Some(c) = self.changes.get(first_change) {
-                self.undo.push(Undo::Created(c.path.clone()));
-            }
-            self.created.push(n);
+            self.record_created(n);
         }
+        self.adopted += 1;
         true
     }
 
@@ -946,6 +961,20 @@ fn all_siblings<'a, 'b>(node: &'a DataNodeRef<'a, 'b>) -> impl Iterator<Item = D
         }
     };
     first.into_iter().flat_map(|f| f.inclusive_siblings())
+}
+
+/// Whether `next`, the sibling after `prev` with the same schema node, can move with it
+/// where a child-by-child walk would see the same: both are entries of a list or values of
+/// a leaf-list libyang keeps sorted (ordered-by system, so equal ones are neighbours), and
+/// they differ. Anything else — a repeated container or leaf, a user-ordered list (whose
+/// repeats need not be neighbours), an instance the edit repeats (the walk merges it, or
+/// reports data-exists for a create) — is left to that walk.
+fn distinct_sorted_neighbours(prev: *mut yang2::ffi::lyd_node, next: &DataNodeRef<'_, '_>) -> bool {
+    let schema = next.schema();
+    matches!(schema.kind(), SchemaNodeKind::List | SchemaNodeKind::LeafList)
+        && !schema.is_user_ordered()
+        // SAFETY: both are live siblings of one tree; only compared (keys or value).
+        && unsafe { yang2::ffi::lyd_compare_single(prev, next.as_raw(), 0) } != yang2::ffi::LY_ERR::LY_SUCCESS
 }
 
 fn is_leaf(kind: &SchemaNodeKind) -> bool {

@@ -278,6 +278,8 @@ pub struct Datastores {
     startup_file: Option<PathBuf>,
     fast_path: validate::FastPath,
     local: local::LocalValidation,
+    /// Runs of new children edits moved in one step (`edit::Editor::adopt_children`).
+    adopted: std::sync::atomic::AtomicU64,
 }
 
 fn ly(e: yang2::Error) -> RpcError {
@@ -337,6 +339,7 @@ impl Datastores {
             startup_file,
             fast_path: validate::FastPath::new(ctx),
             local: local::LocalValidation::new(ctx),
+            adopted: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -696,6 +699,7 @@ impl Datastores {
                 }
             }
         }
+        self.adopted.fetch_add(ed.adopted, std::sync::atomic::Ordering::Relaxed);
         let errors = std::mem::take(&mut ed.errors);
         if !errors.is_empty() && opts.error_option != ErrorOption::ContinueOnError {
             ed.rollback();
@@ -823,6 +827,13 @@ impl Datastores {
     #[doc(hidden)]
     pub fn local_validations(&self) -> u64 {
         self.local.used()
+    }
+
+    /// How many runs of new children edits moved in one step (tests check the path is
+    /// taken).
+    #[doc(hidden)]
+    pub fn adopted_runs(&self) -> u64 {
+        self.adopted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// prepare on every consumer, then apply on all, or abort on those prepared.

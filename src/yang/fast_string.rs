@@ -3,9 +3,8 @@
 //!
 //! Their pattern, `[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]+`, refuses control, format and line or
 //! paragraph separator characters. libyang runs it through PCRE2's interpreter for every
-//! value it stores (PCRE2's JIT is never used: libyang asks for anchoring at match time,
-//! which the JIT does not support), allocating match data each time: 11 % of a
-//! 100 000-SCI create, where every CSCI-ID and CS-ID is checked. A value of one or more
+//! value it stores (it never JIT-compiles its patterns), allocating match data each time:
+//! 11 % of a 100 000-SCI create, where every CSCI-ID and CS-ID is checked. A value of one or more
 //! printable ASCII characters (0x20..=0x7E) matches that pattern by definition (those code
 //! points are letters, digits, punctuation, symbols or the space), so for such a value the
 //! pattern is known to hold; every other value — empty, non-ASCII, an ASCII control
@@ -24,41 +23,22 @@ use yang2::ffi;
 /// The pattern this plugin answers for ASCII values (as libyang keeps it compiled).
 const IDENTIFIER_PATTERN: &CStr = c"[^\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}]+";
 
+/// The plugin's name, as libyang reports it for these types.
+const PLUGIN_ID: &CStr = c"cats-sma - identifier string, version 1";
+
 /// `LYPLG_TYPE_API_VERSION` of libyang 2.2.
 const TYPE_API_VERSION: u32 = 2;
 /// `LYPLG_TYPE_STORE_ONLY`: store without validating (validation comes later).
 const STORE_ONLY: u32 = 0x08;
 
-type StoreFn = unsafe extern "C" fn(
-    ctx: *const ffi::ly_ctx,
-    type_: *const ffi::lysc_type,
-    value: *const c_void,
-    value_len: usize,
-    options: u32,
-    format: ffi::LY_VALUE_FORMAT::Type,
-    prefix_data: *mut c_void,
-    hints: u32,
-    ctx_node: *const ffi::lysc_node,
-    storage: *mut ffi::lyd_value,
-    unres: *mut c_void,
-    err: *mut *mut ffi::ly_err_item,
-) -> ffi::LY_ERR::Type;
-
-type ValidateFn = unsafe extern "C" fn(
-    ctx: *const ffi::ly_ctx,
-    type_: *const ffi::lysc_type,
-    ctx_node: *const ffi::lyd_node,
-    tree: *const ffi::lyd_node,
-    storage: *mut ffi::lyd_value,
-    err: *mut *mut ffi::ly_err_item,
-) -> ffi::LY_ERR::Type;
-
-/// `struct lyplg_type` (plugins_types.h).
+/// `struct lyplg_type` (plugins_types.h). The callbacks are function pointers of the
+/// signatures there (`lyplg_type_store_clb` and so on), held untyped: this file only fills
+/// them in, with [`store`], [`validate`] and libyang's own functions.
 #[repr(C)]
 struct TypePlugin {
     id: *const c_char,
-    store: Option<StoreFn>,
-    validate: Option<ValidateFn>,
+    store: *const c_void,
+    validate: *const c_void,
     compare: *const c_void,
     sort: *const c_void,
     print: *const c_void,
@@ -145,9 +125,9 @@ unsafe impl Send for Records {}
 
 fn plugin() -> TypePlugin {
     TypePlugin {
-        id: c"cats-sma - identifier string, version 1".as_ptr(),
-        store: Some(store),
-        validate: Some(validate),
+        id: PLUGIN_ID.as_ptr(),
+        store: store as *const c_void,
+        validate: validate as *const c_void,
         compare: lyplg_type_compare_simple as *const c_void,
         sort: lyplg_type_sort_simple as *const c_void,
         print: lyplg_type_print_simple as *const c_void,
@@ -173,8 +153,8 @@ fn records() -> &'static Records {
             name: std::ptr::null(),
             plugin: TypePlugin {
                 id: std::ptr::null(),
-                store: None,
-                validate: None,
+                store: std::ptr::null(),
+                validate: std::ptr::null(),
                 compare: std::ptr::null(),
                 sort: std::ptr::null(),
                 print: std::ptr::null(),
@@ -199,6 +179,13 @@ pub(super) unsafe fn register(ctx: *mut ffi::ly_ctx) -> Result<(), String> {
     } else {
         Err(format!("registering the identifier string type plugin: libyang error {ret}"))
     }
+}
+
+/// A libyang sized array (`LY_ARRAY`, tree.h) of one pattern.
+#[repr(C)]
+struct OnePattern {
+    count: u64,
+    item: *mut ffi::lysc_pattern,
 }
 
 /// Whether `value` is known to match [`IDENTIFIER_PATTERN`] without running it: one or
@@ -242,14 +229,10 @@ unsafe fn check(
         if known && (**p).inverted() == 0 && CStr::from_ptr((**p).expr) == IDENTIFIER_PATTERN {
             continue;
         }
-        // libyang's check of this one pattern: a sized array of one (count, then item).
-        let mut one: [usize; 2] = [1, *p as usize];
-        let ret = lyplg_type_validate_patterns(
-            one.as_mut_ptr().add(1) as *mut *mut ffi::lysc_pattern,
-            canonical,
-            value.len(),
-            err,
-        );
+        // libyang's check of this one pattern: a sized array of one (libyang's LY_ARRAY: a
+        // 64-bit count, then the items; the array is the address of the first item).
+        let mut one = OnePattern { count: 1, item: *p };
+        let ret = lyplg_type_validate_patterns(&mut one.item, canonical, value.len(), err);
         if ret != ffi::LY_ERR::LY_SUCCESS {
             return ret;
         }
@@ -432,6 +415,33 @@ mod tests {
         let m = ctx.get_module_latest("cats-sma").expect("cats-sma is loaded");
         // SAFETY: a module of a live context points at its context.
         unsafe { (*m.as_raw()).ctx }
+    }
+
+    /// The plugin id of the compiled type of the leaf or leaf-list at `path`.
+    fn plugin_id(ctx: &Context, path: &CStr) -> String {
+        // SAFETY: a live context; the compiled node, its type and plugin belong to it.
+        unsafe {
+            let node = ffi::lys_find_path(ctx_ptr(ctx), std::ptr::null(), path.as_ptr(), 0);
+            assert!(!node.is_null(), "{path:?} is in the schema");
+            let type_ = if u32::from((*node).nodetype) == ffi::LYS_LEAF {
+                (*(node as *const ffi::lysc_node_leaf)).type_
+            } else {
+                (*(node as *const ffi::lysc_node_leaflist)).type_
+            };
+            let plugin = (*type_).plugin as *const TypePlugin;
+            CStr::from_ptr((*plugin).id).to_string_lossy().into_owned()
+        }
+    }
+
+    #[test]
+    fn the_identifier_types_use_the_plugin() {
+        let fast = crate::yang::context();
+        let plain = crate::yang::build_context(false).expect("the modules compile");
+        let ours = PLUGIN_ID.to_str().expect("ASCII");
+        for path in [c"/cats-sma:cats-sma/scis/sci/csci-id", c"/cats-sma:cats-sma/scis/sci/cs-id"] {
+            assert_eq!(plugin_id(fast, path), ours, "{path:?}");
+            assert_ne!(plugin_id(&plain, path), ours, "{path:?}");
+        }
     }
 
     #[test]
