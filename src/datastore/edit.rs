@@ -698,8 +698,12 @@ impl<'t> Editor<'t> {
                     return false;
                 }
                 // SAFETY: `n` is a live node of the edit tree; its next sibling is read as is.
-                let next = unsafe { (*n.as_raw()).next };
-                if !next.is_null() && unsafe { (*next).schema == (*n.as_raw()).schema } {
+                let (schema, next) = unsafe { ((*n.as_raw()).schema, (*n.as_raw()).next) };
+                if schema.is_null() {
+                    // Opaque data (a strict parse leaves none): not moved.
+                    return false;
+                }
+                if !next.is_null() && unsafe { (*next).schema } == schema {
                     // SAFETY: `next` is a live sibling of `n` in the same tree.
                     let next = unsafe { DataNodeRef::from_raw(n.tree(), next) };
                     if !distinct_sorted_neighbours(n.as_raw(), &next) {

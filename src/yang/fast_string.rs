@@ -231,8 +231,11 @@ unsafe fn check(
         }
         // libyang's check of this one pattern: a sized array of one (libyang's LY_ARRAY: a
         // 64-bit count, then the items; the array is the address of the first item).
+        // The item's address is taken from a pointer to the whole struct, so libyang may
+        // read the count before it.
         let mut one = OnePattern { count: 1, item: *p };
-        let ret = lyplg_type_validate_patterns(&mut one.item, canonical, value.len(), err);
+        let whole: *mut OnePattern = &mut one;
+        let ret = lyplg_type_validate_patterns(std::ptr::addr_of_mut!((*whole).item), canonical, value.len(), err);
         if ret != ffi::LY_ERR::LY_SUCCESS {
             return ret;
         }
