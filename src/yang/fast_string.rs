@@ -395,7 +395,7 @@ mod tests {
         let mut tree = std::ptr::null_mut();
         // SAFETY: a live context, a NUL-terminated document; the tree is freed below.
         unsafe {
-            let ctx_raw = ctx_ptr(ctx);
+            let ctx_raw = crate::yang::raw_ctx(ctx);
             let ret = ffi::lyd_parse_data_mem(
                 ctx_raw,
                 text.as_ptr(),
@@ -414,17 +414,11 @@ mod tests {
         }
     }
 
-    fn ctx_ptr(ctx: &Context) -> *mut ffi::ly_ctx {
-        let m = ctx.get_module_latest("cats-sma").expect("cats-sma is loaded");
-        // SAFETY: a module of a live context points at its context.
-        unsafe { (*m.as_raw()).ctx }
-    }
-
     /// The plugin id of the compiled type of the leaf or leaf-list at `path`.
     fn plugin_id(ctx: &Context, path: &CStr) -> String {
         // SAFETY: a live context; the compiled node, its type and plugin belong to it.
         unsafe {
-            let node = ffi::lys_find_path(ctx_ptr(ctx), std::ptr::null(), path.as_ptr(), 0);
+            let node = ffi::lys_find_path(crate::yang::raw_ctx(ctx), std::ptr::null(), path.as_ptr(), 0);
             assert!(!node.is_null(), "{path:?} is in the schema");
             let type_ = if u32::from((*node).nodetype) == ffi::LYS_LEAF {
                 (*(node as *const ffi::lysc_node_leaf)).type_
